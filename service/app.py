@@ -1,0 +1,101 @@
+"""``create_app(settings)``: wires the domains into one Litestar application."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from litestar import Litestar
+from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar.datastructures import State
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.static_files import create_static_files_router
+from litestar.template.config import TemplateConfig
+
+from service.db.engine import make_engine, make_sessionmaker
+from service.errors import EXCEPTION_HANDLERS
+from service.flows.api import FlowController
+from service.flows.kinds import default_handlers
+from service.flows.pages import open_flow
+from service.flows.request_state import RequestStateCodec
+from service.flows.service import FlowService
+from service.flows.sweeper import run_sweeper
+from service.health import healthz, readyz
+from service.identity.keys import ApiKeyAuthenticator
+from service.settings import Settings
+from service.signals.bus import WaiterHub
+
+_HERE = Path(__file__).parent
+
+
+def create_app(settings: Settings) -> Litestar:
+    engine = make_engine(settings)
+    sessions = make_sessionmaker(engine)
+    flows_ref: list[FlowService] = []
+
+    async def finished(ids: list) -> list:  # type: ignore[type-arg]
+        return await flows_ref[0].finished_among(ids)
+
+    hub = WaiterHub(redis_url=settings.redis_url, channel=settings.redis_channel,
+                    poll_interval=settings.poll_interval_seconds,
+                    safety_poll_interval=max(settings.poll_interval_seconds * 10, 30.0), finished=finished)
+    flows = FlowService(settings=settings, sessions=sessions, hub=hub, codec=RequestStateCodec(settings.keys),
+                        handlers=default_handlers())
+    flows_ref.append(flows)
+    state = State({
+        "settings": settings,
+        "engine": engine,
+        "sessions": sessions,
+        "hub": hub,
+        "flows": flows,
+        "authenticator": ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds),
+        "kind_pages": {},
+    })
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        await hub.start()
+        tasks = []
+        if settings.background_tasks:
+            tasks.append(asyncio.create_task(run_sweeper(flows, settings.sweep_interval_seconds)))
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await hub.stop()
+            await engine.dispose()
+
+    return Litestar(
+        route_handlers=[
+            FlowController,
+            open_flow,
+            healthz,
+            readyz,
+            create_static_files_router(path="/static", directories=[_HERE / "static"], include_in_schema=False),
+        ],
+        state=state,
+        lifespan=[lifespan],
+        exception_handlers=EXCEPTION_HANDLERS,
+        request_max_body_size=settings.max_body_bytes,
+        template_config=TemplateConfig(directory=_HERE / "templates", engine=JinjaTemplateEngine),
+        openapi_config=OpenAPIConfig(
+            title="elicitd",
+            version="0.1.0",
+            description="Durable state for MCP URL-mode elicitation.",
+            path="/schema",
+            render_plugins=[SwaggerRenderPlugin()],
+            components=Components(security_schemes={
+                "apiKey": SecurityScheme(type="http", scheme="bearer", description="A server client's API key"),
+            }),
+        ),
+        debug=False,
+        logging_config=None,
+    )

@@ -1,0 +1,242 @@
+"""One error tree, mapped to RFC 9457 problem+json for APIs and to an HTML page for browsers.
+
+Every error has a stable ``code`` that callers can switch on. The ``detail`` is written for the
+caller and must never carry a secret: handlers build it from constants and ids, never from
+values the user or a provider sent us.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from litestar import MediaType, Request, Response
+from litestar.exceptions import (
+    HTTPException,
+    MethodNotAllowedException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+    ValidationException,
+)
+from litestar.response import Template
+
+logger = logging.getLogger("elicitd.errors")
+
+PROBLEM_JSON = "application/problem+json"
+PROBLEM_BASE = "https://elicitd.dev/problems/"
+
+
+class ElicitdError(Exception):
+    """Base of every error elicitd raises on purpose."""
+
+    code: ClassVar[str] = "internal_error"
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(self, detail: str | None = None, *, extra: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.extra = extra or {}
+        self.headers = headers or {}
+
+    def problem(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "type": PROBLEM_BASE + self.code,
+            "title": self.title,
+            "status": self.status,
+            "code": self.code,
+            "detail": self.detail,
+        }
+        body.update(self.extra)
+        return body
+
+
+class ConfigurationError(ElicitdError):
+    code = "configuration_error"
+    title = "Invalid configuration"
+
+
+class InvalidRequest(ElicitdError):
+    code = "invalid_request"
+    status = 400
+    title = "Invalid request"
+
+
+class InvalidRequestState(ElicitdError):
+    code = "invalid_request_state"
+    status = 400
+    title = "Invalid request state"
+
+
+class RequestStateExpired(ElicitdError):
+    code = "request_state_expired"
+    status = 400
+    title = "Request state expired"
+
+
+class Unauthenticated(ElicitdError):
+    code = "unauthenticated"
+    status = 401
+    title = "Authentication required"
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(detail or "A valid API key is required.", headers={"WWW-Authenticate": "Bearer"})
+
+
+class Forbidden(ElicitdError):
+    code = "forbidden"
+    status = 403
+    title = "Forbidden"
+
+
+class NotFound(ElicitdError):
+    code = "not_found"
+    status = 404
+    title = "Not found"
+
+
+class FlowNotFound(NotFound):
+    code = "flow_not_found"
+    title = "Flow not found"
+
+
+class NotConnected(NotFound):
+    code = "not_connected"
+    title = "Not connected"
+
+
+class Conflict(ElicitdError):
+    code = "conflict"
+    status = 409
+    title = "Conflict"
+
+
+class FlowNotPending(Conflict):
+    code = "flow_not_pending"
+    title = "Flow is no longer pending"
+
+
+class ReauthorizationRequired(Conflict):
+    code = "reauthorization_required"
+    title = "Reauthorization required"
+
+
+class PayloadTooLarge(ElicitdError):
+    code = "payload_too_large"
+    status = 413
+    title = "Request body too large"
+
+
+class RateLimited(ElicitdError):
+    code = "rate_limited"
+    status = 429
+    title = "Too many requests"
+
+    def __init__(self, detail: str, *, retry_after: int) -> None:
+        super().__init__(detail, headers={"Retry-After": str(max(1, retry_after))},
+                         extra={"retry_after": max(1, retry_after)})
+
+
+class UpstreamError(ElicitdError):
+    code = "upstream_error"
+    status = 502
+    title = "Upstream service failed"
+
+
+class ServiceUnavailable(ElicitdError):
+    code = "unavailable"
+    status = 503
+    title = "Service unavailable"
+
+
+_LITESTAR_CODES: dict[int, tuple[str, str]] = {
+    400: ("invalid_request", "Invalid request"),
+    401: ("unauthenticated", "Authentication required"),
+    403: ("forbidden", "Forbidden"),
+    404: ("not_found", "Not found"),
+    405: ("method_not_allowed", "Method not allowed"),
+    413: ("payload_too_large", "Request body too large"),
+    415: ("unsupported_media_type", "Unsupported media type"),
+    429: ("rate_limited", "Too many requests"),
+}
+
+
+def _wants_html(request: Request[Any, Any, Any]) -> bool:
+    """Browser pages live under /f/ and /oauth/ etc.; everything else is an API."""
+    return request.url.path.startswith(("/f/", "/auth/", "/connect/", "/consent/", "/pay/")) or (
+        request.url.path == "/" and "text/html" in request.headers.get("accept", "")
+    )
+
+
+def _problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[Any]:
+    return Response(content=body, status_code=status, media_type=PROBLEM_JSON, headers=headers or {})
+
+
+def _html_response(status: int, title: str, detail: str, headers: dict[str, str] | None = None) -> Response[Any]:
+    merged = {"Cache-Control": "no-store", **(headers or {})}
+    return Template(
+        template_name="error.html",
+        context={"title": title, "detail": detail, "status": status},
+        status_code=status,
+        media_type=MediaType.HTML,
+        headers=merged,
+    )  # type: ignore[return-value]
+
+
+def handle_elicitd_error(request: Request[Any, Any, Any], exc: ElicitdError) -> Response[Any]:
+    if exc.status >= 500:
+        logger.error("request failed", extra={"code": exc.code, "path": request.url.path})
+    if _wants_html(request):
+        return _html_response(exc.status, exc.title, exc.detail, exc.headers)
+    return _problem_response(exc.status, exc.problem(), exc.headers)
+
+
+def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    """Litestar's own errors (routing, validation, body limits) in the same problem+json shape."""
+    status = exc.status_code
+    code, title = _LITESTAR_CODES.get(status, ("http_error", "Request failed"))
+    if isinstance(exc, ValidationException):
+        detail = _validation_detail(exc)
+    elif isinstance(exc, NotFoundException):
+        detail = "No such resource."
+    elif isinstance(exc, MethodNotAllowedException):
+        detail = "This method is not allowed here."
+    elif isinstance(exc, NotAuthorizedException | PermissionDeniedException):
+        detail = title
+    elif status == 413:
+        detail = "The request body exceeds the configured limit."
+    else:
+        detail = title
+    headers = dict(exc.headers or {})
+    if _wants_html(request):
+        return _html_response(status, title, detail, headers)
+    return _problem_response(status, {"type": PROBLEM_BASE + code, "title": title, "status": status,
+                                      "code": code, "detail": detail}, headers)
+
+
+def _validation_detail(exc: ValidationException) -> str:
+    """Keep msgspec's message (it names the field), never the offending value."""
+    extra = exc.extra
+    if isinstance(extra, list) and extra:
+        first = extra[0]
+        if isinstance(first, dict):
+            message = str(first.get("message", "")).strip()
+            key = first.get("key")
+            if message:
+                return f"{message}" + (f" (at {key})" if key and str(key) not in message else "")
+    return "The request body or parameters are not valid."
+
+
+def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    # The exception text may hold anything (SQL, provider bodies); only its type is logged.
+    logger.error("unhandled error", extra={"error_type": type(exc).__name__, "path": request.url.path})
+    return handle_elicitd_error(request, ElicitdError("Something went wrong on our side."))
+
+
+EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
+    ElicitdError: handle_elicitd_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}

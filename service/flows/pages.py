@@ -1,0 +1,70 @@
+"""``GET /f/{flow_id}``: the URL every elicitation points at.
+
+It resolves the flow and hands pending flows to the page of their kind (registered by each
+domain in ``create_app``). Unknown, expired and finished flows get a clear page here, never a
+stack trace. The flow id in the URL is opaque: it grants nothing by itself, because every kind's
+page first proves the browser belongs to the flow's subject.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from litestar import Request, Response, get
+from litestar.response import Template
+
+from service.db.base import FLOW_ID
+from service.flows.models import Flow
+from service.flows.service import FlowService
+
+KindPage = Callable[[Request[Any, Any, Any], Flow], Awaitable[Response[Any]]]
+
+_FINISHED = {
+    "completed": ("All done", "This request is complete. You can close this tab and return to your assistant."),
+    "declined": ("Declined", "This request was declined. Nothing was shared."),
+    "cancelled": ("Cancelled", "This request was cancelled. Nothing was shared."),
+    "expired": ("This link has expired", "Ask your assistant to try again; it will give you a new link."),
+    "failed": ("Something went wrong", "This request could not be completed. Ask your assistant to try again."),
+}
+
+PAGE_HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY",
+                "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self' https:"}
+
+
+def page(request: Request[Any, Any, Any], template: str, status: int = 200, **context: Any) -> Response[Any]:
+    """Render an elicitd page with the headers every browser page carries."""
+    context.setdefault("domain", request.app.state.settings.public_origin)
+    return Template(template_name=template, context=context, status_code=status,
+                    headers=PAGE_HEADERS)  # type: ignore[return-value]
+
+
+def status_page(request: Request[Any, Any, Any], flow: Flow | None, status: int = 200) -> Response[Any]:
+    if flow is None:
+        return page(request, "flow_status.html", 404, heading="Link not found",
+                    text="This link is not valid. Check that you copied it completely, or ask your assistant "
+                         "for a new one.", flow_id="-")
+    heading, text = _FINISHED.get(flow.status, ("Unavailable", "This request is not available."))
+    return page(request, "flow_status.html", status, heading=heading, text=text, flow_id=FLOW_ID.format(flow.id))
+
+
+@get("/f/{flow_ref:str}", operation_id="openFlowPage", tags=["browser"], include_in_schema=True,
+     summary="The elicitation URL: the browser side of a flow")
+async def open_flow(request: Request[Any, Any, Any], flow_ref: str) -> Response[Any]:
+    flows: FlowService = request.app.state.flows
+    flow_id = FLOW_ID.parse(flow_ref)
+    flow = None if flow_id is None else await flows.read(flow_id)
+    if flow is None:
+        return status_page(request, None, 404)
+    if flow.status != "pending":
+        return status_page(request, flow, 410 if flow.status == "expired" else 200)
+    if flow.kind == "external" and flow.external_url:
+        return page(request, "flow_status.html", heading="Continue on the service's own page",
+                    text="This step happens on a page run by the service that asked.", link=flow.external_url,
+                    flow_id=FLOW_ID.format(flow.id))
+    handler: KindPage | None = request.app.state.kind_pages.get(flow.kind)
+    if handler is None:
+        return page(request, "flow_status.html", 501, heading="Not available yet",
+                    text=f"This kind of request ({flow.kind}) cannot be completed on this elicitd yet.",
+                    flow_id=FLOW_ID.format(flow.id))
+    return await handler(request, flow)

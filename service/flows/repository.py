@@ -1,0 +1,220 @@
+"""SQL for flows. Repositories never commit; the service owns the unit of work.
+
+Every state change is one statement: a data-modifying CTE that updates the flow only while it is
+still ``pending`` and, in the same statement, appends the audit event and (for server clients
+with a webhook) the outbox row. Two racing completers cannot both win, and a transition can never
+exist without its event.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.flows.models import Flow
+from service.flows.states import Actor, FlowStatus
+
+# Shared tail of every transition: the audit event and the completion-webhook outbox row.
+_TRANSITION_TAIL = """
+, ev AS (
+    INSERT INTO flow_events (flow_id, type, actor, from_status, to_status, detail)
+    SELECT t.id, 'transition', :actor, 'pending', t.status, CAST(:detail AS jsonb) FROM t
+), ob AS (
+    INSERT INTO webhook_outbox (id, server_client_id, flow_id, event_type, payload)
+    SELECT gen_random_uuid(), t.server_client_id, t.id, 'flow.' || t.status,
+           jsonb_build_object(
+               'type', 'flow.' || t.status,
+               'flow_id', 'fl_' || replace(t.id::text, '-', ''),
+               'elicitation_id', 'fl_' || replace(t.id::text, '-', ''),
+               'kind', t.kind,
+               'status', t.status,
+               'provider', t.provider,
+               'subject', jsonb_build_object('iss', t.subject_iss, 'sub', t.subject_sub),
+               'error_code', t.error_code,
+               'occurred_at', t.completed_at)
+    FROM t JOIN server_clients sc ON sc.id = t.server_client_id
+    WHERE sc.webhook_url IS NOT NULL
+)
+SELECT t.* FROM t
+"""
+
+_SET_TERMINAL = """
+    status = :to_status,
+    result = COALESCE(CAST(:result AS jsonb), flows.result),
+    error_code = :error_code,
+    error_message = :error_message,
+    connection_id = COALESCE(CAST(:connection_id AS uuid), flows.connection_id),
+    completed_at = now(),
+    updated_at = now()
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    to: FlowStatus
+    actor: Actor
+    result: dict[str, Any] | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    connection_id: uuid.UUID | None = None
+    detail: dict[str, Any] | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "to_status": self.to.value,
+            "actor": self.actor.value,
+            "result": None if self.result is None else json.dumps(self.result),
+            "error_code": self.error_code,
+            "error_message": self.error_message,
+            "connection_id": None if self.connection_id is None else str(self.connection_id),
+            "detail": json.dumps(self.detail or {}),
+        }
+
+
+def _flows(session: AsyncSession, sql: str, params: dict[str, Any]) -> Any:
+    stmt = select(Flow).from_statement(text(sql)).execution_options(populate_existing=True)
+    return session.execute(stmt, params)
+
+
+async def get(session: AsyncSession, flow_id: uuid.UUID) -> tuple[Flow, bool] | None:
+    """The flow and whether it is pending past its expiry by the *database* clock."""
+    row = (
+        await session.execute(
+            select(Flow, (Flow.status == "pending") & (Flow.expires_at <= text("now()")))
+            .where(Flow.id == flow_id)
+            .execution_options(populate_existing=True)
+        )
+    ).first()
+    if row is None:
+        return None
+    return row[0], bool(row[1])
+
+
+async def transition(session: AsyncSession, flow_id: uuid.UUID, change: Transition, *,
+                     server_client_id: uuid.UUID | None = None, require_live: bool = True,
+                     require_due: bool = False) -> Flow | None:
+    """Make the one terminal transition, or return None when the flow is not (or no longer) eligible.
+
+    ``require_live`` refuses a completion once the flow is past its expiry (the expiry wins);
+    ``require_due`` is for expiring: only a flow whose time is up.
+    """
+    conditions = ["id = :flow_id", "status = 'pending'"]
+    if server_client_id is not None:
+        conditions.append("server_client_id = :server_client_id")
+    if require_live:
+        conditions.append("expires_at > now()")
+    if require_due:
+        conditions.append("expires_at <= now()")
+    sql = (f"WITH t AS (UPDATE flows SET {_SET_TERMINAL} WHERE {' AND '.join(conditions)} RETURNING flows.*)"
+           + _TRANSITION_TAIL)
+    params = {"flow_id": flow_id, "server_client_id": server_client_id, **change.params()}
+    result = await _flows(session, sql, params)
+    return result.scalars().first()  # type: ignore[no-any-return]
+
+
+async def expire_due(session: AsyncSession, batch_size: int) -> list[Flow]:
+    """Expire up to ``batch_size`` overdue flows. ``SKIP LOCKED`` lets every replica sweep at once
+    without blocking on (or double-expiring) each other's rows."""
+    change = Transition(FlowStatus.EXPIRED, Actor.SWEEPER, error_code="expired")
+    sql = (
+        "WITH due AS (SELECT id FROM flows WHERE status = 'pending' AND expires_at <= now() "
+        "ORDER BY expires_at LIMIT :batch FOR UPDATE SKIP LOCKED), "
+        f"t AS (UPDATE flows SET {_SET_TERMINAL} FROM due WHERE flows.id = due.id "
+        "AND flows.status = 'pending' RETURNING flows.*)" + _TRANSITION_TAIL
+    )
+    result = await _flows(session, sql, {"batch": batch_size, **change.params()})
+    return list(result.scalars().all())
+
+
+async def expire_stale_reusable(session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str,
+                                subject_sub: str, kind: str, reuse_key: str) -> Flow | None:
+    """Expire the reusable pending flow if its time is up, so a fresh one can take its slot."""
+    change = Transition(FlowStatus.EXPIRED, Actor.API, error_code="expired")
+    sql = (
+        f"WITH t AS (UPDATE flows SET {_SET_TERMINAL} WHERE status = 'pending' AND expires_at <= now() "
+        "AND server_client_id = :server_client_id AND subject_iss = :iss AND subject_sub = :sub "
+        "AND kind = :kind AND reuse_key = :reuse_key RETURNING flows.*)" + _TRANSITION_TAIL
+    )
+    params = {"server_client_id": server_client_id, "iss": subject_iss, "sub": subject_sub, "kind": kind,
+              "reuse_key": reuse_key, **change.params()}
+    result = await _flows(session, sql, params)
+    return result.scalars().first()  # type: ignore[no-any-return]
+
+
+async def insert_pending(session: AsyncSession, values: dict[str, Any]) -> Flow | None:
+    """Insert a pending flow unless an equivalent one is pending (the partial unique index).
+
+    Returns None on conflict; the caller then reads the existing one. ``ON CONFLICT DO NOTHING``
+    makes concurrent identical creates converge on one flow without a lock.
+    """
+    sql = """
+    WITH f AS (
+        INSERT INTO flows (id, server_client_id, kind, subject_iss, subject_sub, provider, scopes, params,
+                           context, reuse_key, message, external_url, connection_id, expires_at)
+        VALUES (:id, :server_client_id, :kind, :subject_iss, :subject_sub, :provider, :scopes,
+                CAST(:params AS jsonb), CAST(:context AS jsonb), :reuse_key, :message, :external_url,
+                :connection_id, now() + make_interval(secs => :ttl_seconds))
+        ON CONFLICT (server_client_id, subject_iss, subject_sub, kind, reuse_key) WHERE status = 'pending'
+        DO NOTHING
+        RETURNING *
+    ), ev AS (
+        INSERT INTO flow_events (flow_id, type, actor, to_status, detail)
+        SELECT f.id, 'created', 'api', 'pending', '{}'::jsonb FROM f
+    )
+    SELECT * FROM f
+    """
+    params = dict(values)
+    params["params"] = json.dumps(params["params"])
+    params["context"] = json.dumps(params["context"])
+    result = await _flows(session, sql, params)
+    return result.scalars().first()  # type: ignore[no-any-return]
+
+
+async def find_reusable(session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str,
+                        subject_sub: str, kind: str, reuse_key: str) -> Flow | None:
+    stmt = (
+        select(Flow)
+        .where(
+            Flow.server_client_id == server_client_id,
+            Flow.subject_iss == subject_iss,
+            Flow.subject_sub == subject_sub,
+            Flow.kind == kind,
+            Flow.reuse_key == reuse_key,
+            Flow.status == "pending",
+        )
+        .execution_options(populate_existing=True)
+    )
+    return (await session.execute(stmt)).scalars().first()
+
+
+async def count_pending_for_subject(session: AsyncSession, *, server_client_id: uuid.UUID,
+                                    subject_iss: str, subject_sub: str) -> int:
+    row = await session.execute(
+        text("SELECT count(*) FROM flows WHERE server_client_id = :c AND subject_iss = :i AND subject_sub = :s "
+             "AND status = 'pending' AND expires_at > now()"),
+        {"c": server_client_id, "i": subject_iss, "s": subject_sub},
+    )
+    return int(row.scalar_one())
+
+
+async def add_event(session: AsyncSession, flow_id: uuid.UUID, event_type: str, actor: Actor,
+                    detail: dict[str, Any] | None = None) -> None:
+    """An audit event that is not a transition (a browser visit, a client's answer, a refusal)."""
+    await session.execute(
+        text("INSERT INTO flow_events (flow_id, type, actor, detail) VALUES (:f, :t, :a, CAST(:d AS jsonb))"),
+        {"f": flow_id, "t": event_type, "a": actor.value, "d": json.dumps(detail or {})},
+    )
+
+
+async def finished_among(session: AsyncSession, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """Of the given ids, those that are terminal or pending past expiry (for the waiter poller)."""
+    rows = await session.execute(
+        text("SELECT id FROM flows WHERE id = ANY(:ids) AND (status <> 'pending' OR expires_at <= now())"),
+        {"ids": ids},
+    )
+    return [r[0] for r in rows]

@@ -1,0 +1,63 @@
+"""``requestState``: the opaque string an MCP client echoes back on its retry.
+
+It is attacker-controlled input (MCP.md), so it is sealed with AES-GCM and bound to the flow, the
+server client (as associated data: a state minted for another client does not even decrypt), the
+subject and an expiry. It carries no secret of its own; the flow's truth stays in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+from service.crypto.aead import Sealer, SealError
+from service.errors import InvalidRequestState, RequestStateExpired
+from service.flows.schemas import Subject
+from service.settings import KeyRing
+
+PURPOSE = "request-state"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestState:
+    flow_id: uuid.UUID
+    subject: Subject
+    expires_at: int
+    # True when this round showed the user the URL; a retry that does not answer it asks again.
+    asked: bool
+
+
+class RequestStateCodec:
+    def __init__(self, ring: KeyRing) -> None:
+        self._sealer = Sealer(ring, PURPOSE)
+
+    def mint(self, *, flow_id: uuid.UUID, server_client_id: uuid.UUID, subject: Subject,
+             expires_at: int, asked: bool) -> str:
+        payload = {"f": flow_id.hex, "i": subject.iss, "s": subject.sub, "e": expires_at, "a": asked}
+        return self._sealer.seal_token(json.dumps(payload, separators=(",", ":")).encode(),
+                                       server_client_id.bytes)
+
+    def verify(self, token: str, *, server_client_id: uuid.UUID, subject: Subject,
+               now: float | None = None) -> RequestState:
+        """Open and check a state; raise ``InvalidRequestState`` or ``RequestStateExpired``.
+
+        The messages are the same whatever failed (tampering, another client, another subject),
+        so a caller learns nothing about states that are not theirs.
+        """
+        try:
+            payload = json.loads(self._sealer.open_token(token, server_client_id.bytes))
+            state = RequestState(
+                flow_id=uuid.UUID(hex=payload["f"]),
+                subject=Subject(iss=payload["i"], sub=payload["s"]),
+                expires_at=int(payload["e"]),
+                asked=bool(payload["a"]),
+            )
+        except (SealError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidRequestState("The request state is not valid for this server client.") from exc
+        if state.subject != subject:
+            raise InvalidRequestState("The request state is not valid for this subject.")
+        if state.expires_at < (time.time() if now is None else now):
+            raise RequestStateExpired("The request state has expired; start a new flow.")
+        return state

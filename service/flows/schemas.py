@@ -1,0 +1,99 @@
+"""Wire shapes of the MCP-server API. Inputs forbid unknown fields, so typos fail loudly."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+Text200 = Annotated[str, Meta(min_length=1, max_length=200)]
+Issuer = Annotated[str, Meta(min_length=1, max_length=512, pattern=r"^\S+$")]
+SubjectId = Annotated[str, Meta(min_length=1, max_length=255)]
+Scope = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[\x21\x23-\x5B\x5D-\x7E]+$")]
+ProviderName = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
+ErrorCode = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9_]+$")]
+KindName = Literal["oauth_connect", "api_key", "consent", "payment", "external"]
+ActionName = Literal["accept", "decline", "cancel"]
+
+
+class Subject(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The end user as the MCP server's *verified* access token names them: issuer plus ``sub``."""
+
+    iss: Issuer
+    sub: SubjectId
+
+
+class CreateFlowRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    subject: Subject
+    kind: KindName
+    provider: ProviderName | None = None
+    scopes: Annotated[list[Scope], Meta(max_length=50)] = []
+    message: Annotated[str, Meta(min_length=1, max_length=1000)] | None = None
+    ttl_seconds: Annotated[int, Meta(ge=30)] | None = None
+    context: Annotated[dict[str, Any], Meta(max_length=20)] = {}
+    params: Annotated[dict[str, Any], Meta(max_length=50)] = {}
+    url: Annotated[str, Meta(min_length=8, max_length=2000)] | None = None
+    account: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
+
+
+class FlowError(msgspec.Struct):
+    code: str
+    message: str | None = None
+
+
+class FlowView(msgspec.Struct, omit_defaults=True):
+    id: str
+    kind: str
+    status: str
+    url: str
+    expires_at: datetime
+    created_at: datetime
+    subject: Subject
+    provider: str | None = None
+    scopes: list[str] = []
+    completed_at: datetime | None = None
+    error: FlowError | None = None
+
+
+class CreateFlowResponse(msgspec.Struct, omit_defaults=True):
+    status: str
+    flow: FlowView
+    result: dict[str, Any] | None = None
+    mcp: dict[str, Any] | None = None
+    legacy: dict[str, Any] | None = None
+
+
+class InputResponse(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    action: ActionName
+    content: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+class ResolveRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    subject: Subject
+    request_state: Annotated[str, Meta(min_length=1, max_length=4096)]
+    input_responses: Annotated[dict[str, InputResponse], Meta(max_length=20)] = {}
+    wait_seconds: Annotated[float, Meta(ge=0, le=300)] = 0
+
+
+class ResolveResponse(msgspec.Struct, omit_defaults=True):
+    outcome: str
+    flow: FlowView
+    result: dict[str, Any] | None = None
+    mcp: dict[str, Any] | None = None
+
+
+class StatusResponse(msgspec.Struct, omit_defaults=True):
+    flow: FlowView
+    result: dict[str, Any] | None = None
+
+
+class CompleteRequest(msgspec.Struct, forbid_unknown_fields=True):
+    result: Annotated[dict[str, Any], Meta(max_length=100)]
+
+
+class FailRequest(msgspec.Struct, forbid_unknown_fields=True):
+    code: ErrorCode
+    message: Annotated[str, Meta(max_length=500)] | None = None

@@ -1,0 +1,349 @@
+"""The flow engine: create-or-reuse, resolve a retry, status, and terminal transitions.
+
+The service owns each unit of work: it opens a session, runs single-statement changes through
+the repository, commits, and only then publishes wake-ups (a waiter must never be woken for a
+change it cannot yet read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.db.base import FLOW_ID, uuid7
+from service.errors import FlowNotFound, FlowNotPending, Forbidden, InvalidRequest, InvalidRequestState, RateLimited
+from service.flows import repository as repo
+from service.flows.kinds import KindHandler, NormalizedFlow
+from service.flows.models import Flow
+from service.flows.repository import Transition
+from service.flows.request_state import RequestStateCodec
+from service.flows.schemas import (
+    CreateFlowRequest,
+    CreateFlowResponse,
+    FlowError,
+    FlowView,
+    ResolveRequest,
+    ResolveResponse,
+    StatusResponse,
+    Subject,
+)
+from service.flows.states import Action, Actor, FlowStatus, Outcome, is_terminal, outcome_for_action
+from service.identity.keys import AuthenticatedClient
+from service.settings import Settings
+from service.signals.bus import WaiterHub
+
+logger = logging.getLogger("elicitd.flows")
+
+INPUT_KEY_PREFIX = "elicitd_"
+LEGACY_URL_ELICITATION_REQUIRED = -32042
+
+TransitionListener = Callable[[Flow], None]
+
+
+def input_key(flow_id: uuid.UUID) -> str:
+    return INPUT_KEY_PREFIX + FLOW_ID.format(flow_id)
+
+
+class UnitOfWork:
+    """A session plus the flows it moved; ``FlowService.unit_of_work`` commits then publishes."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+        self.moved: list[Flow] = []
+
+    async def transition(self, flow_id: uuid.UUID, change: Transition, **kwargs: Any) -> Flow | None:
+        flow = await repo.transition(self.session, flow_id, change, **kwargs)
+        if flow is not None:
+            self.moved.append(flow)
+        return flow
+
+    async def event(self, flow_id: uuid.UUID, event_type: str, actor: Actor,
+                    detail: dict[str, Any] | None = None) -> None:
+        await repo.add_event(self.session, flow_id, event_type, actor, detail)
+
+
+class FlowService:
+    def __init__(self, *, settings: Settings, sessions: async_sessionmaker[AsyncSession], hub: WaiterHub,
+                 codec: RequestStateCodec, handlers: dict[str, KindHandler]) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.hub = hub
+        self.codec = codec
+        self.handlers = handlers
+        self.listeners: list[TransitionListener] = []
+        self._rate: dict[uuid.UUID, tuple[int, int]] = {}
+
+    # ---- units of work ---------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def unit_of_work(self) -> AsyncIterator[UnitOfWork]:
+        async with self.sessions() as session:
+            uow = UnitOfWork(session)
+            yield uow
+            await session.commit()
+        await self.announce(uow.moved)
+
+    async def announce(self, flows: list[Flow]) -> None:
+        """After commit: wake waiters everywhere and tell in-process listeners (metrics, logs)."""
+        if not flows:
+            return
+        for flow in flows:
+            logger.info("flow transition", extra={"flow_id": FLOW_ID.format(flow.id), "kind": flow.kind,
+                                                 "outcome": flow.status, "server_client": str(flow.server_client_id)})
+            for listener in self.listeners:
+                listener(flow)
+        await self.hub.publish(f.id for f in flows)
+
+    async def finish(self, flow_id: uuid.UUID, change: Transition, **kwargs: Any) -> Flow | None:
+        """One terminal transition in its own unit of work (None when the flow was not pending)."""
+        async with self.unit_of_work() as uow:
+            return await uow.transition(flow_id, change, **kwargs)
+
+    # ---- views -----------------------------------------------------------------------------------
+    def url_for(self, flow: Flow) -> str:
+        if flow.external_url is not None:
+            return flow.external_url
+        return f"{self.settings.public_url}/f/{FLOW_ID.format(flow.id)}"
+
+    def view(self, flow: Flow) -> FlowView:
+        error = FlowError(code=flow.error_code, message=flow.error_message) if flow.error_code else None
+        return FlowView(
+            id=FLOW_ID.format(flow.id),
+            kind=flow.kind,
+            status=flow.status,
+            url=self.url_for(flow),
+            expires_at=flow.expires_at,
+            created_at=flow.created_at,
+            subject=Subject(iss=flow.subject_iss, sub=flow.subject_sub),
+            provider=flow.provider,
+            scopes=list(flow.scopes or []),
+            completed_at=flow.completed_at,
+            error=error,
+        )
+
+    def _state_expiry(self, flow: Flow) -> int:
+        return int(flow.expires_at.timestamp()) + self.settings.request_state_grace_seconds
+
+    def mcp_input_required(self, flow: Flow, *, ask: bool) -> dict[str, Any]:
+        """A complete 2026-07-28 ``InputRequiredResult``. With ``ask`` False it is state-only: the
+        client retries at once without showing anything (the user is still in the browser)."""
+        state = self.codec.mint(flow_id=flow.id, server_client_id=flow.server_client_id,
+                                subject=Subject(iss=flow.subject_iss, sub=flow.subject_sub),
+                                expires_at=self._state_expiry(flow), asked=ask)
+        result: dict[str, Any] = {"resultType": "input_required", "requestState": state}
+        if ask:
+            result["inputRequests"] = {
+                input_key(flow.id): {
+                    "method": "elicitation/create",
+                    "params": {"mode": "url", "message": flow.message, "url": self.url_for(flow)},
+                }
+            }
+        return result
+
+    def legacy(self, flow: Flow) -> dict[str, Any]:
+        """The 2025-11-25 equivalent: the URL elicitation and the -32042 error that carries it."""
+        elicitation = {"mode": "url", "elicitationId": FLOW_ID.format(flow.id), "message": flow.message,
+                       "url": self.url_for(flow)}
+        return {"code": LEGACY_URL_ELICITATION_REQUIRED, "message": "URL elicitation required",
+                "elicitation": elicitation, "data": {"elicitations": [elicitation]}}
+
+    # ---- reads -----------------------------------------------------------------------------------
+    async def read(self, flow_id: uuid.UUID) -> Flow | None:
+        """Read a flow, expiring it first if the database clock says its time is up."""
+        async with self.sessions() as session:
+            found = await repo.get(session, flow_id)
+            if found is None:
+                return None
+            flow, due = found
+            if not due:
+                return flow
+        async with self.unit_of_work() as uow:
+            expired = await uow.transition(flow_id, Transition(FlowStatus.EXPIRED, Actor.API, error_code="expired"),
+                                           require_live=False, require_due=True)
+            if expired is not None:
+                return expired
+            again = await repo.get(uow.session, flow_id)
+            return None if again is None else again[0]
+
+    async def owned(self, client: AuthenticatedClient, flow_ref: str) -> Flow:
+        flow_id = FLOW_ID.parse(flow_ref)
+        flow = None if flow_id is None else await self.read(flow_id)
+        # Another client's flow is "not found": its existence is not theirs to learn.
+        if flow is None or flow.server_client_id != client.id:
+            raise FlowNotFound("No flow with this id belongs to this server client.")
+        return flow
+
+    async def wait(self, flow_id: uuid.UUID, seconds: float) -> Flow | None:
+        """Wait until the flow is terminal or ``seconds`` pass. Register, *then* read (DESIGN §6)."""
+        deadline = time.monotonic() + min(seconds, self.settings.max_wait_seconds)
+        with self.hub.register(flow_id) as waiter:
+            flow = await self.read(flow_id)
+            while flow is not None and not is_terminal(FlowStatus(flow.status)):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                until_expiry = flow.expires_at.timestamp() - time.time() + 0.05
+                await waiter.wait(max(0.0, min(waiter.tick(remaining), until_expiry)))
+                flow = await self.read(flow_id)
+        return flow
+
+    # ---- create ----------------------------------------------------------------------------------
+    def _check_subject(self, client: AuthenticatedClient, subject: Subject) -> None:
+        if client.trusted_issuers and subject.iss not in client.trusted_issuers:
+            raise Forbidden("This server client does not trust the subject's issuer.",
+                            extra={"code": "issuer_not_trusted"})
+
+    def _ttl(self, request: CreateFlowRequest) -> int:
+        ttl = request.ttl_seconds or self.settings.default_ttl_seconds
+        if ttl > self.settings.max_ttl_seconds:
+            raise InvalidRequest(f"ttl_seconds must be at most {self.settings.max_ttl_seconds}.")
+        return ttl
+
+    def _check_rate(self, client: AuthenticatedClient) -> None:
+        """Flow creations per minute, per server client, per process (a fixed one-minute window)."""
+        if not client.flows_per_minute:
+            return
+        window = int(time.time() // 60)
+        start, count = self._rate.get(client.id, (window, 0))
+        if start != window:
+            start, count = window, 0
+        if count >= client.flows_per_minute:
+            raise RateLimited("Too many flows created this minute.", retry_after=60 - int(time.time() % 60))
+        self._rate[client.id] = (start, count + 1)
+
+    async def create(self, client: AuthenticatedClient, request: CreateFlowRequest) -> tuple[bool, CreateFlowResponse]:
+        """Create a flow or reuse the pending equivalent. Returns ``(created, response)``."""
+        self._check_subject(client, request.subject)
+        ttl = self._ttl(request)
+        handler = self.handlers[request.kind]
+        async with self.unit_of_work() as uow:
+            normalized = await handler.normalize(uow.session, client, request)
+            satisfied = await handler.satisfied(uow.session, client, request, normalized)
+            if satisfied is not None:
+                return False, self._satisfied_response(request, normalized, satisfied.result)
+            flow, created = await self._create_or_reuse(uow, client, request.subject, normalized, ttl,
+                                                        request.context)
+        response = CreateFlowResponse(status=flow.status, flow=self.view(flow),
+                                      mcp=self.mcp_input_required(flow, ask=True), legacy=self.legacy(flow))
+        return created, response
+
+    def _satisfied_response(self, request: CreateFlowRequest, normalized: NormalizedFlow,
+                            result: dict[str, Any]) -> CreateFlowResponse:
+        now = time.time()
+        from datetime import UTC, datetime
+
+        stamp = datetime.fromtimestamp(now, tz=UTC)
+        view = FlowView(id="", kind=normalized.kind, status="completed", url="", expires_at=stamp, created_at=stamp,
+                        subject=request.subject, provider=normalized.provider, scopes=list(normalized.scopes),
+                        completed_at=stamp)
+        return CreateFlowResponse(status="completed", flow=view, result=result)
+
+    async def _create_or_reuse(self, uow: UnitOfWork, client: AuthenticatedClient, subject: Subject,
+                               normalized: NormalizedFlow, ttl: int,
+                               context: dict[str, Any]) -> tuple[Flow, bool]:
+        keys = {"server_client_id": client.id, "subject_iss": subject.iss, "subject_sub": subject.sub,
+                "kind": normalized.kind, "reuse_key": normalized.reuse_key}
+        stale = await repo.expire_stale_reusable(uow.session, **keys)
+        if stale is not None:
+            uow.moved.append(stale)
+        # Two attempts cover the one race: the pending twin finishing between insert and read.
+        for _ in range(3):
+            existing = await repo.find_reusable(uow.session, **keys)
+            if existing is not None:
+                return existing, False
+            if client.pending_per_subject:
+                pending = await repo.count_pending_for_subject(
+                    uow.session, server_client_id=client.id, subject_iss=subject.iss, subject_sub=subject.sub)
+                if pending >= client.pending_per_subject:
+                    raise RateLimited("Too many pending flows for this subject.", retry_after=30)
+            self._check_rate(client)
+            values = {
+                "id": uuid7(), **keys, "provider": normalized.provider, "scopes": list(normalized.scopes),
+                "params": normalized.params, "context": context, "message": normalized.message,
+                "external_url": normalized.external_url, "connection_id": normalized.connection_id,
+                "ttl_seconds": ttl,
+            }
+            inserted = await repo.insert_pending(uow.session, values)
+            if inserted is not None:
+                return inserted, True
+        raise FlowNotPending("The flow changed while it was being created; try again.")
+
+    # ---- resolve ---------------------------------------------------------------------------------
+    async def resolve(self, client: AuthenticatedClient, request: ResolveRequest) -> ResolveResponse:
+        state = self.codec.verify(request.request_state, server_client_id=client.id, subject=request.subject)
+        flow = await self.read(state.flow_id)
+        if flow is None or flow.server_client_id != client.id:
+            raise InvalidRequestState("The request state refers to no flow of this server client.")
+        key = input_key(flow.id)
+        unknown = set(request.input_responses) - {key}
+        if unknown:
+            raise InvalidRequest("input_responses holds keys this flow did not ask for.")
+        answer = request.input_responses.get(key)
+        status = FlowStatus(flow.status)
+
+        if is_terminal(status):
+            return self._resolved(flow, outcome_for_action(Action.ACCEPT, status))
+        if answer is None:
+            if state.asked:
+                # The client did not answer the URL request it was given: ask again.
+                return self._resolved(flow, Outcome.INPUT_REQUIRED, ask=True)
+            flow = await self.wait(flow.id, request.wait_seconds) or flow
+            return self._resolved(flow, outcome_for_action(Action.ACCEPT, FlowStatus(flow.status)))
+
+        action = Action(answer.action)
+        if action is Action.DECLINE:
+            async with self.unit_of_work() as uow:
+                moved = await uow.transition(flow.id, Transition(FlowStatus.DECLINED, Actor.MCP_CLIENT,
+                                                                 error_code="declined"))
+                flow = moved or (await repo.get(uow.session, flow.id) or (flow, False))[0]
+            return self._resolved(flow, outcome_for_action(action, FlowStatus(flow.status)))
+        if action is Action.CANCEL:
+            async with self.unit_of_work() as uow:
+                await uow.event(flow.id, "client_cancelled", Actor.MCP_CLIENT)
+            return self._resolved(flow, Outcome.CANCELLED)
+
+        if state.asked:
+            async with self.unit_of_work() as uow:
+                await uow.event(flow.id, "client_accepted", Actor.MCP_CLIENT)
+        flow = await self.wait(flow.id, request.wait_seconds) or flow
+        return self._resolved(flow, outcome_for_action(action, FlowStatus(flow.status)))
+
+    def _resolved(self, flow: Flow, outcome: Outcome, *, ask: bool = False) -> ResolveResponse:
+        mcp = self.mcp_input_required(flow, ask=ask) if outcome is Outcome.INPUT_REQUIRED else None
+        result = flow.result if outcome is Outcome.COMPLETED else None
+        return ResolveResponse(outcome=outcome.value, flow=self.view(flow), result=result, mcp=mcp)
+
+    # ---- status ----------------------------------------------------------------------------------
+    async def status(self, client: AuthenticatedClient, flow_ref: str, wait_seconds: float) -> StatusResponse:
+        flow = await self.owned(client, flow_ref)
+        if wait_seconds > 0 and not is_terminal(FlowStatus(flow.status)):
+            flow = await self.wait(flow.id, wait_seconds) or flow
+        return StatusResponse(flow=self.view(flow), result=flow.result if flow.status == "completed" else None)
+
+    # ---- external kind -----------------------------------------------------------------------------
+    async def finish_external(self, client: AuthenticatedClient, flow_ref: str, change: Transition) -> StatusResponse:
+        flow = await self.owned(client, flow_ref)
+        if flow.kind != "external":
+            raise InvalidRequest("Only 'external' flows are completed through the API; elicitd runs this kind.",
+                                 extra={"code": "not_external"})
+        moved = await self.finish(flow.id, change, server_client_id=client.id)
+        if moved is None:
+            current = await self.read(flow.id)
+            raise FlowNotPending(f"The flow is {current.status if current else 'gone'}; it cannot change again.")
+        return StatusResponse(flow=self.view(moved), result=moved.result if moved.status == "completed" else None)
+
+    # ---- sweeping --------------------------------------------------------------------------------
+    async def sweep_once(self) -> int:
+        async with self.unit_of_work() as uow:
+            expired = await repo.expire_due(uow.session, self.settings.sweep_batch_size)
+            uow.moved.extend(expired)
+        return len(expired)
+
+    async def finished_among(self, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        async with self.sessions() as session:
+            return await repo.finished_among(session, ids)

@@ -1,0 +1,42 @@
+"""Liveness and readiness. Readiness reports PostgreSQL and Redis separately: without Redis the
+service still works (by polling), so it stays ready and says it is degraded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, get
+from sqlalchemy import text
+
+
+class Readiness(msgspec.Struct):
+    status: str
+    postgres: str
+    redis: str
+    wakeups: str
+
+
+@get("/healthz", operation_id="healthz", tags=["ops"], summary="Liveness: the process answers")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@get("/readyz", operation_id="readyz", tags=["ops"], summary="Readiness: PostgreSQL and Redis, reported apart")
+async def readyz(request: Request[Any, Any, Any]) -> Response[Readiness]:
+    state = request.app.state
+    try:
+        async with state.sessions() as session:
+            await session.execute(text("SELECT 1"))
+        postgres = "ok"
+    except Exception:  # any failure means "not ready"; the reason is in the server log, not here
+        postgres = "down"
+    hub = state.hub
+    if not hub.redis_configured:
+        redis = "not_configured"
+    else:
+        redis = "ok" if await hub.ping() else "down"
+    wakeups = "redis" if hub.healthy else "polling"
+    ready = postgres == "ok"
+    body = Readiness(status="ready" if ready else "unavailable", postgres=postgres, redis=redis, wakeups=wakeups)
+    return Response(body, status_code=200 if ready else 503)

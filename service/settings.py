@@ -1,0 +1,204 @@
+"""One frozen settings object, read from ``ELICITD_*`` variables when the process starts.
+
+Nothing here is read at import time: ``Settings.from_env()`` is called by the CLI (or a test) and
+the result is passed down explicitly, so two app instances in one process can differ.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from service.errors import ConfigurationError
+
+_PREFIX = "ELICITD_"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRing:
+    """Symmetric keys by id. The first key encrypts; every key decrypts (so keys can rotate)."""
+
+    keys: tuple[tuple[str, bytes], ...]
+
+    @property
+    def current(self) -> tuple[str, bytes]:
+        return self.keys[0]
+
+    def get(self, key_id: str) -> bytes | None:
+        for kid, key in self.keys:
+            if kid == key_id:
+                return key
+        return None
+
+    @classmethod
+    def parse(cls, raw: str, *, name: str) -> KeyRing:
+        """Parse ``kid:base64key,kid2:base64key`` — 32-byte keys, unique ids, first one current."""
+        entries: list[tuple[str, bytes]] = []
+        for part in (p.strip() for p in raw.split(",")):
+            if not part:
+                continue
+            kid, sep, b64 = part.partition(":")
+            if not sep or not kid or not kid.isalnum():
+                raise ConfigurationError(f"{name}: each entry must look like 'keyid:base64key' (keyid alphanumeric)")
+            try:
+                key = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
+            except (binascii.Error, ValueError) as exc:
+                raise ConfigurationError(f"{name}: key '{kid}' is not valid base64") from exc
+            if len(key) != 32:
+                raise ConfigurationError(f"{name}: key '{kid}' must decode to 32 bytes, got {len(key)}")
+            if any(kid == seen for seen, _ in entries):
+                raise ConfigurationError(f"{name}: key id '{kid}' appears twice")
+            entries.append((kid, key))
+        if not entries:
+            raise ConfigurationError(f"{name}: at least one key is required")
+        return cls(tuple(entries))
+
+    @staticmethod
+    def generate_entry(kid: str) -> str:
+        return f"{kid}:{base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip('=')}"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    database_url: str
+    redis_url: str | None
+    public_url: str
+    keys: KeyRing
+    dev_mode: bool = False
+    default_ttl_seconds: int = 900
+    max_ttl_seconds: int = 7 * 24 * 3600
+    max_wait_seconds: int = 30
+    poll_interval_seconds: float = 2.0
+    request_state_grace_seconds: int = 600
+    max_body_bytes: int = 64 * 1024
+    sweep_interval_seconds: float = 5.0
+    sweep_batch_size: int = 500
+    api_key_cache_seconds: float = 5.0
+    redis_channel: str = "elicitd:flows"
+    db_pool_size: int = 10
+    log_level: str = "INFO"
+    log_json: bool = True
+    background_tasks: bool = True
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def secure_cookies(self) -> bool:
+        """Cookies get ``Secure`` and the ``__Host-`` prefix whenever elicitd is served over TLS."""
+        return self.public_url.startswith("https://")
+
+    @property
+    def public_origin(self) -> str:
+        parts = urlsplit(self.public_url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+    def with_(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read and validate ``ELICITD_*``; every problem is reported with the variable's name."""
+        env = os.environ if env is None else env
+        get = lambda name, default=None: env.get(_PREFIX + name, default)  # noqa: E731
+
+        dev_mode = _bool(get("DEV", "false"), "ELICITD_DEV")
+        database_url = overrides.pop("database_url", None) or get("DATABASE_URL")
+        if not database_url:
+            raise ConfigurationError("ELICITD_DATABASE_URL is required (or run `elicitd dev` for embedded ones)")
+        redis_url = overrides.pop("redis_url", None) or get("REDIS_URL") or None
+        public_url = (get("PUBLIC_URL") or ("http://127.0.0.1:8000" if dev_mode else "")).rstrip("/")
+        if not public_url:
+            raise ConfigurationError("ELICITD_PUBLIC_URL is required (the https origin users' browsers reach)")
+        if not (public_url.startswith("https://") or (dev_mode or _is_loopback(public_url))):
+            raise ConfigurationError("ELICITD_PUBLIC_URL must be https:// (http is allowed only on loopback)")
+        raw_keys = overrides.pop("keys", None) or get("KEYS")
+        if raw_keys is None:
+            raise ConfigurationError(
+                "ELICITD_KEYS is required: 'keyid:base64(32 bytes)[,older...]' — make one with `elicitd keys generate`"
+            )
+        keys = raw_keys if isinstance(raw_keys, KeyRing) else KeyRing.parse(raw_keys, name="ELICITD_KEYS")
+        values: dict[str, Any] = {
+            "database_url": normalize_database_url(database_url),
+            "redis_url": redis_url,
+            "public_url": public_url,
+            "keys": keys,
+            "dev_mode": dev_mode,
+        }
+        ints = {
+            "default_ttl_seconds": "DEFAULT_TTL_SECONDS",
+            "max_ttl_seconds": "MAX_TTL_SECONDS",
+            "max_wait_seconds": "MAX_WAIT_SECONDS",
+            "max_body_bytes": "MAX_BODY_BYTES",
+            "sweep_batch_size": "SWEEP_BATCH_SIZE",
+            "db_pool_size": "DB_POOL_SIZE",
+            "request_state_grace_seconds": "REQUEST_STATE_GRACE_SECONDS",
+        }
+        for attr, name in ints.items():
+            if (raw := get(name)) is not None:
+                values[attr] = _positive_int(raw, _PREFIX + name)
+        floats = {
+            "poll_interval_seconds": "POLL_INTERVAL_SECONDS",
+            "sweep_interval_seconds": "SWEEP_INTERVAL_SECONDS",
+            "api_key_cache_seconds": "API_KEY_CACHE_SECONDS",
+        }
+        for attr, name in floats.items():
+            if (raw := get(name)) is not None:
+                values[attr] = _non_negative_float(raw, _PREFIX + name)
+        if (raw := get("REDIS_CHANNEL")) is not None:
+            values["redis_channel"] = raw
+        if (raw := get("LOG_LEVEL")) is not None:
+            values["log_level"] = raw.upper()
+        if (raw := get("LOG_JSON")) is not None:
+            values["log_json"] = _bool(raw, "ELICITD_LOG_JSON")
+        values["extra"] = {k[len(_PREFIX) :]: v for k, v in env.items() if k.startswith(_PREFIX)}
+        values.update(overrides)
+        settings = cls(**values)
+        if settings.default_ttl_seconds > settings.max_ttl_seconds:
+            raise ConfigurationError("ELICITD_DEFAULT_TTL_SECONDS must not exceed ELICITD_MAX_TTL_SECONDS")
+        return settings
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept ``postgresql://`` URLs as people write them and use the asyncpg driver."""
+    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix) :]
+    raise ConfigurationError("ELICITD_DATABASE_URL must be a postgresql:// URL")
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host in {"127.0.0.1", "localhost", "::1"}
+
+
+def _bool(raw: str, name: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ConfigurationError(f"{name} must be true or false, got {raw!r}")
+
+
+def _positive_int(raw: str, name: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+    if value <= 0:
+        raise ConfigurationError(f"{name} must be positive, got {value}")
+    return value
+
+
+def _non_negative_float(raw: str, name: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from exc
+    if value < 0:
+        raise ConfigurationError(f"{name} must not be negative, got {value}")
+    return value

@@ -1,0 +1,943 @@
+'use strict';
+/**
+ * A real OAuth 2 / OpenID Connect server for elicitd's end-to-end tests.
+ *
+ * One process plays both roles elicitd talks to:
+ *   - an identity issuer (OIDC discovery, JWKS, authorization code + PKCE S256, nonce echoed into
+ *     an RS256 ID token, RFC 9207 `iss` on every authorization response), and
+ *   - a third-party API provider (rotating refresh tokens with reuse detection, RFC 7009
+ *     revocation, and protected resources under /api that accept only tokens it issued).
+ *
+ * It is written against Node's standard library only: the published mock servers redirect from
+ * the authorize endpoint without a login page and accept any refresh token, which would let the
+ * very bugs these tests exist for (wrong account, replayed refresh token, missing `iss` check)
+ * pass unnoticed. Everything is in memory; a test resets it through the /__control API.
+ *
+ * Usage: node server.js [port] [host]   (or OAUTH_SERVER_PORT / OAUTH_SERVER_HOST; port 0 = any)
+ * Prints exactly one line `READY http://HOST:PORT` on stdout once it accepts connections.
+ */
+
+const http = require('node:http');
+const crypto = require('node:crypto');
+
+const MAX_BODY_BYTES = 1024 * 1024;
+const AUTH_REQUEST_TTL_SECONDS = 600;
+const USERNAME_PATTERN = /^[A-Za-z0-9._@-]{1,64}$/;
+const TOKEN_GRANT_TYPES = ['authorization_code', 'refresh_token'];
+
+// ---------------------------------------------------------------------------------------------
+// Signing key: generated per process, so a token from a previous run can never verify.
+// ---------------------------------------------------------------------------------------------
+
+const { privateKey, publicKey } = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
+const KEY_ID = crypto.randomBytes(8).toString('hex');
+const PUBLIC_JWK = { ...publicKey.export({ format: 'jwk' }), kid: KEY_ID, alg: 'RS256', use: 'sig' };
+
+// ---------------------------------------------------------------------------------------------
+// State
+// ---------------------------------------------------------------------------------------------
+
+let issuer = ''; // set once listening, e.g. http://127.0.0.1:41234
+
+function defaultConfig() {
+  return {
+    access_token_ttl: 3600,
+    refresh_token_ttl: null, // seconds, or null for refresh tokens that never expire
+    code_ttl: 60,
+    id_token_ttl: 300,
+    token_delay_ms: 0,
+    rotate_refresh_tokens: true,
+    // RFC 9700 §4.14.2: replaying a rotated refresh token revokes the whole grant, so a client
+    // that refreshes twice in parallel loses the connection instead of silently getting away.
+    revoke_family_on_reuse: true,
+    issue_refresh_tokens: true,
+    require_registered_clients: false,
+    // undefined = the real issuer; null = omit `iss` (old servers); any string = mix-up attack.
+    authorization_response_iss: undefined,
+  };
+}
+
+function freshState() {
+  return {
+    config: defaultConfig(),
+    clients: new Map(),
+    authRequests: new Map(),
+    codes: new Map(),
+    tokens: new Map(),
+    planted: { access_token: [], refresh_token: [], code: [] },
+    failNextRefresh: [],
+    failNextAuthorize: [],
+    stats: freshStats(),
+    tokenRequests: [],
+    revocations: [],
+    sequence: 0,
+  };
+}
+
+function freshStats() {
+  return {
+    token_calls: Object.fromEntries(TOKEN_GRANT_TYPES.map((g) => [g, 0])),
+    authorize_calls: 0,
+    login_submissions: 0,
+    revocation_calls: 0,
+    userinfo_calls: 0,
+    api_calls: {},
+  };
+}
+
+let state = freshState();
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------------------------
+
+const now = () => Date.now() / 1000;
+const b64url = (buf) => Buffer.from(buf).toString('base64url');
+const randomToken = (prefix) => `${prefix}_${crypto.randomBytes(24).toString('base64url')}`;
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const accountId = (sub) => `acct-${sub}`;
+
+function escapeHtml(value) {
+  return String(value).replace(/[&<>"']/g, (c) => ({
+    '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;',
+  })[c]);
+}
+
+function takePlanted(kind) {
+  return state.planted[kind].shift();
+}
+
+function signJwt(claims) {
+  const header = { alg: 'RS256', typ: 'JWT', kid: KEY_ID };
+  const input = `${b64url(JSON.stringify(header))}.${b64url(JSON.stringify(claims))}`;
+  const signature = crypto.sign('sha256', Buffer.from(input), privateKey);
+  return `${input}.${b64url(signature)}`;
+}
+
+/** OIDC Core §3.1.3.6: left half of the SHA-256 of the access token. */
+function atHash(accessToken) {
+  const digest = crypto.createHash('sha256').update(accessToken, 'ascii').digest();
+  return b64url(digest.subarray(0, digest.length / 2));
+}
+
+function pkceS256(verifier) {
+  return b64url(crypto.createHash('sha256').update(verifier, 'ascii').digest());
+}
+
+function safeEqual(a, b) {
+  const x = Buffer.from(String(a));
+  const y = Buffer.from(String(b));
+  return x.length === y.length && crypto.timingSafeEqual(x, y);
+}
+
+function tokenStatus(record, at = now()) {
+  if (record.revoked_at !== null) return 'revoked';
+  if (record.used_at !== null) return 'used';
+  if (record.expires_at !== null && record.expires_at <= at) return 'expired';
+  return 'active';
+}
+
+function publicToken(record) {
+  return { ...record, status: tokenStatus(record) };
+}
+
+function revokeFamily(family, at = now()) {
+  let count = 0;
+  for (const record of state.tokens.values()) {
+    if (record.family === family && record.revoked_at === null) {
+      record.revoked_at = at;
+      count += 1;
+    }
+  }
+  return count;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP plumbing
+// ---------------------------------------------------------------------------------------------
+
+function send(res, status, body, headers = {}) {
+  res.writeHead(status, { 'Content-Length': Buffer.byteLength(body), ...headers });
+  res.end(body);
+}
+
+function sendJson(res, status, value, headers = {}) {
+  send(res, status, JSON.stringify(value), {
+    'Content-Type': 'application/json',
+    'Cache-Control': 'no-store',
+    ...headers,
+  });
+}
+
+function sendOAuthError(res, status, error, description, headers = {}) {
+  const body = { error };
+  if (description) body.error_description = description;
+  sendJson(res, status, body, { Pragma: 'no-cache', ...headers });
+}
+
+function sendHtml(res, status, html) {
+  send(res, status, html, {
+    'Content-Type': 'text/html; charset=utf-8',
+    'Cache-Control': 'no-store',
+    'Referrer-Policy': 'no-referrer',
+  });
+}
+
+function redirect(res, location, status = 302) {
+  send(res, status, '', { Location: location, 'Cache-Control': 'no-store' });
+}
+
+async function readBody(req) {
+  const chunks = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) throw new HttpError(413, 'request body too large');
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+async function readForm(req) {
+  return new URLSearchParams(await readBody(req));
+}
+
+async function readJson(req) {
+  const text = await readBody(req);
+  if (text.trim() === '') return {};
+  try {
+    const value = JSON.parse(text);
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+      throw new Error('not an object');
+    }
+    return value;
+  } catch {
+    throw new HttpError(400, 'body must be a JSON object');
+  }
+}
+
+class HttpError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Discovery and keys
+// ---------------------------------------------------------------------------------------------
+
+function discoveryDocument() {
+  return {
+    issuer,
+    authorization_endpoint: `${issuer}/authorize`,
+    token_endpoint: `${issuer}/token`,
+    userinfo_endpoint: `${issuer}/userinfo`,
+    jwks_uri: `${issuer}/jwks`,
+    revocation_endpoint: `${issuer}/revoke`,
+    scopes_supported: ['openid', 'profile', 'email', 'offline_access', 'files:read', 'files:write'],
+    response_types_supported: ['code'],
+    response_modes_supported: ['query'],
+    grant_types_supported: ['authorization_code', 'refresh_token'],
+    subject_types_supported: ['public'],
+    id_token_signing_alg_values_supported: ['RS256'],
+    token_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post', 'none'],
+    revocation_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post', 'none'],
+    code_challenge_methods_supported: ['S256'],
+    claims_supported: ['iss', 'sub', 'aud', 'exp', 'iat', 'auth_time', 'nonce', 'at_hash',
+      'preferred_username', 'name', 'email'],
+    authorization_response_iss_parameter_supported: true,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authorization endpoint and login page
+// ---------------------------------------------------------------------------------------------
+
+function authorizationResponse(redirectUri, params) {
+  const target = new URL(redirectUri);
+  for (const [key, value] of Object.entries(params)) {
+    if (value !== undefined && value !== null && value !== '') target.searchParams.append(key, value);
+  }
+  const iss = state.config.authorization_response_iss === undefined
+    ? issuer
+    : state.config.authorization_response_iss;
+  if (iss !== null) target.searchParams.append('iss', iss);
+  return target.toString();
+}
+
+function errorPage(res, status, title, detail) {
+  sendHtml(res, status, `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(title)}</title></head>
+<body><main><h1 id="error-title">${escapeHtml(title)}</h1>
+<p id="error-detail">${escapeHtml(detail)}</p></main></body></html>`);
+}
+
+function loginPage(res, status, request, message = '') {
+  const scopes = request.scope ? request.scope.split(' ') : [];
+  const scopeItems = scopes.map((s) => `<li>${escapeHtml(s)}</li>`).join('');
+  sendHtml(res, status, `<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Sign in - test OAuth server</title></head>
+<body><main>
+<h1>Sign in</h1>
+<p>Application <strong id="client-id">${escapeHtml(request.client_id)}</strong> asks for:</p>
+<ul id="scopes">${scopeItems}</ul>
+${message ? `<p id="login-error" role="alert">${escapeHtml(message)}</p>` : ''}
+<form id="login" method="post" action="/login">
+  <input type="hidden" name="request_id" value="${escapeHtml(request.id)}">
+  <label for="username">Username</label>
+  <input id="username" name="username" type="text" autocomplete="username" required
+         value="${escapeHtml(request.login_hint || '')}">
+  <button id="approve" type="submit" name="action" value="approve">Sign in and allow</button>
+  <button id="deny" type="submit" name="action" value="deny" formnovalidate>Deny</button>
+</form>
+</main></body></html>`);
+}
+
+function handleAuthorize(req, res, url) {
+  state.stats.authorize_calls += 1;
+  const q = url.searchParams;
+  const clientId = q.get('client_id');
+  const redirectUri = q.get('redirect_uri');
+  // Errors about the client or the redirect URI must not redirect (RFC 6749 §4.1.2.1): the
+  // redirect target is exactly what cannot be trusted yet.
+  if (!clientId) return errorPage(res, 400, 'Invalid request', 'client_id is required');
+  if (!redirectUri) return errorPage(res, 400, 'Invalid request', 'redirect_uri is required');
+  try {
+    new URL(redirectUri);
+  } catch {
+    return errorPage(res, 400, 'Invalid request', 'redirect_uri is not an absolute URL');
+  }
+  const client = state.clients.get(clientId);
+  if (!client && state.config.require_registered_clients) {
+    return errorPage(res, 400, 'Unknown client', `client_id ${clientId} is not registered`);
+  }
+  if (client && client.redirect_uris.length > 0 && !client.redirect_uris.includes(redirectUri)) {
+    return errorPage(res, 400, 'Invalid redirect_uri', 'redirect_uri does not exactly match a registered one');
+  }
+
+  const stateParam = q.get('state') || undefined;
+  const fail = (error, description) => redirect(res, authorizationResponse(redirectUri, {
+    error, error_description: description, state: stateParam,
+  }));
+  if (q.get('response_type') !== 'code') return fail('unsupported_response_type', 'only response_type=code');
+  const challenge = q.get('code_challenge');
+  if (!challenge) return fail('invalid_request', 'PKCE is required: code_challenge missing');
+  if (q.get('code_challenge_method') !== 'S256') return fail('invalid_request', 'code_challenge_method must be S256');
+  if (!/^[A-Za-z0-9_-]{43}$/.test(challenge)) return fail('invalid_request', 'code_challenge is not a S256 value');
+  const forced = state.failNextAuthorize.shift();
+  if (forced) return fail(forced.error, forced.error_description);
+  if ((q.get('prompt') || '').split(' ').includes('none')) return fail('login_required', 'no session at this server');
+
+  const request = {
+    id: crypto.randomBytes(16).toString('base64url'),
+    client_id: clientId,
+    redirect_uri: redirectUri,
+    scope: q.get('scope') || '',
+    state: stateParam,
+    nonce: q.get('nonce') || undefined,
+    code_challenge: challenge,
+    login_hint: q.get('login_hint') || '',
+    expires_at: now() + AUTH_REQUEST_TTL_SECONDS,
+  };
+  state.authRequests.set(request.id, request);
+  return loginPage(res, 200, request);
+}
+
+async function handleLogin(req, res) {
+  state.stats.login_submissions += 1;
+  const form = await readForm(req);
+  const request = state.authRequests.get(form.get('request_id') || '');
+  if (!request || request.expires_at <= now()) {
+    return errorPage(res, 400, 'Login expired', 'this sign-in request is unknown or has expired');
+  }
+  if (form.get('action') === 'deny') {
+    state.authRequests.delete(request.id);
+    return redirect(res, authorizationResponse(request.redirect_uri, {
+      error: 'access_denied', error_description: 'the user denied the request', state: request.state,
+    }), 303);
+  }
+  const username = (form.get('username') || '').trim();
+  if (!USERNAME_PATTERN.test(username)) {
+    return loginPage(res, 400, request, 'Username: 1-64 letters, digits, or . _ @ -');
+  }
+  state.authRequests.delete(request.id);
+  const code = takePlanted('code') || randomToken('code');
+  const at = now();
+  state.codes.set(code, {
+    code,
+    client_id: request.client_id,
+    redirect_uri: request.redirect_uri,
+    scope: request.scope,
+    nonce: request.nonce,
+    code_challenge: request.code_challenge,
+    sub: username,
+    auth_time: Math.floor(at),
+    expires_at: at + state.config.code_ttl,
+    used: false,
+    family: null,
+  });
+  return redirect(res, authorizationResponse(request.redirect_uri, { code, state: request.state }), 303);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client authentication (token and revocation endpoints)
+// ---------------------------------------------------------------------------------------------
+
+function decodeFormComponent(value) {
+  return decodeURIComponent(value.replace(/\+/g, ' '));
+}
+
+/** Returns {client_id, method} or throws an OAuth error description object. */
+function authenticateClient(req, form) {
+  let clientId = null;
+  let secret = null;
+  let method = 'none';
+  const header = req.headers.authorization || '';
+  if (header.toLowerCase().startsWith('basic ')) {
+    const decoded = Buffer.from(header.slice(6).trim(), 'base64').toString('utf8');
+    const colon = decoded.indexOf(':');
+    if (colon < 0) throw { status: 401, error: 'invalid_client', description: 'malformed Basic credentials' };
+    // RFC 6749 §2.3.1: both parts are form-urlencoded before being joined.
+    clientId = decodeFormComponent(decoded.slice(0, colon));
+    secret = decodeFormComponent(decoded.slice(colon + 1));
+    method = 'client_secret_basic';
+    if (form.get('client_id') && form.get('client_id') !== clientId) {
+      throw { status: 400, error: 'invalid_request', description: 'client_id differs from Basic credentials' };
+    }
+  } else if (form.get('client_id')) {
+    clientId = form.get('client_id');
+    secret = form.get('client_secret');
+    method = secret ? 'client_secret_post' : 'none';
+  }
+  if (!clientId) throw { status: 401, error: 'invalid_client', description: 'client authentication required' };
+  const client = state.clients.get(clientId);
+  if (!client) {
+    if (state.config.require_registered_clients) {
+      throw { status: 401, error: 'invalid_client', description: 'unknown client' };
+    }
+    return { client_id: clientId, method };
+  }
+  if (client.client_secret !== null && (secret === null || !safeEqual(secret, client.client_secret))) {
+    throw { status: 401, error: 'invalid_client', description: 'client authentication failed' };
+  }
+  return { client_id: clientId, method };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token issuance
+// ---------------------------------------------------------------------------------------------
+
+function issueTokens({ sub, clientId, scope, nonce, authTime, family, grantType, withRefresh }) {
+  const at = now();
+  const config = state.config;
+  const accessToken = takePlanted('access_token') || randomToken('at');
+  state.tokens.set(accessToken, {
+    token: accessToken,
+    kind: 'access',
+    sub,
+    client_id: clientId,
+    scope,
+    family,
+    grant_type: grantType,
+    issued_at: at,
+    expires_at: at + config.access_token_ttl,
+    used_at: null,
+    revoked_at: null,
+    replaced_by: null,
+  });
+  const body = {
+    access_token: accessToken,
+    token_type: 'Bearer',
+    expires_in: config.access_token_ttl,
+    scope,
+  };
+  if (withRefresh) {
+    const refreshToken = takePlanted('refresh_token') || randomToken('rt');
+    state.tokens.set(refreshToken, {
+      token: refreshToken,
+      kind: 'refresh',
+      sub,
+      client_id: clientId,
+      scope,
+      family,
+      grant_type: grantType,
+      issued_at: at,
+      expires_at: config.refresh_token_ttl === null ? null : at + config.refresh_token_ttl,
+      used_at: null,
+      revoked_at: null,
+      replaced_by: null,
+    });
+    body.refresh_token = refreshToken;
+  }
+  if (scope.split(' ').includes('openid')) {
+    const claims = {
+      iss: issuer,
+      sub,
+      aud: clientId,
+      iat: Math.floor(at),
+      exp: Math.floor(at) + config.id_token_ttl,
+      auth_time: authTime,
+      at_hash: atHash(accessToken),
+      preferred_username: sub,
+      name: sub.charAt(0).toUpperCase() + sub.slice(1),
+      email: `${sub}@example.com`,
+    };
+    if (nonce !== undefined) claims.nonce = nonce;
+    body.id_token = signJwt(claims);
+  }
+  return body;
+}
+
+function newFamily() {
+  state.sequence += 1;
+  return `grant-${state.sequence}`;
+}
+
+function grantAuthorizationCode(form, client) {
+  const code = state.codes.get(form.get('code') || '');
+  if (!code) throw { status: 400, error: 'invalid_grant', description: 'unknown authorization code' };
+  if (code.used) {
+    // RFC 6749 §4.1.2: a replayed code revokes what it already produced.
+    if (code.family) revokeFamily(code.family);
+    throw { status: 400, error: 'invalid_grant', description: 'authorization code already used' };
+  }
+  code.used = true;
+  if (code.expires_at <= now()) throw { status: 400, error: 'invalid_grant', description: 'authorization code expired' };
+  if (code.client_id !== client.client_id) throw { status: 400, error: 'invalid_grant', description: 'code was issued to another client' };
+  if (form.get('redirect_uri') !== code.redirect_uri) {
+    throw { status: 400, error: 'invalid_grant', description: 'redirect_uri does not match the authorization request' };
+  }
+  const verifier = form.get('code_verifier');
+  if (!verifier) throw { status: 400, error: 'invalid_request', description: 'code_verifier is required' };
+  if (!/^[A-Za-z0-9._~-]{43,128}$/.test(verifier)) {
+    throw { status: 400, error: 'invalid_request', description: 'code_verifier does not follow RFC 7636' };
+  }
+  if (!safeEqual(pkceS256(verifier), code.code_challenge)) {
+    throw { status: 400, error: 'invalid_grant', description: 'PKCE verification failed' };
+  }
+  code.family = newFamily();
+  return issueTokens({
+    sub: code.sub,
+    clientId: code.client_id,
+    scope: code.scope,
+    nonce: code.nonce,
+    authTime: code.auth_time,
+    family: code.family,
+    grantType: 'authorization_code',
+    withRefresh: state.config.issue_refresh_tokens,
+  });
+}
+
+function grantRefreshToken(form, client) {
+  const presented = form.get('refresh_token') || '';
+  const record = state.tokens.get(presented);
+  if (!record || record.kind !== 'refresh') throw { status: 400, error: 'invalid_grant', description: 'unknown refresh token' };
+  if (record.client_id !== client.client_id) throw { status: 400, error: 'invalid_grant', description: 'refresh token belongs to another client' };
+  const forced = state.failNextRefresh.shift();
+  if (forced) {
+    // An invalid_grant means the provider has dropped the grant; make that true here as well.
+    if (forced.error === 'invalid_grant') revokeFamily(record.family);
+    throw { status: forced.status, error: forced.error, description: 'failure forced through /__control' };
+  }
+  const status = tokenStatus(record);
+  if (status === 'used') {
+    if (state.config.revoke_family_on_reuse) revokeFamily(record.family);
+    throw { status: 400, error: 'invalid_grant', description: 'refresh token already used' };
+  }
+  if (status !== 'active') throw { status: 400, error: 'invalid_grant', description: `refresh token ${status}` };
+  let scope = record.scope;
+  const requested = form.get('scope');
+  if (requested) {
+    const granted = new Set(record.scope.split(' '));
+    const wanted = requested.split(' ').filter(Boolean);
+    if (!wanted.every((s) => granted.has(s))) {
+      throw { status: 400, error: 'invalid_scope', description: 'scope exceeds the original grant' };
+    }
+    scope = wanted.join(' ');
+  }
+  const rotate = state.config.rotate_refresh_tokens;
+  const body = issueTokens({
+    sub: record.sub,
+    clientId: record.client_id,
+    scope,
+    nonce: undefined,
+    authTime: undefined,
+    family: record.family,
+    grantType: 'refresh_token',
+    // Without rotation the client keeps using the refresh token it has, as with many providers.
+    withRefresh: rotate && state.config.issue_refresh_tokens,
+  });
+  if (rotate) {
+    record.used_at = now();
+    record.replaced_by = body.refresh_token || null;
+  }
+  return body;
+}
+
+async function handleToken(req, res) {
+  const startedAt = now();
+  const form = await readForm(req);
+  const grantType = form.get('grant_type') || '';
+  state.stats.token_calls[grantType] = (state.stats.token_calls[grantType] || 0) + 1;
+  // The delay comes before any state is read, so parallel requests overlap exactly where a
+  // client's missing lock would let them race.
+  if (state.config.token_delay_ms > 0) await sleep(state.config.token_delay_ms);
+  const entry = {
+    grant_type: grantType,
+    client_id: null,
+    auth_method: null,
+    outcome: 'ok',
+    error: null,
+    started_at: startedAt,
+    finished_at: null,
+  };
+  state.tokenRequests.push(entry);
+  try {
+    const client = authenticateClient(req, form);
+    entry.client_id = client.client_id;
+    entry.auth_method = client.method;
+    let body;
+    if (grantType === 'authorization_code') body = grantAuthorizationCode(form, client);
+    else if (grantType === 'refresh_token') body = grantRefreshToken(form, client);
+    else throw { status: 400, error: 'unsupported_grant_type', description: `grant_type ${grantType || '(none)'}` };
+    entry.finished_at = now();
+    return sendJson(res, 200, body, { Pragma: 'no-cache' });
+  } catch (failure) {
+    if (!failure || typeof failure.error !== 'string') throw failure;
+    entry.outcome = 'error';
+    entry.error = failure.error;
+    entry.finished_at = now();
+    const headers = failure.status === 401 ? { 'WWW-Authenticate': 'Basic realm="token"' } : {};
+    return sendOAuthError(res, failure.status, failure.error, failure.description, headers);
+  }
+}
+
+async function handleRevoke(req, res) {
+  state.stats.revocation_calls += 1;
+  const form = await readForm(req);
+  let client;
+  try {
+    client = authenticateClient(req, form);
+  } catch (failure) {
+    if (!failure || typeof failure.error !== 'string') throw failure;
+    return sendOAuthError(res, failure.status, failure.error, failure.description);
+  }
+  const token = form.get('token');
+  if (!token) return sendOAuthError(res, 400, 'invalid_request', 'token is required');
+  const record = state.tokens.get(token);
+  let revoked = 0;
+  if (record && record.client_id === client.client_id) {
+    // RFC 7009 §2.1: revoking a refresh token also invalidates the access tokens of its grant.
+    if (record.kind === 'refresh') revoked = revokeFamily(record.family);
+    else if (record.revoked_at === null) {
+      record.revoked_at = now();
+      revoked = 1;
+    }
+  }
+  state.revocations.push({
+    token,
+    token_type_hint: form.get('token_type_hint'),
+    client_id: client.client_id,
+    auth_method: client.method,
+    known: Boolean(record),
+    kind: record ? record.kind : null,
+    revoked_count: revoked,
+    at: now(),
+  });
+  // RFC 7009 §2.2: unknown or already invalid tokens still get 200.
+  return send(res, 200, '', { 'Cache-Control': 'no-store' });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Protected resources
+// ---------------------------------------------------------------------------------------------
+
+function bearer(req, res) {
+  const header = req.headers.authorization || '';
+  const match = /^Bearer\s+(\S+)$/i.exec(header);
+  if (!match) {
+    sendJson(res, 401, { error: 'invalid_request', error_description: 'Bearer token required' },
+      { 'WWW-Authenticate': 'Bearer realm="api"' });
+    return null;
+  }
+  const record = state.tokens.get(match[1]);
+  if (!record || record.kind !== 'access' || tokenStatus(record) !== 'active') {
+    const why = record && record.kind === 'access' ? `token ${tokenStatus(record)}` : 'unknown token';
+    sendJson(res, 401, { error: 'invalid_token', error_description: why },
+      { 'WWW-Authenticate': `Bearer realm="api", error="invalid_token", error_description="${why}"` });
+    return null;
+  }
+  return record;
+}
+
+function profile(record) {
+  return {
+    id: accountId(record.sub),
+    login: record.sub,
+    sub: record.sub,
+    name: record.sub.charAt(0).toUpperCase() + record.sub.slice(1),
+    email: `${record.sub}@example.com`,
+  };
+}
+
+function handleApi(req, res, path) {
+  state.stats.api_calls[path] = (state.stats.api_calls[path] || 0) + 1;
+  const record = bearer(req, res);
+  if (!record) return undefined;
+  const scopes = record.scope ? record.scope.split(' ') : [];
+  if (path === '/userinfo') {
+    state.stats.userinfo_calls += 1;
+    const p = profile(record);
+    return sendJson(res, 200, { sub: p.sub, preferred_username: p.login, name: p.name, email: p.email });
+  }
+  if (path === '/api/me') return sendJson(res, 200, { ...profile(record), scopes, client_id: record.client_id });
+  return sendJson(res, 200, {
+    account_id: accountId(record.sub),
+    owner: record.sub,
+    files: [
+      { name: 'notes.txt', size: 120 },
+      { name: 'report.pdf', size: 48213 },
+    ],
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Control API for tests
+// ---------------------------------------------------------------------------------------------
+
+const CONFIG_TYPES = {
+  access_token_ttl: 'integer',
+  refresh_token_ttl: 'integer-or-null',
+  code_ttl: 'integer',
+  id_token_ttl: 'integer',
+  token_delay_ms: 'integer',
+  rotate_refresh_tokens: 'boolean',
+  revoke_family_on_reuse: 'boolean',
+  issue_refresh_tokens: 'boolean',
+  require_registered_clients: 'boolean',
+  authorization_response_iss: 'string-or-null',
+};
+
+function publicConfig() {
+  const config = { ...state.config };
+  if (config.authorization_response_iss === undefined) config.authorization_response_iss = issuer;
+  return config;
+}
+
+function applyConfig(body) {
+  for (const [key, value] of Object.entries(body)) {
+    const kind = CONFIG_TYPES[key];
+    if (!kind) throw new HttpError(400, `unknown config key ${key}`);
+    const ok = {
+      integer: Number.isInteger(value),
+      'integer-or-null': value === null || Number.isInteger(value),
+      boolean: typeof value === 'boolean',
+      'string-or-null': value === null || typeof value === 'string',
+    }[kind];
+    if (!ok) throw new HttpError(400, `${key} must be ${kind}`);
+    if (key === 'token_delay_ms' && value < 0) throw new HttpError(400, 'token_delay_ms must be >= 0');
+  }
+  Object.assign(state.config, body);
+}
+
+function stringOrNull(body, key) {
+  const value = body[key];
+  if (value === undefined || value === null) return null;
+  if (typeof value !== 'string' || value === '') throw new HttpError(400, `${key} must be a non-empty string`);
+  return value;
+}
+
+function positiveCount(body) {
+  const count = body.count === undefined ? 1 : body.count;
+  if (!Number.isInteger(count) || count < 1) throw new HttpError(400, 'count must be a positive integer');
+  return count;
+}
+
+async function handleControl(req, res, url) {
+  const path = url.pathname.slice('/__control'.length) || '/';
+  const route = `${req.method} ${path}`;
+  switch (route) {
+    case 'GET /health':
+      return sendJson(res, 200, { ok: true, issuer });
+    case 'GET /stats':
+      return sendJson(res, 200, state.stats);
+    case 'POST /reset-stats':
+      state.stats = freshStats();
+      state.tokenRequests = [];
+      state.revocations = [];
+      return sendJson(res, 200, state.stats);
+    case 'POST /reset':
+      state = freshState();
+      return sendJson(res, 200, { ok: true });
+    case 'GET /config':
+      return sendJson(res, 200, publicConfig());
+    case 'POST /config':
+      applyConfig(await readJson(req));
+      return sendJson(res, 200, publicConfig());
+    case 'GET /tokens': {
+      const q = url.searchParams;
+      const list = [...state.tokens.values()].map(publicToken).filter((t) =>
+        (!q.get('kind') || t.kind === q.get('kind'))
+        && (!q.get('sub') || t.sub === q.get('sub'))
+        && (!q.get('status') || t.status === q.get('status')));
+      return sendJson(res, 200, list);
+    }
+    case 'GET /token-requests':
+      return sendJson(res, 200, state.tokenRequests);
+    case 'GET /revocations':
+      return sendJson(res, 200, state.revocations);
+    case 'POST /fail-next-refresh': {
+      const body = await readJson(req);
+      const error = stringOrNull(body, 'error') || 'invalid_grant';
+      const status = body.status === undefined ? (error === 'server_error' ? 500 : 400) : body.status;
+      if (!Number.isInteger(status) || status < 400 || status > 599) throw new HttpError(400, 'status must be 4xx or 5xx');
+      const count = positiveCount(body);
+      for (let i = 0; i < count; i += 1) state.failNextRefresh.push({ error, status });
+      return sendJson(res, 200, { pending: state.failNextRefresh.length });
+    }
+    case 'POST /fail-next-authorize': {
+      const body = await readJson(req);
+      const error = stringOrNull(body, 'error') || 'server_error';
+      const description = stringOrNull(body, 'error_description') || 'failure forced through /__control';
+      const count = positiveCount(body);
+      for (let i = 0; i < count; i += 1) state.failNextAuthorize.push({ error, error_description: description });
+      return sendJson(res, 200, { pending: state.failNextAuthorize.length });
+    }
+    case 'POST /plant': {
+      const body = await readJson(req);
+      for (const kind of Object.keys(body)) {
+        if (!(kind in state.planted)) throw new HttpError(400, `cannot plant ${kind}`);
+      }
+      for (const kind of Object.keys(state.planted)) {
+        const value = stringOrNull(body, kind);
+        if (value === null) continue;
+        if (state.tokens.has(value) || state.codes.has(value)) throw new HttpError(409, `${kind} value already issued`);
+        state.planted[kind].push(value);
+      }
+      return sendJson(res, 200, state.planted);
+    }
+    case 'GET /clients':
+      return sendJson(res, 200, [...state.clients.values()]);
+    case 'POST /clients': {
+      const body = await readJson(req);
+      const clientId = stringOrNull(body, 'client_id');
+      if (clientId === null) throw new HttpError(400, 'client_id is required');
+      const redirectUris = body.redirect_uris === undefined ? [] : body.redirect_uris;
+      if (!Array.isArray(redirectUris) || !redirectUris.every((u) => typeof u === 'string')) {
+        throw new HttpError(400, 'redirect_uris must be a list of strings');
+      }
+      const client = { client_id: clientId, client_secret: stringOrNull(body, 'client_secret'), redirect_uris: redirectUris };
+      state.clients.set(clientId, client);
+      return sendJson(res, 200, client);
+    }
+    case 'POST /expire': {
+      const body = await readJson(req);
+      const token = stringOrNull(body, 'token');
+      const sub = stringOrNull(body, 'sub');
+      const at = now();
+      let count = 0;
+      for (const record of state.tokens.values()) {
+        const matches = token !== null ? record.token === token : (record.kind === 'access' && (sub === null || record.sub === sub));
+        if (matches && tokenStatus(record, at) === 'active') {
+          record.expires_at = at - 1;
+          count += 1;
+        }
+      }
+      return sendJson(res, 200, { expired: count });
+    }
+    case 'POST /revoke': {
+      const body = await readJson(req);
+      const token = stringOrNull(body, 'token');
+      const record = token === null ? undefined : state.tokens.get(token);
+      if (!record) throw new HttpError(404, 'unknown token');
+      return sendJson(res, 200, { revoked: revokeFamily(record.family) });
+    }
+    case 'POST /mint': {
+      const body = await readJson(req);
+      const sub = stringOrNull(body, 'sub');
+      if (sub === null || !USERNAME_PATTERN.test(sub)) throw new HttpError(400, 'sub must be a username');
+      const tokens = issueTokens({
+        sub,
+        clientId: stringOrNull(body, 'client_id') || 'test-client',
+        scope: body.scope === undefined ? 'openid' : String(body.scope),
+        nonce: stringOrNull(body, 'nonce') || undefined,
+        authTime: Math.floor(now()),
+        family: newFamily(),
+        grantType: 'mint',
+        withRefresh: state.config.issue_refresh_tokens,
+      });
+      return sendJson(res, 200, tokens);
+    }
+    default:
+      throw new HttpError(404, `no control route ${route}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Router
+// ---------------------------------------------------------------------------------------------
+
+async function route(req, res) {
+  const url = new URL(req.url, issuer);
+  const path = url.pathname;
+  const method = req.method;
+  if (path.startsWith('/__control')) return handleControl(req, res, url);
+  if (method === 'GET' && (path === '/.well-known/openid-configuration'
+    || path === '/.well-known/oauth-authorization-server')) {
+    return sendJson(res, 200, discoveryDocument(), { 'Cache-Control': 'max-age=0' });
+  }
+  if (method === 'GET' && path === '/jwks') return sendJson(res, 200, { keys: [PUBLIC_JWK] });
+  if (method === 'GET' && path === '/authorize') return handleAuthorize(req, res, url);
+  if (method === 'POST' && path === '/login') return handleLogin(req, res);
+  if (method === 'POST' && path === '/token') return handleToken(req, res);
+  if (method === 'POST' && path === '/revoke') return handleRevoke(req, res);
+  if (method === 'GET' && ['/userinfo', '/api/me', '/api/files'].includes(path)) return handleApi(req, res, path);
+  if (method === 'GET' && path === '/') return sendJson(res, 200, { issuer, discovery: `${issuer}/.well-known/openid-configuration` });
+  throw new HttpError(404, `no route ${method} ${path}`);
+}
+
+const server = http.createServer((req, res) => {
+  route(req, res).catch((err) => {
+    const status = err instanceof HttpError ? err.status : 500;
+    if (status === 500) process.stderr.write(`oauth-server: ${err && err.stack ? err.stack : err}\n`);
+    if (!res.headersSent) sendJson(res, status, { error: status === 500 ? 'server_error' : 'invalid_request', error_description: err.message });
+    else res.destroy();
+  });
+});
+
+function parsePort(value) {
+  const port = Number(value);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    process.stderr.write(`oauth-server: invalid port ${value}\n`);
+    process.exit(2);
+  }
+  return port;
+}
+
+const port = parsePort(process.argv[2] || process.env.OAUTH_SERVER_PORT || process.env.PORT || '0');
+const host = process.argv[3] || process.env.OAUTH_SERVER_HOST || '127.0.0.1';
+
+server.listen(port, host, () => {
+  const address = server.address();
+  const shownHost = host.includes(':') ? `[${host}]` : host;
+  issuer = `http://${shownHost}:${address.port}`;
+  process.stdout.write(`READY ${issuer}\n`);
+});
+
+function shutdown() {
+  server.close(() => process.exit(0));
+  server.closeAllConnections();
+}
+
+process.on('SIGTERM', shutdown);
+process.on('SIGINT', shutdown);
+// With OAUTH_SERVER_EXIT_ON_STDIN_CLOSE=1 the server dies with the test process that spawned it,
+// even when that process is killed without running its teardown.
+if (process.env.OAUTH_SERVER_EXIT_ON_STDIN_CLOSE === '1') {
+  process.stdin.on('end', shutdown);
+  process.stdin.on('close', shutdown);
+  process.stdin.resume();
+}
