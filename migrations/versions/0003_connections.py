@@ -1,4 +1,4 @@
-"""Consent receipts, API-key fields, payments and processed payment events.
+"""Providers, OAuth states and connections (the token vault).
 
 Revision ID: 0003
 Revises: 0002

@@ -1,4 +1,4 @@
-"""Admin tokens, the admin audit log and rate-limit counters.
+"""Consent receipts, API-key fields, payments and processed payment events.
 
 Revision ID: 0004
 Revises: 0003

@@ -1,4 +1,4 @@
-"""Issuers, providers, browser sessions, OAuth states and connections.
+"""Issuers, browser sessions and login attempts (the browser identity check).
 
 Revision ID: 0002
 Revises: 0001

@@ -1,0 +1,48 @@
+# elicitd — the two commands: `make run` and `make test`. Only Python 3.11+ and make are needed
+# (browser tests also need Chromium and Node.js 20+; `make test` says so when they are missing).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CHROMIUM ?= $(or $(ELICITD_CHROMIUM),/usr/bin/chromium)
+
+.PHONY: run test test-backends check lint format types bench clean prerequisites
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip==26.3
+	$(PY) -m pip install --quiet -e '.[test,dev,mcp]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/elicitd dev
+
+prerequisites:
+	@command -v node >/dev/null 2>&1 || { echo "make test: Node.js 20+ is required for the OAuth test server (install the 'nodejs' and 'npm' packages)."; exit 1; }
+	@test -x "$(CHROMIUM)" || { echo "make test: Chromium is required for the browser tests: install Debian's 'chromium' package (apt-get install chromium) or set ELICITD_CHROMIUM to its path."; exit 1; }
+
+test: $(STAMP) prerequisites
+	$(PY) -m pytest -q
+
+# The database/Redis-backed tests against the servers named by ELICITD_TEST_DATABASE_URL/REDIS_URL.
+test-backends: $(STAMP) prerequisites
+	@test -n "$$ELICITD_TEST_DATABASE_URL" -a -n "$$ELICITD_TEST_REDIS_URL" || { echo "set ELICITD_TEST_DATABASE_URL and ELICITD_TEST_REDIS_URL"; exit 1; }
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check service tests bench examples
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format --check service
+
+types: $(STAMP)
+	$(VENV)/bin/mypy
+
+check: lint types test
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .data

@@ -1,0 +1,80 @@
+"""Shared fixtures: real PostgreSQL and Redis (see ``tests/support/backends.py``), a fresh
+database per session migrated by the real Alembic migrations, and real elicitd instances."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from service.db.migrate import upgrade_async
+from service.flows.schemas import Subject
+from service.settings import KeyRing, Settings
+from tests.support import backends
+from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
+
+TEST_KEYS = KeyRing.parse(
+    "test2:" + "A" * 43 + ",test1:" + "B" * 43, name="test keys"
+)
+
+
+@pytest.fixture(scope="session")
+def backend() -> Iterator[backends.Backends]:
+    with backends.discover() as found:
+        yield found
+
+
+@pytest.fixture(scope="session")
+async def database_url(backend: backends.Backends) -> AsyncIterator[str]:
+    url = await backends.create_database(backend.server_url)
+    await upgrade_async(_sa(url))
+    yield url
+    await backends.drop_database(backend.server_url, url)
+
+
+def _sa(url: str) -> str:
+    from service.settings import normalize_database_url  # noqa: PLC0415
+
+    return normalize_database_url(url)
+
+
+@pytest.fixture(scope="session")
+def make_settings(database_url: str, backend: backends.Backends) -> Callable[..., Settings]:
+    channel = f"elicitd:test:{uuid.uuid4().hex[:8]}"
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "database_url": _sa(database_url),
+            "redis_url": backend.redis_url,
+            "public_url": "http://127.0.0.1:0",
+            "keys": TEST_KEYS,
+            "redis_channel": channel,
+            "poll_interval_seconds": 0.5,
+            "sweep_interval_seconds": 0.5,
+            "api_key_cache_seconds": 0,
+            "log_json": True,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+async def elicitd(make_settings: Callable[..., Settings]) -> AsyncIterator[RunningApp]:
+    """One shared instance with default test settings."""
+    async with running_app(make_settings()) as app:
+        yield app
+
+
+@pytest.fixture
+async def server_client(elicitd: RunningApp) -> ServerClientHandle:
+    """A fresh server client per test, so tests never see each other's flows."""
+    return await new_server_client(elicitd)
+
+
+@pytest.fixture
+def subject() -> Subject:
+    return Subject(iss="https://id.example.com", sub=f"user-{uuid.uuid4().hex[:10]}")

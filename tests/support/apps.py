@@ -1,0 +1,102 @@
+"""Run real elicitd instances (uvicorn on a loopback port) inside the test event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import uvicorn
+from litestar import Litestar
+
+from service.app import create_app
+from service.db.base import CLIENT_ID
+from service.identity.clients import create_server_client
+from service.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class RunningApp:
+    url: str
+    app: Litestar
+    settings: Settings
+
+    @property
+    def state(self) -> Any:
+        return self.app.state
+
+    def http(self, api_key: str | None = None, **kwargs: Any) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60, **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def running_app(settings: Settings, port: int | None = None, *,
+                      keep_public_url: bool = False) -> AsyncIterator[RunningApp]:
+    """Serve ``create_app(settings)`` for real: lifespan, sockets, background tasks and all.
+
+    The public URL becomes this instance's address unless ``keep_public_url`` (replicas behind
+    one address share it)."""
+    port = port or free_port()
+    if not keep_public_url:
+        settings = settings.with_(public_url=f"http://127.0.0.1:{port}")
+    app = create_app(settings)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("elicitd did not start")
+        await asyncio.sleep(0.02)
+    try:
+        yield RunningApp(url=f"http://127.0.0.1:{port}", app=app, settings=settings)
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+
+
+@dataclass
+class ServerClientHandle:
+    id: uuid.UUID
+    public_id: str
+    name: str
+    api_key: str
+
+
+async def new_server_client(app: RunningApp, **kwargs: Any) -> ServerClientHandle:
+    name = kwargs.pop("name", None) or f"t-{uuid.uuid4().hex[:12]}"
+    async with app.state.sessions() as session:
+        created = await create_server_client(session, name, **kwargs)
+        await session.commit()
+    return ServerClientHandle(id=created.client.id, public_id=CLIENT_ID.format(created.client.id), name=name,
+                              api_key=created.api_key)
+
+
+class LogCapture(logging.Handler):
+    """Collect every formatted log line elicitd writes (for leak tests)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        from service.logs import JsonFormatter  # noqa: PLC0415
+
+        self.setFormatter(JsonFormatter())
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
