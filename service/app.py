@@ -16,6 +16,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
+from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
 from service.errors import EXCEPTION_HANDLERS
 from service.flows.api import FlowController
@@ -54,6 +55,7 @@ def create_app(settings: Settings) -> Litestar:
         "flows": flows,
         "authenticator": ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds),
         "kind_pages": {},
+        "vault": Vault(settings.keys),
     })
 
     @contextlib.asynccontextmanager
