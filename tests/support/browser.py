@@ -166,7 +166,9 @@ async def browser_context(chromium_browser: Browser) -> AsyncIterator[BrowserCon
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def browser_page(browser_context: BrowserContext, request: pytest.FixtureRequest) -> AsyncIterator[Page]:
+async def browser_page(
+    browser_context: BrowserContext, request: pytest.FixtureRequest
+) -> AsyncIterator[Page]:
     """A page in a fresh context; on a failed test its last state is saved as a screenshot
     (when the conftest imports :func:`pytest_runtest_makereport`)."""
     page = await browser_context.new_page()

@@ -449,14 +449,18 @@ class OAuthServer:
         """Hold every token endpoint call this long before it reads any state (0 turns it off)."""
         self.configure(token_delay_ms=round(seconds * 1000))
 
-    def fail_next_refresh(self, error: str = "invalid_grant", *, status: int | None = None, count: int = 1) -> None:
+    def fail_next_refresh(
+        self, error: str = "invalid_grant", *, status: int | None = None, count: int = 1
+    ) -> None:
         """Make the next ``count`` refresh grants fail; ``invalid_grant`` also revokes the grant."""
         body: dict[str, Any] = {"error": error, "count": count}
         if status is not None:
             body["status"] = status
         self._control("POST", "/fail-next-refresh", body)
 
-    def fail_next_authorize(self, error: str = "server_error", *, description: str | None = None, count: int = 1) -> None:
+    def fail_next_authorize(
+        self, error: str = "server_error", *, description: str | None = None, count: int = 1
+    ) -> None:
         """Make the next ``count`` valid authorization requests redirect back with ``error``."""
         body: dict[str, Any] = {"error": error, "count": count}
         if description is not None:
@@ -552,4 +556,3 @@ def oauth_server_factory() -> Iterator[OAuthServerFactory]:
         yield factory
     finally:
         factory.stop_all()
-

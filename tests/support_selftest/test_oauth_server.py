@@ -17,36 +17,40 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 from joserfc import jwt
-from joserfc.errors import BadSignatureError
-from joserfc.jwk import KeySet
-from playwright.async_api import Page
+from joserfc.errors import BadSignatureError, InvalidKeyIdError
+from joserfc.jwk import KeySet, KeySetSerialization
+from playwright.async_api import Browser, Page
 
-from tests.support.browser import (  # noqa: F401 (fixtures are found by name)
+# These modules are also loaded as plugins below; registering them first lets pytest rewrite
+# their asserts instead of warning that they were imported too early.
+pytest.register_assert_rewrite("tests.support.browser", "tests.support.oauth_server")
+
+from tests.support.browser import (  # noqa: E402 (after register_assert_rewrite on purpose)
     ChromiumNotFoundError,
-    browser_context,
-    browser_page,
-    chromium_browser,
     chromium_executable,
     deny_at_issuer,
     is_login_page,
     login_at_issuer,
+    new_context,
     save_screenshot,
 )
-from tests.support.oauth_server import (  # noqa: F401 (fixtures are found by name)
+from tests.support.oauth_server import (  # noqa: E402 (after register_assert_rewrite on purpose)
     NodeNotFoundError,
     OAuthServer,
     OAuthServerFactory,
     find_node,
-    oauth_server,
-    oauth_server_factory,
     pkce_pair,
 )
+
+# Fixtures (oauth_server, oauth_server_factory, chromium_browser, browser_context, browser_page)
+# and the failure-screenshot hook, loaded the same way a conftest would load them.
+pytest_plugins = ["tests.support.oauth_server", "tests.support.browser"]
 
 CLIENT_ID = "selftest-client"
 CLIENT_SECRET = "selftest-secret"
@@ -111,7 +115,12 @@ def exchange(server: OAuthServer, code: str, verifier: str, redirect_uri: str) -
     return server.http.post(
         "/token",
         auth=_basic(),
-        data={"grant_type": "authorization_code", "code": code, "code_verifier": verifier, "redirect_uri": redirect_uri},
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "code_verifier": verifier,
+            "redirect_uri": redirect_uri,
+        },
     )
 
 
@@ -121,7 +130,9 @@ def refresh(server: OAuthServer, refresh_token: str) -> httpx.Response:
     )
 
 
-def obtain_tokens(server: OAuthServer, callback: Callback, username: str, scope: str = "openid files:read") -> dict[str, Any]:
+def obtain_tokens(
+    server: OAuthServer, callback: Callback, username: str, scope: str = "openid files:read"
+) -> dict[str, Any]:
     """The whole code flow over plain HTTP, for tests about the token endpoint only."""
     pkce = pkce_pair()
     url = server.authorize_url(
@@ -136,8 +147,10 @@ def obtain_tokens(server: OAuthServer, callback: Callback, username: str, scope:
 
 
 def verify_id_token(server: OAuthServer, id_token: str) -> dict[str, Any]:
-    decoded = jwt.decode(id_token, KeySet.import_key_set(server.jwks()), algorithms=["RS256"])
-    assert decoded.header["kid"] == server.jwks()["keys"][0]["kid"]
+    jwks = server.jwks()
+    keys = KeySet.import_key_set(cast("KeySetSerialization", jwks))
+    decoded = jwt.decode(id_token, keys, algorithms=["RS256"])
+    assert decoded.header["kid"] == jwks["keys"][0]["kid"]
     return dict(decoded.claims)
 
 
@@ -176,7 +189,10 @@ async def test_login_page_asks_for_a_username_and_offers_deny(
     server: OAuthServer, callback: Callback, browser_page: Page
 ) -> None:
     url = server.authorize_url(
-        client_id=CLIENT_ID, redirect_uri=callback.url, code_challenge=pkce_pair().challenge, scope="openid files:read"
+        client_id=CLIENT_ID,
+        redirect_uri=callback.url,
+        code_challenge=pkce_pair().challenge,
+        scope="openid files:read",
     )
     response = await browser_page.goto(url)
     assert response is not None
@@ -297,19 +313,22 @@ async def test_deny_redirects_with_access_denied_state_and_iss(
 @pytest.mark.asyncio
 @pytest.mark.browser
 async def test_two_users_in_separate_contexts_get_their_own_subject(
-    server: OAuthServer, callback: Callback, chromium_browser: Any
+    server: OAuthServer, callback: Callback, chromium_browser: Browser
 ) -> None:
-    from tests.support.browser import new_context
-
     subjects = []
     for username in ("alice", "mallory"):
         context = await new_context(chromium_browser)
         try:
             page = await context.new_page()
             pkce = pkce_pair()
-            await page.goto(server.authorize_url(
-                client_id=CLIENT_ID, redirect_uri=callback.url, code_challenge=pkce.challenge, nonce=username
-            ))
+            await page.goto(
+                server.authorize_url(
+                    client_id=CLIENT_ID,
+                    redirect_uri=callback.url,
+                    code_challenge=pkce.challenge,
+                    nonce=username,
+                )
+            )
             await login_at_issuer(page, username, issuer=server.issuer)
             tokens = exchange(server, callback.last()["code"][0], pkce.verifier, callback.url).json()
             claims = verify_id_token(server, tokens["id_token"])
@@ -334,10 +353,16 @@ async def test_pkce_is_required_and_verified(server: OAuthServer, callback: Call
     assert location.params["state"] == "x"
     assert location.params["iss"] == server.issuer
 
-    plain = server.http.get("/authorize", params={
-        "response_type": "code", "client_id": CLIENT_ID, "redirect_uri": callback.url,
-        "code_challenge": "a" * 43, "code_challenge_method": "plain",
-    })
+    plain = server.http.get(
+        "/authorize",
+        params={
+            "response_type": "code",
+            "client_id": CLIENT_ID,
+            "redirect_uri": callback.url,
+            "code_challenge": "a" * 43,
+            "code_challenge_method": "plain",
+        },
+    )
     assert httpx.URL(plain.headers["location"]).params["error"] == "invalid_request"
 
     pkce = pkce_pair()
@@ -349,11 +374,19 @@ async def test_pkce_is_required_and_verified(server: OAuthServer, callback: Call
 
 
 @pytest.mark.asyncio
-async def test_registered_client_needs_its_secret_and_exact_redirect_uri(server: OAuthServer, callback: Callback) -> None:
-    mismatch = server.http.get("/authorize", params={
-        "response_type": "code", "client_id": CLIENT_ID, "redirect_uri": f"{callback.url}/other",
-        "code_challenge": pkce_pair().challenge, "code_challenge_method": "S256",
-    })
+async def test_registered_client_needs_its_secret_and_exact_redirect_uri(
+    server: OAuthServer, callback: Callback
+) -> None:
+    mismatch = server.http.get(
+        "/authorize",
+        params={
+            "response_type": "code",
+            "client_id": CLIENT_ID,
+            "redirect_uri": f"{callback.url}/other",
+            "code_challenge": pkce_pair().challenge,
+            "code_challenge_method": "S256",
+        },
+    )
     assert mismatch.status_code == 400
     assert "location" not in mismatch.headers
 
@@ -365,18 +398,27 @@ async def test_registered_client_needs_its_secret_and_exact_redirect_uri(server:
     )
     assert bad_secret.status_code == 401
     assert bad_secret.json()["error"] == "invalid_client"
-    post_auth = server.http.post("/token", data={
-        "grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
-        "client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
-    })
+    post_auth = server.http.post(
+        "/token",
+        data={
+            "grant_type": "refresh_token",
+            "refresh_token": tokens["refresh_token"],
+            "client_id": CLIENT_ID,
+            "client_secret": CLIENT_SECRET,
+        },
+    )
     assert post_auth.status_code == 200
     assert [r.auth_method for r in server.token_requests()] == [
-        "client_secret_basic", "client_secret_basic", "client_secret_post",
+        "client_secret_basic",
+        "client_secret_basic",
+        "client_secret_post",
     ]
 
 
 @pytest.mark.asyncio
-async def test_refresh_tokens_rotate_and_a_replayed_one_is_rejected(server: OAuthServer, callback: Callback) -> None:
+async def test_refresh_tokens_rotate_and_a_replayed_one_is_rejected(
+    server: OAuthServer, callback: Callback
+) -> None:
     first = obtain_tokens(server, callback, "alice")
     second = refresh(server, first["refresh_token"])
     assert second.status_code == 200
@@ -425,7 +467,9 @@ async def test_revocation_endpoint(server: OAuthServer, callback: Callback) -> N
     assert refresh(server, tokens["refresh_token"]).status_code == 200  # the grant itself lives on
 
     other = obtain_tokens(server, callback, "bob")
-    assert server.http.post("/revoke", auth=_basic(), data={"token": other["refresh_token"]}).status_code == 200
+    assert (
+        server.http.post("/revoke", auth=_basic(), data={"token": other["refresh_token"]}).status_code == 200
+    )
     assert refresh(server, other["refresh_token"]).json()["error"] == "invalid_grant"
     assert server.token(other["access_token"]).status == "revoked"  # RFC 7009 §2.1
     assert server.http.post("/revoke", auth=_basic(), data={"token": "never-issued"}).status_code == 200
@@ -492,9 +536,13 @@ async def test_planted_values_are_issued_verbatim(server: OAuthServer, callback:
 
 
 @pytest.mark.asyncio
-async def test_authorization_response_iss_can_be_omitted_or_wrong(server: OAuthServer, callback: Callback) -> None:
+async def test_authorization_response_iss_can_be_omitted_or_wrong(
+    server: OAuthServer, callback: Callback
+) -> None:
     def authorize() -> httpx.URL:
-        url = server.authorize_url(client_id=CLIENT_ID, redirect_uri=callback.url, code_challenge=pkce_pair().challenge)
+        url = server.authorize_url(
+            client_id=CLIENT_ID, redirect_uri=callback.url, code_challenge=pkce_pair().challenge
+        )
         return server.login_without_browser(url, "alice")
 
     server.configure(authorization_response_iss=None)
@@ -502,7 +550,9 @@ async def test_authorization_response_iss_can_be_omitted_or_wrong(server: OAuthS
     server.configure(authorization_response_iss="https://attacker.example")
     assert authorize().params["iss"] == "https://attacker.example"
     server.fail_next_authorize("temporarily_unavailable")
-    url = server.authorize_url(client_id=CLIENT_ID, redirect_uri=callback.url, code_challenge=pkce_pair().challenge)
+    url = server.authorize_url(
+        client_id=CLIENT_ID, redirect_uri=callback.url, code_challenge=pkce_pair().challenge
+    )
     forced = server.http.get(url)
     assert httpx.URL(forced.headers["location"]).params["error"] == "temporarily_unavailable"
 
@@ -529,13 +579,18 @@ async def test_mint_and_a_second_server_have_independent_keys(
 ) -> None:
     minted = server.mint("carol", client_id="mcp-server", scope="openid", nonce="n1")
     claims = verify_id_token(server, minted["id_token"])
-    assert (claims["iss"], claims["sub"], claims["aud"], claims["nonce"]) == (server.issuer, "carol", "mcp-server", "n1")
+    assert (claims["iss"], claims["sub"], claims["aud"], claims["nonce"]) == (
+        server.issuer,
+        "carol",
+        "mcp-server",
+        "n1",
+    )
     assert server.token_call_counts() == {"authorization_code": 0, "refresh_token": 0}
 
     other = oauth_server_factory()
     assert other.issuer != server.issuer
     assert other.jwks()["keys"][0]["kid"] != server.jwks()["keys"][0]["kid"]
-    with pytest.raises(ValueError, match="kid"):
+    with pytest.raises(InvalidKeyIdError):
         verify_id_token(other, minted["id_token"])
     foreign = other.http.get("/api/me", headers={"Authorization": f"Bearer {minted['access_token']}"})
     assert foreign.status_code == 401

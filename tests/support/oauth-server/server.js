@@ -390,40 +390,39 @@ function decodeFormComponent(value) {
   return decodeURIComponent(value.replace(/\+/g, ' '));
 }
 
-/** Returns {client_id, method} or throws an OAuth error description object. */
-function authenticateClient(req, form) {
-  let clientId = null;
-  let secret = null;
-  let method = 'none';
+/** Reads the client's credentials without judging them, so failed attempts are logged too. */
+function clientCredentials(req, form) {
   const header = req.headers.authorization || '';
   if (header.toLowerCase().startsWith('basic ')) {
     const decoded = Buffer.from(header.slice(6).trim(), 'base64').toString('utf8');
     const colon = decoded.indexOf(':');
     if (colon < 0) throw { status: 401, error: 'invalid_client', description: 'malformed Basic credentials' };
     // RFC 6749 §2.3.1: both parts are form-urlencoded before being joined.
-    clientId = decodeFormComponent(decoded.slice(0, colon));
-    secret = decodeFormComponent(decoded.slice(colon + 1));
-    method = 'client_secret_basic';
+    const clientId = decodeFormComponent(decoded.slice(0, colon));
     if (form.get('client_id') && form.get('client_id') !== clientId) {
       throw { status: 400, error: 'invalid_request', description: 'client_id differs from Basic credentials' };
     }
-  } else if (form.get('client_id')) {
-    clientId = form.get('client_id');
-    secret = form.get('client_secret');
-    method = secret ? 'client_secret_post' : 'none';
+    return { client_id: clientId, secret: decodeFormComponent(decoded.slice(colon + 1)), method: 'client_secret_basic' };
   }
+  const clientId = form.get('client_id');
   if (!clientId) throw { status: 401, error: 'invalid_client', description: 'client authentication required' };
-  const client = state.clients.get(clientId);
+  const secret = form.get('client_secret');
+  return { client_id: clientId, secret, method: secret ? 'client_secret_post' : 'none' };
+}
+
+/** Checks credentials against the registered client; unknown clients pass unless configured. */
+function verifyClient(credentials) {
+  const client = state.clients.get(credentials.client_id);
   if (!client) {
     if (state.config.require_registered_clients) {
       throw { status: 401, error: 'invalid_client', description: 'unknown client' };
     }
-    return { client_id: clientId, method };
+    return;
   }
-  if (client.client_secret !== null && (secret === null || !safeEqual(secret, client.client_secret))) {
+  const secret = credentials.secret;
+  if (client.client_secret !== null && (!secret || !safeEqual(secret, client.client_secret))) {
     throw { status: 401, error: 'invalid_client', description: 'client authentication failed' };
   }
-  return { client_id: clientId, method };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -596,9 +595,10 @@ async function handleToken(req, res) {
   };
   state.tokenRequests.push(entry);
   try {
-    const client = authenticateClient(req, form);
+    const client = clientCredentials(req, form);
     entry.client_id = client.client_id;
     entry.auth_method = client.method;
+    verifyClient(client);
     let body;
     if (grantType === 'authorization_code') body = grantAuthorizationCode(form, client);
     else if (grantType === 'refresh_token') body = grantRefreshToken(form, client);
@@ -620,7 +620,8 @@ async function handleRevoke(req, res) {
   const form = await readForm(req);
   let client;
   try {
-    client = authenticateClient(req, form);
+    client = clientCredentials(req, form);
+    verifyClient(client);
   } catch (failure) {
     if (!failure || typeof failure.error !== 'string') throw failure;
     return sendOAuthError(res, failure.status, failure.error, failure.description);
