@@ -84,6 +84,13 @@ class Settings:
     log_level: str = "INFO"
     log_json: bool = True
     background_tasks: bool = True
+    # Consent receipts: one or more PEM EC P-256 private keys; the first signs, all are published.
+    signing_key: str | None = field(default=None, repr=False)
+    # Payments (Stripe): the secret API key, the webhook endpoint secret, and an API base address
+    # (only for a local Stripe-compatible server; production talks to Stripe's own).
+    stripe_secret_key: str | None = field(default=None, repr=False)
+    stripe_webhook_secret: str | None = field(default=None, repr=False)
+    stripe_api_base: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -154,12 +161,32 @@ class Settings:
             values["log_level"] = raw.upper()
         if (raw := get("LOG_JSON")) is not None:
             values["log_json"] = _bool(raw, "ELICITD_LOG_JSON")
+        values.update(_kind_settings(get))
         values["extra"] = {k[len(_PREFIX) :]: v for k, v in env.items() if k.startswith(_PREFIX)}
         values.update(overrides)
         settings = cls(**values)
         if settings.default_ttl_seconds > settings.max_ttl_seconds:
             raise ConfigurationError("ELICITD_DEFAULT_TTL_SECONDS must not exceed ELICITD_MAX_TTL_SECONDS")
         return settings
+
+
+def _kind_settings(get: Any) -> dict[str, Any]:
+    """Signing key (inline PEM or a file) and Stripe settings; absent ones leave their kind off."""
+    values: dict[str, Any] = {}
+    signing = get("SIGNING_KEY")
+    if not signing and (path := get("SIGNING_KEY_FILE")):
+        try:
+            with open(path, encoding="ascii") as handle:
+                signing = handle.read()
+        except OSError as exc:
+            raise ConfigurationError(f"ELICITD_SIGNING_KEY_FILE: cannot read {path!r}") from exc
+    if signing:
+        values["signing_key"] = signing
+    for attr, name in (("stripe_secret_key", "STRIPE_SECRET_KEY"), ("stripe_webhook_secret", "STRIPE_WEBHOOK_SECRET"),
+                       ("stripe_api_base", "STRIPE_API_BASE")):
+        if raw := get(name):
+            values[attr] = raw
+    return values
 
 
 def normalize_database_url(url: str) -> str:
