@@ -1,0 +1,189 @@
+"""``ElicitdClient``: the typed async client of elicitd's MCP-server API (``/v1``).
+
+Retries: connection failures and 5xx answers are retried with exponential backoff (plus jitter,
+honouring ``Retry-After``). Every call is safe to repeat: create is create-or-reuse, resolve and
+status read or wait, revoke is idempotent, and complete/fail recognise their own earlier success
+when the first answer was lost. A read timeout is *not* retried: a long-poll that timed out
+already spent the caller's waiting budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from elicitd_client.errors import ElicitdError, ElicitdUnavailable, FlowNotPending, error_from_problem
+from elicitd_client.types import CreatedFlow, FlowStatus, Resolution, Subject, Token
+
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+# Transport failures where the request either never arrived or its answer was lost mid-way.
+RETRY_ERRORS: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadError,
+                                             httpx.WriteError, httpx.RemoteProtocolError, httpx.PoolTimeout)
+
+
+def _subject(subject: Subject | Mapping[str, str]) -> dict[str, str]:
+    if isinstance(subject, Subject):
+        return subject.as_json()
+    return {"iss": str(subject["iss"]), "sub": str(subject["sub"])}
+
+
+class ElicitdClient:
+    """One server client's view of elicitd. Create it once per process and share it.
+
+    >>> async with ElicitdClient("https://elicitd.example.com", api_key) as elicitd:
+    ...     flow = await elicitd.create_flow(subject, "oauth_connect", provider="github", scopes=["repo"])
+    """
+
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0, retries: int = 3,
+                 backoff: float = 0.2, max_backoff: float = 5.0, http: httpx.AsyncClient | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.timeout = timeout
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(timeout=timeout)
+        self._headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json",
+                         "User-Agent": "elicitd-client/0.1"}
+
+    def __repr__(self) -> str:  # the API key stays out of reprs and logs
+        return f"ElicitdClient({self.base_url!r})"
+
+    async def __aenter__(self) -> ElicitdClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    # ---- transport ---------------------------------------------------------------------------------
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after is not None and retry_after.isdigit():
+            return min(float(retry_after), self.max_backoff)
+        base = min(self.backoff * (2**attempt), self.max_backoff)
+        return float(base / 2 + random.random() * base / 2)  # noqa: S311 (jitter, not security)
+
+    async def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
+                      wait_seconds: float = 0) -> tuple[int, Any]:
+        """Send one API call with retries; return ``(status, json)`` or raise an ``ElicitdError``."""
+        timeout = httpx.Timeout(self.timeout + wait_seconds, connect=min(self.timeout, 10.0))
+        last = "no attempt made"
+        retry_after: str | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(self._delay(attempt - 1, retry_after))
+                retry_after = None
+            try:
+                response = await self._http.request(method, self.base_url + path, json=json, params=params,
+                                                    headers=self._headers, timeout=timeout)
+            except RETRY_ERRORS as exc:
+                last = f"{type(exc).__name__} talking to elicitd"
+                continue
+            except httpx.TimeoutException as exc:
+                raise ElicitdUnavailable(f"elicitd did not answer in time ({type(exc).__name__})") from exc
+            if response.status_code in RETRY_STATUSES:
+                retry_after = response.headers.get("retry-after")
+                last = f"elicitd answered HTTP {response.status_code}"
+                continue
+            return response.status_code, self._body(response)
+        raise ElicitdUnavailable(f"{last} after {self.retries + 1} attempts")
+
+    @staticmethod
+    def _body(response: httpx.Response) -> Any:
+        try:
+            body = response.json() if response.content else None
+        except ValueError:
+            body = None
+        if response.status_code >= 400:
+            problem = body if isinstance(body, dict) else {"detail": f"elicitd answered HTTP {response.status_code}"}
+            raise error_from_problem(response.status_code, problem)
+        return body
+
+    # ---- flows -------------------------------------------------------------------------------------
+    async def create_flow(self, subject: Subject | Mapping[str, str], kind: str, *, provider: str | None = None,
+                          scopes: Sequence[str] = (), message: str | None = None, ttl_seconds: int | None = None,
+                          context: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,
+                          url: str | None = None, account: str | None = None) -> CreatedFlow:
+        """Create a flow or reuse the subject's pending equivalent (same id, same URL).
+
+        ``status == "completed"`` means nothing needs asking (an ``oauth_connect`` whose connection
+        already covers the scopes)."""
+        body: dict[str, Any] = {"subject": _subject(subject), "kind": kind, "scopes": list(scopes)}
+        optional = {"provider": provider, "message": message, "ttl_seconds": ttl_seconds, "url": url,
+                    "account": account, "context": dict(context) if context else None,
+                    "params": dict(params) if params else None}
+        body.update({key: value for key, value in optional.items() if value is not None})
+        status, data = await self.request("POST", "/v1/flows", json=body)
+        return CreatedFlow.from_json(data, created=status == 201)
+
+    async def resolve(self, subject: Subject | Mapping[str, str], request_state: str,
+                      input_responses: Mapping[str, Mapping[str, Any]] | None = None,
+                      wait_seconds: float = 0) -> Resolution:
+        """Resolve an MCP client's retry: apply its action and, on ``accept``, wait up to
+        ``wait_seconds`` for the flow to finish."""
+        body = {"subject": _subject(subject), "request_state": request_state,
+                "input_responses": {key: dict(value) for key, value in (input_responses or {}).items()},
+                "wait_seconds": wait_seconds}
+        _, data = await self.request("POST", "/v1/flows/resolve", json=body, wait_seconds=wait_seconds)
+        return Resolution.from_json(data)
+
+    async def status(self, flow_id: str, *, wait_seconds: float = 0) -> FlowStatus:
+        """A flow's status; with ``wait_seconds`` a long-poll that returns as soon as it is terminal."""
+        params = {"wait_seconds": wait_seconds} if wait_seconds else None
+        _, data = await self.request("GET", f"/v1/flows/{flow_id}", params=params, wait_seconds=wait_seconds)
+        return FlowStatus.from_json(data)
+
+    async def complete(self, flow_id: str, result: Mapping[str, Any]) -> FlowStatus:
+        """Complete an ``external`` flow with the caller's result."""
+        return await self._finish(flow_id, "complete", {"result": dict(result)}, "completed")
+
+    async def fail(self, flow_id: str, code: str, message: str | None = None) -> FlowStatus:
+        """Fail an ``external`` flow with a code the MCP server can act on."""
+        body: dict[str, Any] = {"code": code} if message is None else {"code": code, "message": message}
+        return await self._finish(flow_id, "fail", body, "failed")
+
+    async def _finish(self, flow_id: str, verb: str, body: dict[str, Any], target: str) -> FlowStatus:
+        try:
+            _, data = await self.request("POST", f"/v1/flows/{flow_id}/{verb}", json=body)
+        except FlowNotPending:
+            # A retried call whose first attempt succeeded but whose answer was lost: the flow is
+            # already where we wanted it. Any other terminal state is a real conflict.
+            current = await self.status(flow_id)
+            if current.flow.status == target:
+                return current
+            raise
+        return FlowStatus.from_json(data)
+
+    # ---- connections -------------------------------------------------------------------------------
+    async def token(self, provider: str, subject: Subject | Mapping[str, str], *,
+                    scopes: Sequence[str] = (), account: str | None = None) -> Token:
+        """A valid access token for the subject's connection (refreshed by elicitd when near expiry).
+
+        Raises ``NotConnected`` (start an ``oauth_connect`` flow) or ``ReauthorizationRequired``."""
+        params: dict[str, Any] = _subject(subject)
+        if scopes:
+            params["scopes"] = " ".join(scopes)
+        if account is not None:
+            params["account"] = account
+        _, data = await self.request("GET", f"/v1/connections/{provider}/token", params=params)
+        return Token.from_json(data)
+
+    async def revoke(self, provider: str, subject: Subject | Mapping[str, str], *,
+                     account: str | None = None) -> None:
+        """Forget the subject's connection (and revoke it at the provider when it can)."""
+        params: dict[str, Any] = _subject(subject)
+        if account is not None:
+            params["account"] = account
+        await self.request("DELETE", f"/v1/connections/{provider}", params=params)
+
+
+__all__ = ["ElicitdClient", "ElicitdError"]

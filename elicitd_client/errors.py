@@ -1,0 +1,121 @@
+"""Exceptions of the elicitd client: one per stable problem+json ``code`` a caller acts on.
+
+elicitd answers every error as RFC 9457 problem+json with a ``code`` that never changes meaning;
+callers switch on the exception class (or on ``.code`` for codes this library does not know yet).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ElicitdError(Exception):
+    """An error answer from elicitd (or no answer at all, for ``ElicitdUnavailable``).
+
+    ``code`` is the problem's stable code, ``status`` the HTTP status (0 when no response came),
+    ``detail`` the human-readable text elicitd wrote for the caller (never a secret), and
+    ``problem`` the whole problem+json body.
+    """
+
+    default_code = "error"
+
+    def __init__(self, detail: str, *, code: str | None = None, status: int = 0,
+                 problem: dict[str, Any] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.code = code or self.default_code
+        self.status = status
+        self.problem = problem or {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, status={self.status}, detail={self.detail!r})"
+
+
+class ElicitdUnavailable(ElicitdError):
+    """elicitd could not be reached, or kept answering 5xx, after every retry."""
+
+    default_code = "unavailable"
+
+
+class Unauthenticated(ElicitdError):
+    """The API key is missing, wrong, or revoked."""
+
+    default_code = "unauthenticated"
+
+
+class Forbidden(ElicitdError):
+    """The server client may not do this (a provider it is not allowed, an issuer it does not trust)."""
+
+    default_code = "forbidden"
+
+
+class InvalidRequest(ElicitdError):
+    default_code = "invalid_request"
+
+
+class InvalidRequestState(ElicitdError):
+    """The ``request_state`` was tampered with, or minted for another subject or server client."""
+
+    default_code = "invalid_request_state"
+
+
+class RequestStateExpired(InvalidRequestState):
+    default_code = "request_state_expired"
+
+
+class NotFound(ElicitdError):
+    default_code = "not_found"
+
+
+class FlowNotFound(NotFound):
+    default_code = "flow_not_found"
+
+
+class NotConnected(NotFound):
+    """The subject has no connection to this provider (start an ``oauth_connect`` flow)."""
+
+    default_code = "not_connected"
+
+
+class Conflict(ElicitdError):
+    default_code = "conflict"
+
+
+class FlowNotPending(Conflict):
+    """The flow already reached a terminal state; it cannot change again."""
+
+    default_code = "flow_not_pending"
+
+
+class ReauthorizationRequired(Conflict):
+    """The provider refused the stored grant; a new ``oauth_connect`` flow reconnects it."""
+
+    default_code = "reauthorization_required"
+
+
+class RateLimited(ElicitdError):
+    default_code = "rate_limited"
+
+    @property
+    def retry_after(self) -> int | None:
+        value = self.problem.get("retry_after")
+        return int(value) if isinstance(value, int | float) else None
+
+
+_BY_CODE: dict[str, type[ElicitdError]] = {
+    cls.default_code: cls
+    for cls in (Unauthenticated, Forbidden, InvalidRequest, InvalidRequestState, RequestStateExpired, NotFound,
+                FlowNotFound, NotConnected, Conflict, FlowNotPending, ReauthorizationRequired, RateLimited,
+                ElicitdUnavailable)
+}
+_BY_STATUS: dict[int, type[ElicitdError]] = {400: InvalidRequest, 401: Unauthenticated, 403: Forbidden,
+                                             404: NotFound, 409: Conflict, 429: RateLimited}
+
+
+def error_from_problem(status: int, problem: dict[str, Any]) -> ElicitdError:
+    """Build the most specific exception for a problem+json answer (unknown codes keep their code)."""
+    code = problem.get("code")
+    code = code if isinstance(code, str) and code else None
+    cls = (_BY_CODE.get(code) if code else None) or _BY_STATUS.get(status) or ElicitdError
+    detail = problem.get("detail") or problem.get("title") or f"elicitd answered HTTP {status}"
+    return cls(str(detail), code=code or cls.default_code, status=status, problem=problem)
