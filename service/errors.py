@@ -182,7 +182,7 @@ def _html_response(status: int, title: str, detail: str, headers: dict[str, str]
         status_code=status,
         media_type=MediaType.HTML,
         headers=merged,
-    )  # type: ignore[return-value]
+    )
 
 
 def handle_elicitd_error(request: Request[Any, Any, Any], exc: ElicitdError) -> Response[Any]:

@@ -17,7 +17,7 @@ from service.settings import Settings
 ALLOWED_FIELDS = frozenset({
     "flow_id", "kind", "outcome", "server_client", "provider", "path", "method", "status", "duration_ms",
     "error_type", "code", "event", "count", "connection_id", "attempt", "delivery_id", "admin_token_id",
-    "route", "role",
+    "route", "role", "issuer",
 })
 
 _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
@@ -25,7 +25,7 @@ _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asc
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        line = {
+        line: dict[str, object] = {
             "ts": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,

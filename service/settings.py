@@ -91,6 +91,9 @@ class Settings:
     stripe_secret_key: str | None = field(default=None, repr=False)
     stripe_webhook_secret: str | None = field(default=None, repr=False)
     stripe_api_base: str | None = None
+    # Issuers (and providers) declared in a TOML/YAML file, applied at startup.
+    config_file: str | None = None
+    browser_session_seconds: int = 8 * 3600
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -110,9 +113,11 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read and validate ``ELICITD_*``; every problem is reported with the variable's name."""
         env = os.environ if env is None else env
-        get = lambda name, default=None: env.get(_PREFIX + name, default)  # noqa: E731
 
-        dev_mode = _bool(get("DEV", "false"), "ELICITD_DEV")
+        def get(name: str, default: str | None = None) -> str | None:
+            return env.get(_PREFIX + name, default)
+
+        dev_mode = _bool(get("DEV") or "false", "ELICITD_DEV")
         database_url = overrides.pop("database_url", None) or get("DATABASE_URL")
         if not database_url:
             raise ConfigurationError("ELICITD_DATABASE_URL is required (or run `elicitd dev` for embedded ones)")
@@ -143,6 +148,7 @@ class Settings:
             "sweep_batch_size": "SWEEP_BATCH_SIZE",
             "db_pool_size": "DB_POOL_SIZE",
             "request_state_grace_seconds": "REQUEST_STATE_GRACE_SECONDS",
+            "browser_session_seconds": "BROWSER_SESSION_SECONDS",
         }
         for attr, name in ints.items():
             if (raw := get(name)) is not None:
@@ -155,6 +161,8 @@ class Settings:
         for attr, name in floats.items():
             if (raw := get(name)) is not None:
                 values[attr] = _non_negative_float(raw, _PREFIX + name)
+        if raw := get("CONFIG_FILE"):
+            values["config_file"] = raw
         if (raw := get("REDIS_CHANNEL")) is not None:
             values["redis_channel"] = raw
         if (raw := get("LOG_LEVEL")) is not None:

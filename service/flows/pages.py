@@ -36,7 +36,7 @@ def page(request: Request[Any, Any, Any], template: str, status: int = 200, **co
     """Render an elicitd page with the headers every browser page carries."""
     context.setdefault("domain", request.app.state.settings.public_origin)
     return Template(template_name=template, context=context, status_code=status,
-                    headers=PAGE_HEADERS)  # type: ignore[return-value]
+                    headers=PAGE_HEADERS)
 
 
 def status_page(request: Request[Any, Any, Any], flow: Flow | None, status: int = 200) -> Response[Any]:

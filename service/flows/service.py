@@ -11,7 +11,8 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -44,6 +45,8 @@ INPUT_KEY_PREFIX = "elicitd_"
 LEGACY_URL_ELICITATION_REQUIRED = -32042
 
 TransitionListener = Callable[[Flow], None]
+# Raises RateLimited when the client may not create another flow now (one conditional statement).
+RateLimiter = Callable[[AsyncSession, AuthenticatedClient], Awaitable[None]]
 
 
 def input_key(flow_id: uuid.UUID) -> str:
@@ -77,7 +80,7 @@ class FlowService:
         self.codec = codec
         self.handlers = handlers
         self.listeners: list[TransitionListener] = []
-        self._rate: dict[uuid.UUID, tuple[int, int]] = {}
+        self.rate_limiter: RateLimiter | None = None
 
     # ---- units of work ---------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -204,17 +207,11 @@ class FlowService:
             raise InvalidRequest(f"ttl_seconds must be at most {self.settings.max_ttl_seconds}.")
         return ttl
 
-    def _check_rate(self, client: AuthenticatedClient) -> None:
-        """Flow creations per minute, per server client, per process (a fixed one-minute window)."""
-        if not client.flows_per_minute:
-            return
-        window = int(time.time() // 60)
-        start, count = self._rate.get(client.id, (window, 0))
-        if start != window:
-            start, count = window, 0
-        if count >= client.flows_per_minute:
-            raise RateLimited("Too many flows created this minute.", retry_after=60 - int(time.time() % 60))
-        self._rate[client.id] = (start, count + 1)
+    async def _check_rate(self, session: AsyncSession, client: AuthenticatedClient) -> None:
+        """Flow creations per minute, per server client, shared by every replica: the limiter
+        (``service.admin.quotas``, set by ``create_app``) counts in the creating transaction."""
+        if self.rate_limiter is not None and client.flows_per_minute:
+            await self.rate_limiter(session, client)
 
     async def create(self, client: AuthenticatedClient, request: CreateFlowRequest) -> tuple[bool, CreateFlowResponse]:
         """Create a flow or reuse the pending equivalent. Returns ``(created, response)``."""
@@ -234,10 +231,7 @@ class FlowService:
 
     def _satisfied_response(self, request: CreateFlowRequest, normalized: NormalizedFlow,
                             result: dict[str, Any]) -> CreateFlowResponse:
-        now = time.time()
-        from datetime import UTC, datetime
-
-        stamp = datetime.fromtimestamp(now, tz=UTC)
+        stamp = datetime.now(tz=UTC)
         view = FlowView(id="", kind=normalized.kind, status="completed", url="", expires_at=stamp, created_at=stamp,
                         subject=request.subject, provider=normalized.provider, scopes=list(normalized.scopes),
                         completed_at=stamp)
@@ -246,8 +240,9 @@ class FlowService:
     async def _create_or_reuse(self, uow: UnitOfWork, client: AuthenticatedClient, subject: Subject,
                                normalized: NormalizedFlow, ttl: int,
                                context: dict[str, Any]) -> tuple[Flow, bool]:
-        keys = {"server_client_id": client.id, "subject_iss": subject.iss, "subject_sub": subject.sub,
-                "kind": normalized.kind, "reuse_key": normalized.reuse_key}
+        keys: dict[str, Any] = {"server_client_id": client.id, "subject_iss": subject.iss,
+                                "subject_sub": subject.sub, "kind": normalized.kind,
+                                "reuse_key": normalized.reuse_key}
         stale = await repo.expire_stale_reusable(uow.session, **keys)
         if stale is not None:
             uow.moved.append(stale)
@@ -261,7 +256,7 @@ class FlowService:
                     uow.session, server_client_id=client.id, subject_iss=subject.iss, subject_sub=subject.sub)
                 if pending >= client.pending_per_subject:
                     raise RateLimited("Too many pending flows for this subject.", retry_after=30)
-            self._check_rate(client)
+            await self._check_rate(uow.session, client)
             values = {
                 "id": uuid7(), **keys, "provider": normalized.provider, "scopes": list(normalized.scopes),
                 "params": normalized.params, "context": context, "message": normalized.message,

@@ -20,8 +20,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -30,11 +29,6 @@ logger = logging.getLogger("elicitd.signals")
 
 # Given the ids this process waits on, return those that are terminal or due to expire.
 FinishedLookup = Callable[[list[uuid.UUID]], Awaitable[Iterable[uuid.UUID]]]
-
-
-@dataclass(slots=True)
-class _Waiter:
-    event: asyncio.Event
 
 
 class Waiter:
@@ -105,7 +99,7 @@ class WaiterHub:
 
     # ---- waiters ---------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def register(self, flow_id: uuid.UUID) -> Iterable[Waiter]:  # type: ignore[misc]
+    def register(self, flow_id: uuid.UUID) -> Iterator[Waiter]:
         waiter = Waiter(self, flow_id)
         self._waiters.setdefault(flow_id, set()).add(waiter)
         try:
@@ -198,7 +192,7 @@ class WaiterHub:
             finally:
                 self._set_health(False)
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
                 with contextlib.suppress(Exception):
                     await client.aclose()
             await asyncio.sleep(backoff)
