@@ -16,6 +16,12 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
+from service.connections.api import ConnectionController
+from service.connections.discovery import MetadataCache
+from service.connections.kind import OAuthConnectKind
+from service.connections.pages import ROUTES as CONNECT_ROUTES
+from service.connections.pages import connect_page
+from service.connections.service import ConnectionService
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
 from service.errors import EXCEPTION_HANDLERS
@@ -26,7 +32,9 @@ from service.flows.request_state import RequestStateCodec
 from service.flows.service import FlowService
 from service.flows.sweeper import run_sweeper
 from service.health import healthz, readyz
+from service.identity.issuers import IssuerDirectory
 from service.identity.keys import ApiKeyAuthenticator
+from service.identity.login_api import IDENTITY_ROUTES
 from service.settings import Settings
 from service.signals.bus import WaiterHub
 
@@ -56,10 +64,18 @@ def create_app(settings: Settings) -> Litestar:
         "authenticator": ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds),
         "kind_pages": {},
         "vault": Vault(settings.keys),
+        "issuers": IssuerDirectory(sessions, Vault(settings.keys)),
     })
+    state.connections = ConnectionService(sessions=sessions, vault=state.vault, metadata=MetadataCache())
+    flows.handlers["oauth_connect"] = OAuthConnectKind()
+    state.kind_pages["oauth_connect"] = connect_page
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        if settings.config_file:
+            from service.config_file import apply_config_file  # noqa: PLC0415
+
+            await apply_config_file(settings.config_file, sessions, state.vault)
         await hub.start()
         tasks = []
         if settings.background_tasks:
@@ -73,6 +89,7 @@ def create_app(settings: Settings) -> Litestar:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await hub.stop()
+            await state.issuers.close()
             await engine.dispose()
 
     return Litestar(
@@ -81,6 +98,9 @@ def create_app(settings: Settings) -> Litestar:
             open_flow,
             healthz,
             readyz,
+            *IDENTITY_ROUTES,
+            ConnectionController,
+            *CONNECT_ROUTES,
             create_static_files_router(path="/static", directories=[_HERE / "static"], include_in_schema=False),
         ],
         state=state,

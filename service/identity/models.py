@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import ARRAY, Boolean, DateTime, ForeignKey, Integer, LargeBinary, String, Text, text
+from sqlalchemy import (
+    ARRAY,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db.base import Base, Timestamps, uuid7
@@ -37,3 +52,59 @@ class ServerClientKey(Timestamps, Base):
     prefix: Mapped[str] = mapped_column(String(16))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Issuer(Timestamps, Base):
+    """A trusted OIDC identity provider: where elicitd logs browser users in (DESIGN §5)."""
+
+    __tablename__ = "issuers"
+    __table_args__ = (
+        CheckConstraint("(client_secret_enc IS NULL) = (client_secret_key_id IS NULL)", name="secret_pair"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
+    issuer: Mapped[str] = mapped_column(Text, unique=True)
+    display_name: Mapped[str] = mapped_column(String(200))
+    client_id: Mapped[str] = mapped_column(Text)
+    client_secret_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
+    client_secret_key_id: Mapped[str | None] = mapped_column(String(32))
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{openid}'"))
+    authorization_endpoint: Mapped[str | None] = mapped_column(Text)
+    token_endpoint: Mapped[str | None] = mapped_column(Text)
+    jwks_uri: Mapped[str | None] = mapped_column(Text)
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSONB)
+    metadata_fetched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class LoginAttempt(Base):
+    """One OIDC login in progress. The id is SHA-256 of ``state``; the state itself is never stored."""
+
+    __tablename__ = "login_attempts"
+
+    id: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
+    issuer_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("issuers.id", ondelete="CASCADE"))
+    browser_binding: Mapped[bytes] = mapped_column(LargeBinary(32))
+    secrets_enc: Mapped[bytes] = mapped_column(LargeBinary)
+    secrets_key_id: Mapped[str] = mapped_column(String(32))
+    return_to: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class BrowserSession(Base):
+    """A logged-in browser. The id is SHA-256 of the cookie value, so a database read leaks no cookie."""
+
+    __tablename__ = "browser_sessions"
+    __table_args__ = (Index("ix_browser_sessions_subject", "iss", "sub"),)
+
+    id: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
+    issuer_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("issuers.id", ondelete="CASCADE"))
+    iss: Mapped[str] = mapped_column(Text)
+    sub: Mapped[str] = mapped_column(Text)
+    csrf_secret: Mapped[bytes] = mapped_column(LargeBinary(32))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

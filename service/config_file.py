@@ -1,0 +1,87 @@
+"""The declarative config file (``ELICITD_CONFIG_FILE``): issuers and providers as code.
+
+A TOML (``.toml``) or YAML (``.yaml``/``.yml``) file with one top-level key per section::
+
+    [[issuers]]
+    issuer = "https://id.example.com"
+    client_id = "elicitd"
+    client_secret_env = "ID_EXAMPLE_SECRET"   # secrets come from the environment, not the file
+
+Every replica applies it at startup, all sections in one transaction; applying is an upsert by
+natural key, so concurrent replicas converge and a restart is idempotent. Each domain owns its
+section: add ``"name": "package.module:function"`` to ``SECTIONS``; the function has the
+signature of :data:`SectionApplier` and returns how many entries it applied. Unknown top-level
+keys are an error, so a typo never silently drops an issuer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tomllib
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.crypto.vault import Vault
+from service.errors import ConfigurationError
+
+SectionApplier = Callable[[AsyncSession, Vault, Any, Mapping[str, str]], Awaitable[int]]
+
+# section name → "module:function" (imported lazily, so a section's domain loads only when used).
+SECTIONS: dict[str, str] = {
+    "issuers": "service.identity.issuers:apply_config_section",
+}
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Parse the file; errors name the file and never echo its contents (they may hold secrets)."""
+    file = Path(path)
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"ELICITD_CONFIG_FILE: cannot read {file}") from exc
+    suffix = file.suffix.lower()
+    try:
+        if suffix == ".toml":
+            data: Any = tomllib.loads(raw.decode())
+        elif suffix in {".yaml", ".yml"}:
+            data = yaml.safe_load(raw) or {}
+        else:
+            raise ConfigurationError(f"ELICITD_CONFIG_FILE: {file} must end in .toml, .yaml or .yml")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"ELICITD_CONFIG_FILE: {file} is not valid {suffix[1:].upper()}") from exc
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"ELICITD_CONFIG_FILE: {file} must hold a table at the top level")
+    unknown = set(data) - set(SECTIONS)
+    if unknown:
+        raise ConfigurationError(f"ELICITD_CONFIG_FILE: unknown sections {sorted(unknown)}; "
+                                 f"known: {sorted(SECTIONS)}")
+    return data
+
+
+def _applier(name: str) -> SectionApplier:
+    module, _, function = SECTIONS[name].partition(":")
+    applier: SectionApplier = getattr(importlib.import_module(module), function)
+    return applier
+
+
+async def apply_config(sessions: async_sessionmaker[AsyncSession], vault: Vault, data: Mapping[str, Any],
+                       env: Mapping[str, str] | None = None) -> dict[str, int]:
+    """Apply every section in one transaction; returns entries applied per section."""
+    env = os.environ if env is None else env
+    counts: dict[str, int] = {}
+    async with sessions() as session:
+        for name in SECTIONS:
+            if name in data:
+                counts[name] = await _applier(name)(session, vault, data[name], env)
+        await session.commit()
+    return counts
+
+
+async def apply_config_file(path: str | Path, sessions: async_sessionmaker[AsyncSession], vault: Vault,
+                            env: Mapping[str, str] | None = None) -> dict[str, int]:
+    return await apply_config(sessions, vault, load_config_file(path), env)

@@ -1,0 +1,348 @@
+"""Trusted OIDC identity providers ("issuers") as data, with cached discovery metadata.
+
+An issuer row says where elicitd sends a browser to prove who it is. Endpoints are either given
+explicitly or discovered from ``/.well-known/openid-configuration``; discovered metadata is cached
+in the row (so replicas and restarts share it) and in process (so a login costs no extra round
+trip), each for ``METADATA_TTL_SECONDS``. The client secret, when the issuer needs one, is a vault
+value bound to the row id and the purpose ``issuer_client_secret``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.crypto.aead import SealError
+from service.crypto.vault import Vault
+from service.errors import ConfigurationError, ElicitdError, InvalidRequest
+from service.flows.kinds import is_loopback_host
+from service.identity.models import Issuer
+
+SECRET_PURPOSE = "issuer_client_secret"
+METADATA_TTL_SECONDS = 3600.0
+JWKS_TTL_SECONDS = 3600.0
+# A token signed with an unknown key may mean the issuer rotated keys: refetch, but at most this
+# often, so a stream of forged tokens cannot turn elicitd into a JWKS request amplifier.
+JWKS_REFRESH_MIN_SECONDS = 30.0
+HTTP_TIMEOUT_SECONDS = 10.0
+DEFAULT_SCOPES = ("openid",)
+
+
+class IssuerUnavailable(ElicitdError):
+    """The issuer's metadata or keys could not be fetched or made no sense."""
+
+    code = "issuer_unavailable"
+    status = 502
+    title = "The sign-in service is not reachable"
+
+
+def check_issuer_url(value: str, *, what: str = "issuer") -> str:
+    """An issuer identifier (or endpoint): https, or http only on loopback; no query or fragment."""
+    parts = urlsplit(value)
+    host = parts.hostname or ""
+    if parts.scheme not in {"https", "http"} or not host or parts.query or parts.fragment:
+        raise InvalidRequest(f"{what} must be an absolute https URL without query or fragment.")
+    if parts.scheme == "http" and not is_loopback_host(host):
+        raise InvalidRequest(f"{what} must use https (http is allowed only on loopback).")
+    if parts.username or parts.password:
+        raise InvalidRequest(f"{what} must not carry credentials.")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class IssuerConfig:
+    """What an operator declares about an issuer (CLI or config file)."""
+
+    issuer: str
+    client_id: str
+    client_secret: str | None = None
+    display_name: str | None = None
+    scopes: tuple[str, ...] = DEFAULT_SCOPES
+    authorization_endpoint: str | None = None
+    token_endpoint: str | None = None
+    jwks_uri: str | None = None
+    enabled: bool = True
+
+    def validated(self) -> IssuerConfig:
+        check_issuer_url(self.issuer)
+        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
+            value = getattr(self, name)
+            if value is not None:
+                check_issuer_url(value, what=name)
+        if not self.client_id.strip():
+            raise InvalidRequest("client_id must not be empty.")
+        if "openid" not in self.scopes:
+            raise InvalidRequest("scopes must include 'openid' (the login needs an ID token).")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedIssuer:
+    """An enabled issuer with everything a login needs; holds the decrypted secret, never log it."""
+
+    id: uuid.UUID
+    issuer: str
+    display_name: str
+    client_id: str
+    client_secret: str | None = field(repr=False)
+    scopes: tuple[str, ...]
+    authorization_endpoint: str
+    token_endpoint: str
+    jwks_uri: str
+    iss_parameter_supported: bool
+    token_auth_method: str
+
+
+# ---- repository ---------------------------------------------------------------------------------
+async def upsert_issuer(session: AsyncSession, vault: Vault, config: IssuerConfig) -> uuid.UUID:
+    """Create or update an issuer by its URL; returns the row id. Does not commit.
+
+    Metadata is cleared when endpoints change so the next login rediscovers. The secret is
+    encrypted after the upsert because its associated data is the row id, known only then.
+    """
+    config = config.validated()
+    row = await session.execute(
+        text("""
+        INSERT INTO issuers (id, issuer, display_name, client_id, scopes, authorization_endpoint,
+                             token_endpoint, jwks_uri, enabled)
+        VALUES (:id, :issuer, :display_name, :client_id, :scopes, :ae, :te, :ju, :enabled)
+        ON CONFLICT (issuer) DO UPDATE SET
+            display_name = EXCLUDED.display_name, client_id = EXCLUDED.client_id, scopes = EXCLUDED.scopes,
+            authorization_endpoint = EXCLUDED.authorization_endpoint, token_endpoint = EXCLUDED.token_endpoint,
+            jwks_uri = EXCLUDED.jwks_uri, enabled = EXCLUDED.enabled, metadata = NULL,
+            metadata_fetched_at = NULL, updated_at = now()
+        RETURNING id
+        """),
+        {"id": uuid.uuid4(), "issuer": config.issuer, "display_name": config.display_name or _default_name(config),
+         "client_id": config.client_id, "scopes": list(config.scopes), "ae": config.authorization_endpoint,
+         "te": config.token_endpoint, "ju": config.jwks_uri, "enabled": config.enabled},
+    )
+    issuer_id: uuid.UUID = row.scalar_one()
+    key_id, blob = (None, None)
+    if config.client_secret is not None:
+        key_id, blob = vault.encrypt(config.client_secret, owner=str(issuer_id), purpose=SECRET_PURPOSE)
+    await session.execute(
+        text("UPDATE issuers SET client_secret_enc = :blob, client_secret_key_id = :kid WHERE id = :id"),
+        {"blob": blob, "kid": key_id, "id": issuer_id},
+    )
+    return issuer_id
+
+
+def _default_name(config: IssuerConfig) -> str:
+    return urlsplit(config.issuer).hostname or config.issuer
+
+
+async def list_issuers(session: AsyncSession) -> Sequence[Issuer]:
+    return (await session.execute(select(Issuer).order_by(Issuer.issuer))).scalars().all()
+
+
+async def set_enabled(session: AsyncSession, issuer: str, enabled: bool) -> bool:
+    """Enable or disable by issuer URL; False when there is no such issuer. Disabling also ends its
+    browser sessions at once (the session lookup joins on ``enabled``)."""
+    result = await session.execute(
+        text("UPDATE issuers SET enabled = :e, updated_at = now() WHERE issuer = :i RETURNING id"),
+        {"e": enabled, "i": issuer},
+    )
+    return result.first() is not None
+
+
+def issuer_public_view(row: Issuer) -> dict[str, Any]:
+    """An issuer as the CLI/admin show it: whether a secret exists, never the secret."""
+    return {
+        "issuer": row.issuer, "display_name": row.display_name, "client_id": row.client_id,
+        "client_secret": "set" if row.client_secret_enc is not None else "none (public client)",
+        "scopes": " ".join(row.scopes or []), "enabled": row.enabled,
+        "endpoints": "explicit" if row.authorization_endpoint and row.token_endpoint and row.jwks_uri
+        else "discovered",
+        "metadata_fetched_at": row.metadata_fetched_at,
+    }
+
+
+async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any,
+                               env: Mapping[str, str]) -> int:
+    """The ``issuers:`` section of the config file: a list of tables, one per issuer.
+
+    Each entry: ``issuer``, ``client_id``, optional ``client_secret_env`` (the name of an
+    environment variable holding the secret: secrets stay out of the file), ``display_name``,
+    ``scopes``, ``authorization_endpoint``, ``token_endpoint``, ``jwks_uri``, ``enabled``.
+    """
+    if not isinstance(entries, list):
+        raise ConfigurationError("config file: 'issuers' must be a list of tables")
+    allowed = {"issuer", "client_id", "client_secret_env", "display_name", "scopes", "authorization_endpoint",
+               "token_endpoint", "jwks_uri", "enabled"}
+    for index, entry in enumerate(entries):
+        where = f"config file: issuers[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigurationError(f"{where} must be a table")
+        unknown = set(entry) - allowed
+        if unknown:
+            raise ConfigurationError(f"{where}: unknown keys {sorted(unknown)}")
+        if "client_secret" in entry:
+            raise ConfigurationError(f"{where}: put the secret in an environment variable (client_secret_env)")
+        secret = None
+        if (var := entry.get("client_secret_env")) is not None:
+            secret = env.get(str(var))
+            if not secret:
+                raise ConfigurationError(f"{where}: environment variable {var} is not set")
+        try:
+            config = IssuerConfig(
+                issuer=str(entry["issuer"]), client_id=str(entry["client_id"]), client_secret=secret,
+                display_name=entry.get("display_name"), scopes=tuple(entry.get("scopes", DEFAULT_SCOPES)),
+                authorization_endpoint=entry.get("authorization_endpoint"),
+                token_endpoint=entry.get("token_endpoint"), jwks_uri=entry.get("jwks_uri"),
+                enabled=bool(entry.get("enabled", True)))
+            await upsert_issuer(session, vault, config)
+        except KeyError as exc:
+            raise ConfigurationError(f"{where}: '{exc.args[0]}' is required") from None
+        except InvalidRequest as exc:
+            raise ConfigurationError(f"{where}: {exc.detail}") from None
+    return len(entries)
+
+
+# ---- resolution and caches ------------------------------------------------------------------------
+class IssuerDirectory:
+    """Enabled issuers by URL, with discovery metadata and JWKS cached in process and in the row."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], vault: Vault, *,
+                 http: httpx.AsyncClient | None = None, metadata_ttl: float = METADATA_TTL_SECONDS) -> None:
+        self._sessions = sessions
+        self._vault = vault
+        self._http = http
+        self._metadata_ttl = metadata_ttl
+        self._metadata: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._jwks: dict[str, tuple[float, dict[str, Any]]] = {}
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=HTTP_TIMEOUT_SECONDS, follow_redirects=False)
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def resolve(self, issuer: str) -> ResolvedIssuer | None:
+        """The enabled issuer with this exact URL, endpoints filled in; None when not registered."""
+        async with self._sessions() as session:
+            row = (await session.execute(
+                select(Issuer).where(Issuer.issuer == issuer, Issuer.enabled.is_(True)))).scalar_one_or_none()
+            if row is None:
+                return None
+            metadata = await self._metadata_for(session, row)
+            await session.commit()
+        return self._resolved(row, metadata)
+
+    async def resolve_id(self, issuer_id: uuid.UUID) -> ResolvedIssuer | None:
+        async with self._sessions() as session:
+            row = await session.get(Issuer, issuer_id)
+            if row is None or not row.enabled:
+                return None
+            metadata = await self._metadata_for(session, row)
+            await session.commit()
+        return self._resolved(row, metadata)
+
+    def _resolved(self, row: Issuer, metadata: dict[str, Any]) -> ResolvedIssuer:
+        secret = None
+        if row.client_secret_enc is not None and row.client_secret_key_id is not None:
+            try:
+                secret = self._vault.decrypt_text(row.client_secret_key_id, row.client_secret_enc,
+                                                  owner=str(row.id), purpose=SECRET_PURPOSE)
+            except SealError as exc:
+                raise ConfigurationError("The issuer's client secret cannot be decrypted with the key ring.") from exc
+        endpoints = {}
+        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
+            value = getattr(row, name) or metadata.get(name)
+            if not isinstance(value, str) or not value:
+                raise IssuerUnavailable(f"The sign-in service's metadata has no {name}.")
+            endpoints[name] = check_issuer_url(value, what=name)
+        methods = metadata.get("token_endpoint_auth_methods_supported") or ["client_secret_basic"]
+        if secret is None:
+            auth_method = "none"
+        elif "client_secret_basic" in methods:
+            auth_method = "client_secret_basic"
+        else:
+            auth_method = "client_secret_post"
+        return ResolvedIssuer(
+            id=row.id, issuer=row.issuer, display_name=row.display_name, client_id=row.client_id,
+            client_secret=secret, scopes=tuple(row.scopes or DEFAULT_SCOPES),
+            authorization_endpoint=endpoints["authorization_endpoint"],
+            token_endpoint=endpoints["token_endpoint"], jwks_uri=endpoints["jwks_uri"],
+            iss_parameter_supported=metadata.get("authorization_response_iss_parameter_supported") is True,
+            token_auth_method=auth_method,
+        )
+
+    async def _metadata_for(self, session: AsyncSession, row: Issuer) -> dict[str, Any]:
+        if row.authorization_endpoint and row.token_endpoint and row.jwks_uri and row.metadata_ is None:
+            return {}
+        now = time.monotonic()
+        cached = self._metadata.get(row.issuer)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        fresh_in_row = await session.execute(
+            text("SELECT metadata FROM issuers WHERE id = :id AND metadata IS NOT NULL "
+                 "AND metadata_fetched_at > now() - make_interval(secs => :ttl)"),
+            {"id": row.id, "ttl": self._metadata_ttl})
+        metadata: dict[str, Any] | None = fresh_in_row.scalar_one_or_none()
+        if metadata is None:
+            metadata = await self.discover(row.issuer)
+            await session.execute(
+                text("UPDATE issuers SET metadata = CAST(:m AS jsonb), metadata_fetched_at = now() WHERE id = :id"),
+                {"m": json.dumps(metadata), "id": row.id})
+        self._metadata[row.issuer] = (now + self._metadata_ttl, metadata)
+        return metadata
+
+    async def discover(self, issuer: str) -> dict[str, Any]:
+        """Fetch OIDC discovery metadata; its ``issuer`` must equal ours exactly (OIDC Discovery §4.3)."""
+        url = issuer.rstrip("/") + "/.well-known/openid-configuration"
+        try:
+            response = await self.http.get(url, headers={"Accept": "application/json"})
+        except httpx.HTTPError as exc:
+            raise IssuerUnavailable("The sign-in service's metadata could not be fetched.") from exc
+        if response.status_code != 200:
+            raise IssuerUnavailable(f"The sign-in service's metadata answered HTTP {response.status_code}.")
+        try:
+            metadata = response.json()
+        except ValueError as exc:
+            raise IssuerUnavailable("The sign-in service's metadata is not JSON.") from exc
+        if not isinstance(metadata, dict) or metadata.get("issuer") != issuer:
+            raise IssuerUnavailable("The sign-in service's metadata names another issuer.")
+        return metadata
+
+    async def jwks(self, issuer: ResolvedIssuer, *, refresh: bool = False) -> dict[str, Any]:
+        """The issuer's signing keys; ``refresh`` refetches (rate-limited) after an unknown ``kid``."""
+        now = time.monotonic()
+        cached = self._jwks.get(issuer.jwks_uri)
+        if cached is not None:
+            fetched_at, keys = cached
+            fresh = now - fetched_at < JWKS_TTL_SECONDS
+            if fresh and (not refresh or now - fetched_at < JWKS_REFRESH_MIN_SECONDS):
+                return keys
+        try:
+            response = await self.http.get(issuer.jwks_uri, headers={"Accept": "application/json"})
+            keys = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as exc:
+            raise IssuerUnavailable("The sign-in service's keys could not be fetched.") from exc
+        if not isinstance(keys, dict) or not isinstance(keys.get("keys"), list):
+            raise IssuerUnavailable("The sign-in service's keys could not be read.")
+        self._jwks[issuer.jwks_uri] = (now, keys)
+        return keys
+
+    def forget(self, issuer: str | None = None) -> None:
+        """Drop in-process caches (tests; after ``issuers add`` changed endpoints)."""
+        if issuer is None:
+            self._metadata.clear()
+            self._jwks.clear()
+        else:
+            self._metadata.pop(issuer, None)
+

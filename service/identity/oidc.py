@@ -1,0 +1,127 @@
+"""The OIDC relying party: authorization request, code exchange (Authlib), ID token validation.
+
+Only the authorization code flow with PKCE S256 and a nonce is used. The ID token is verified
+against the issuer's JWKS with an asymmetric algorithm only (never ``none`` or an HMAC keyed by
+the client secret), then ``iss``, ``aud`` (and ``azp`` when several audiences), ``exp``, ``iat``
+and ``nonce`` are checked. Nothing from the provider's error bodies reaches a page or a log.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from authlib.integrations.base_client.errors import OAuthError
+from authlib.integrations.httpx_client import AsyncOAuth2Client
+from joserfc import jwt
+from joserfc.errors import JoseError
+from joserfc.jwk import KeySet
+
+from service.errors import ElicitdError
+from service.identity.issuers import HTTP_TIMEOUT_SECONDS, IssuerDirectory, ResolvedIssuer
+
+logger = logging.getLogger("elicitd.identity")
+
+# Asymmetric signatures only: an HS256 ID token would be "signed" with our own client secret.
+ID_TOKEN_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+CLOCK_LEEWAY_SECONDS = 60
+MAX_ID_TOKEN_AGE_SECONDS = 600
+
+
+class LoginFailed(ElicitdError):
+    """The sign-in did not complete; ``detail`` is a fixed sentence, never provider text."""
+
+    code = "login_failed"
+    status = 400
+    title = "Sign-in failed"
+
+
+class InvalidIdToken(LoginFailed):
+    code = "invalid_id_token"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedLogin:
+    iss: str
+    sub: str
+
+
+def authorization_url(issuer: ResolvedIssuer, *, redirect_uri: str, state: str, nonce: str,
+                      code_verifier: str, prompt: str | None = None) -> str:
+    client = AsyncOAuth2Client(client_id=issuer.client_id, redirect_uri=redirect_uri,
+                               scope=" ".join(issuer.scopes), code_challenge_method="S256")
+    extra: dict[str, str] = {"nonce": nonce}
+    if prompt:
+        extra["prompt"] = prompt
+    url, _ = client.create_authorization_url(issuer.authorization_endpoint, state=state,
+                                             code_verifier=code_verifier, **extra)
+    return str(url)
+
+
+async def exchange_code(issuer: ResolvedIssuer, *, code: str, redirect_uri: str,
+                        code_verifier: str) -> dict[str, Any]:
+    """Trade the code for tokens at the issuer's token endpoint (Authlib's async client)."""
+    client = AsyncOAuth2Client(
+        client_id=issuer.client_id, client_secret=issuer.client_secret,
+        token_endpoint_auth_method=issuer.token_auth_method, redirect_uri=redirect_uri,
+        code_challenge_method="S256", timeout=HTTP_TIMEOUT_SECONDS, follow_redirects=False)
+    try:
+        async with client:
+            token: dict[str, Any] = await client.fetch_token(
+                issuer.token_endpoint, grant_type="authorization_code", code=code, code_verifier=code_verifier)
+    except OAuthError as exc:
+        # ``exc.error`` is a registered OAuth error code; the description is provider text: dropped.
+        logger.warning("issuer token exchange refused", extra={"code": str(exc.error)[:64], "issuer": issuer.issuer})
+        raise LoginFailed("The sign-in service did not accept the sign-in. Please try again.") from None
+    except (httpx.HTTPError, ValueError):
+        logger.warning("issuer token exchange failed", extra={"issuer": issuer.issuer})
+        raise LoginFailed("The sign-in service could not be reached. Please try again.") from None
+    return token
+
+
+async def verify_id_token(directory: IssuerDirectory, issuer: ResolvedIssuer, id_token: object, *,
+                          nonce: str) -> VerifiedLogin:
+    if not isinstance(id_token, str) or not id_token:
+        raise InvalidIdToken("The sign-in service sent no identity token.")
+    try:
+        decoded = _decode(id_token, await directory.jwks(issuer))
+    except (JoseError, ValueError):
+        # Perhaps the issuer rotated its keys: refetch once (rate-limited in the directory).
+        try:
+            decoded = _decode(id_token, await directory.jwks(issuer, refresh=True))
+        except (JoseError, ValueError):
+            raise InvalidIdToken("The identity token's signature could not be verified.") from None
+    claims = decoded.claims
+    registry = jwt.JWTClaimsRegistry(
+        leeway=CLOCK_LEEWAY_SECONDS,
+        iss={"essential": True, "value": issuer.issuer},
+        aud={"essential": True, "value": issuer.client_id},
+        sub={"essential": True},
+        exp={"essential": True},
+        iat={"essential": True},
+    )
+    try:
+        registry.validate(claims)
+    except (JoseError, ValueError):
+        raise InvalidIdToken("The identity token is not for this service, or it has expired.") from None
+    audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
+    if len(audiences) > 1 and claims.get("azp") != issuer.client_id:
+        raise InvalidIdToken("The identity token is not for this service, or it has expired.")
+    issued_at = claims["iat"]
+    if not isinstance(issued_at, int | float) or issued_at < time.time() - MAX_ID_TOKEN_AGE_SECONDS:
+        raise InvalidIdToken("The identity token is too old.")
+    got_nonce = claims.get("nonce")
+    if not isinstance(got_nonce, str) or not hmac.compare_digest(got_nonce.encode(), nonce.encode()):
+        raise InvalidIdToken("The identity token does not belong to this sign-in.")
+    sub = claims["sub"]
+    if not isinstance(sub, str) or not sub or len(sub) > 255:
+        raise InvalidIdToken("The identity token names no valid user.")
+    return VerifiedLogin(iss=issuer.issuer, sub=sub)
+
+
+def _decode(id_token: str, jwks: dict[str, Any]) -> jwt.Token:
+    return jwt.decode(id_token, KeySet.import_key_set(jwks), algorithms=list(ID_TOKEN_ALGORITHMS))
