@@ -16,6 +16,12 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
+from service.connections.api import ConnectionController
+from service.connections.discovery import MetadataCache
+from service.connections.kind import OAuthConnectKind
+from service.connections.pages import ROUTES as CONNECT_ROUTES
+from service.connections.pages import connect_page
+from service.connections.service import ConnectionService
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
 from service.errors import EXCEPTION_HANDLERS
@@ -60,6 +66,9 @@ def create_app(settings: Settings) -> Litestar:
         "vault": Vault(settings.keys),
         "issuers": IssuerDirectory(sessions, Vault(settings.keys)),
     })
+    state.connections = ConnectionService(sessions=sessions, vault=state.vault, metadata=MetadataCache())
+    flows.handlers["oauth_connect"] = OAuthConnectKind()
+    state.kind_pages["oauth_connect"] = connect_page
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -90,6 +99,8 @@ def create_app(settings: Settings) -> Litestar:
             healthz,
             readyz,
             *IDENTITY_ROUTES,
+            ConnectionController,
+            *CONNECT_ROUTES,
             create_static_files_router(path="/static", directories=[_HERE / "static"], include_in_schema=False),
         ],
         state=state,

@@ -1,0 +1,138 @@
+"""Providers (third-party OAuth APIs), connections (the token vault) and pending OAuth states.
+
+Mirrors ``migrations/versions/0003_connections.py``; the app never calls ``create_all``. Every
+secret column is ciphertext from ``service.crypto.vault.Vault`` with its ``*_key_id`` beside it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    LargeBinary,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.db.base import Base, Timestamps, uuid7
+
+ACTIVE = "active"
+REAUTHORIZATION_REQUIRED = "reauthorization_required"
+REVOKED = "revoked"
+
+
+class Provider(Timestamps, Base):
+    __tablename__ = "providers"
+    __table_args__ = (
+        CheckConstraint("token_auth_method IN ('client_secret_basic', 'client_secret_post', 'none')",
+                        name="token_auth_method"),
+    )
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    display_name: Mapped[str] = mapped_column(String(200))
+    catalog: Mapped[str | None] = mapped_column(String(64))
+    issuer: Mapped[str | None] = mapped_column(Text)
+    discovery_url: Mapped[str | None] = mapped_column(Text)
+    authorization_endpoint: Mapped[str | None] = mapped_column(Text)
+    token_endpoint: Mapped[str | None] = mapped_column(Text)
+    revocation_endpoint: Mapped[str | None] = mapped_column(Text)
+    account_endpoint: Mapped[str | None] = mapped_column(Text)
+    account_id_field: Mapped[str] = mapped_column(String(64), server_default=text("'id'"))
+    account_login_field: Mapped[str | None] = mapped_column(String(64))
+    client_id: Mapped[str] = mapped_column(Text)
+    client_secret_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
+    client_secret_key_id: Mapped[str | None] = mapped_column(String(32))
+    token_auth_method: Mapped[str] = mapped_column(String(32), server_default=text("'client_secret_basic'"))
+    default_scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    scope_descriptions: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    scope_separator: Mapped[str] = mapped_column(String(4), server_default=text("' '"))
+    authorize_params: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Connection(Timestamps, Base):
+    __tablename__ = "connections"
+    __table_args__ = (
+        CheckConstraint("status IN ('active', 'reauthorization_required', 'revoked')", name="status"),
+        Index("uq_connections_live_account", "subject_iss", "subject_sub", "provider", "account_id", unique=True,
+              postgresql_where=text("status <> 'revoked'")),
+        Index("ix_connections_subject", "subject_iss", "subject_sub", "provider", "id"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
+    subject_iss: Mapped[str] = mapped_column(Text)
+    subject_sub: Mapped[str] = mapped_column(Text)
+    provider: Mapped[str] = mapped_column(String(64), ForeignKey("providers.name", ondelete="RESTRICT",
+                                                                 onupdate="CASCADE"))
+    account_id: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    account_login: Mapped[str | None] = mapped_column(Text)
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    token_type: Mapped[str] = mapped_column(String(32), server_default=text("'Bearer'"))
+    access_token_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
+    access_token_key_id: Mapped[str | None] = mapped_column(String(32))
+    refresh_token_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
+    refresh_token_key_id: Mapped[str | None] = mapped_column(String(32))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    status: Mapped[str] = mapped_column(String(32), server_default=text("'active'"))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    refreshed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class OAuthState(Timestamps, Base):
+    """One authorization request in flight. Only the SHA-256 of ``state`` is stored, so a database
+    reader cannot forge a callback; the PKCE verifier is vault-encrypted (owner = this row's id)."""
+
+    __tablename__ = "oauth_states"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
+    state_hash: Mapped[bytes] = mapped_column(LargeBinary(32), unique=True)
+    flow_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("flows.id", ondelete="CASCADE"), index=True)
+    browser_session_id: Mapped[bytes] = mapped_column(LargeBinary(32), ForeignKey("browser_sessions.id",
+                                                                                 ondelete="CASCADE"))
+    provider: Mapped[str] = mapped_column(String(64))
+    verifier_enc: Mapped[bytes] = mapped_column(LargeBinary)
+    verifier_key_id: Mapped[str] = mapped_column(String(32))
+    redirect_uri: Mapped[str] = mapped_column(Text)
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+def _register_encrypted_columns() -> None:
+    """Tell ``elicitd keys rotate`` where this domain keeps vault values (and with which owner)."""
+    try:
+        from service.crypto.rotate import ENCRYPTED_COLUMNS, EncryptedColumn  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - the rotation command is optional at import time
+        return
+
+    connection_owner = "'cn_' || replace(id::text, '-', '')"
+    ours = [
+        EncryptedColumn("providers", "name", "client_secret_key_id", "client_secret_enc", "name",
+                        purpose="client_secret"),
+        EncryptedColumn("connections", "id", "access_token_key_id", "access_token_enc", connection_owner,
+                        purpose="access_token"),
+        EncryptedColumn("connections", "id", "refresh_token_key_id", "refresh_token_enc", connection_owner,
+                        purpose="refresh_token"),
+        EncryptedColumn("oauth_states", "id", "verifier_key_id", "verifier_enc", "id::text",
+                        purpose="pkce_verifier"),
+    ]
+    for column in ours:
+        if column not in ENCRYPTED_COLUMNS:
+            ENCRYPTED_COLUMNS.append(column)
+
+
+_register_encrypted_columns()

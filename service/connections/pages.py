@@ -1,0 +1,292 @@
+"""Browser side of ``oauth_connect``: the connect page, Continue / Decline, the provider callback
+and the final page.
+
+Order of checks at the callback matters and is the point of this module: the ``state`` must be
+known, the browser must be the flow's subject, and the state is then used up — once, by the
+browser session that started it, before it expires — *before* anything the provider sent is
+looked at; the RFC 9207 ``iss`` is checked before the code is exchanged. Every refusal leaves the
+flow pending and stores nothing, and no refusal reaches the provider's token endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlsplit
+
+from litestar import Request, Response, get, post
+from litestar.response import Template
+from sqlalchemy import select
+
+from service.connections import oauth
+from service.connections import repository as repo
+from service.connections.catalog import describe_scope
+from service.connections.providers import ResolvedProvider
+from service.connections.service import ConnectionService
+from service.db.base import FLOW_ID, uuid7
+from service.flows.models import Flow
+from service.flows.pages import PAGE_HEADERS, page, status_page
+from service.flows.repository import Transition
+from service.flows.service import FlowService
+from service.flows.states import Actor, FlowStatus
+from service.identity.browser import BrowserIdentity, check_csrf, redirect, require_subject
+from service.identity.models import ServerClient
+
+logger = logging.getLogger("elicitd.connections.pages")
+
+Req = Request[Any, Any, Any]
+KIND = "oauth_connect"
+CALLBACK_PATH = "/connect/callback"
+STATE_SECONDS = 600
+
+
+def redirect_uri(request: Req) -> str:
+    """Fixed and exact: the one redirect URI registered at every provider."""
+    return str(request.app.state.settings.public_url) + CALLBACK_PATH
+
+
+def _flows(request: Req) -> FlowService:
+    return request.app.state.flows  # type: ignore[no-any-return]
+
+
+def _connections(request: Req) -> ConnectionService:
+    return request.app.state.connections  # type: ignore[no-any-return]
+
+
+async def client_name(request: Req, flow: Flow) -> str:
+    async with request.app.state.sessions() as session:
+        name = (await session.execute(select(ServerClient.display_name)
+                                      .where(ServerClient.id == flow.server_client_id))).scalar_one_or_none()
+    return name or "An unknown service"
+
+
+def problem_page(request: Req, status: int, heading: str, text: str, flow: Flow | None = None) -> Response[Any]:
+    return page(request, "connect_problem.html", status, heading=heading, text=text,
+                flow_id=FLOW_ID.format(flow.id) if flow is not None else "-")
+
+
+async def pending_flow(request: Req, flow_ref: str) -> Flow | Response[Any]:
+    flow_id = FLOW_ID.parse(flow_ref)
+    flow = None if flow_id is None else await _flows(request).read(flow_id)
+    if flow is None or flow.kind != KIND:
+        return status_page(request, None, 404)
+    if flow.status != "pending":
+        return status_page(request, flow, 410 if flow.status == "expired" else 200)
+    return flow
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+# ---- the connect page ------------------------------------------------------------------------------
+async def connect_page(request: Req, flow: Flow) -> Response[Any]:
+    """``GET /f/{flow}`` for ``oauth_connect``: who asks, for which provider, for what, on which domain."""
+    identity = await require_subject(request, flow)
+    if isinstance(identity, Response):
+        return identity
+    async with request.app.state.sessions() as session:
+        provider = await _connections(request).provider(session, str(flow.provider))
+    flow_ref = FLOW_ID.format(flow.id)
+    scopes = [{"name": s, "words": describe_scope(s, provider.scope_descriptions)} for s in flow.scopes or []]
+    headers = dict(PAGE_HEADERS)
+    # The Continue POST answers with a redirect to the provider; allow exactly that origin.
+    headers["Content-Security-Policy"] = ("default-src 'self'; frame-ancestors 'none'; form-action 'self' "
+                                          + _origin(provider.authorization_endpoint))
+    context = {
+        "domain": request.app.state.settings.public_origin, "flow_id": flow_ref,
+        "client": await client_name(request, flow), "provider": provider.display_name,
+        "provider_host": urlsplit(provider.authorization_endpoint).hostname or "",
+        "scopes": scopes, "message": flow.message, "signed_in_as": identity.sub,
+        "reconnect": flow.connection_id is not None, "csrf_token": identity.csrf_token,
+        "continue_action": f"/connect/{flow_ref}/continue", "decline_action": f"/connect/{flow_ref}/decline",
+    }
+    return Template(template_name="connect.html", context=context, headers=headers)  # type: ignore[return-value]
+
+
+async def _checked(request: Req, flow_ref: str) -> tuple[Flow, BrowserIdentity] | Response[Any]:
+    found = await pending_flow(request, flow_ref)
+    if isinstance(found, Response):
+        return found
+    identity = await require_subject(request, found)
+    if isinstance(identity, Response):
+        return identity
+    form = await request.form()
+    submitted = form.get("csrf_token")
+    check_csrf(request, identity, submitted if isinstance(submitted, str) else None)
+    return found, identity
+
+
+@post("/connect/{flow_ref:str}/continue", operation_id="connectContinue", tags=["browser"], status_code=303,
+      summary="Start the provider authorization (form POST from the connect page, CSRF-protected)")
+async def connect_continue(request: Req, flow_ref: str) -> Response[Any]:
+    checked = await _checked(request, flow_ref)
+    if isinstance(checked, Response):
+        return checked
+    flow, identity = checked
+    service = _connections(request)
+    state, verifier, state_id = oauth.new_state(), oauth.new_verifier(), uuid7()
+    async with _flows(request).unit_of_work() as uow:
+        provider = await service.provider(uow.session, str(flow.provider))
+        key_id, sealed = service.seal_verifier(state_id, verifier)
+        await repo.insert_state(uow.session, {
+            "id": state_id, "state_hash": repo.state_digest(state), "flow_id": flow.id,
+            "browser_session_id": bytes.fromhex(identity.session_id), "provider": provider.name,
+            "verifier_enc": sealed, "verifier_key_id": key_id, "redirect_uri": redirect_uri(request),
+            "scopes": list(flow.scopes or []),
+        }, STATE_SECONDS)
+        await uow.event(flow.id, "provider_redirect", Actor.BROWSER, {"provider": provider.name})
+    url = oauth.authorization_url(provider, redirect_uri=redirect_uri(request), scopes=list(flow.scopes or []),
+                                  state=state, verifier=verifier)
+    return redirect(url)
+
+
+@post("/connect/{flow_ref:str}/decline", operation_id="connectDecline", tags=["browser"], status_code=200,
+      summary="Decline the connection (form POST from the connect page, CSRF-protected)")
+async def connect_decline(request: Req, flow_ref: str) -> Response[Any]:
+    checked = await _checked(request, flow_ref)
+    if isinstance(checked, Response):
+        return checked
+    flow, _ = checked
+    moved = await _flows(request).finish(flow.id, Transition(FlowStatus.DECLINED, Actor.BROWSER,
+                                                             error_code="declined"))
+    return await _final_page(request, moved or flow)
+
+
+# ---- the provider's redirect back -----------------------------------------------------------------
+def _iss_problem(provider: ResolvedProvider, iss: str | None) -> str | None:
+    """RFC 9207: a provider that sends ``iss`` must send its own; one that promises it must send it."""
+    if iss is None:
+        return "iss_missing" if provider.iss_parameter_supported else None
+    if provider.issuer is None:
+        return None  # nothing to compare with (a provider configured by endpoints only)
+    return None if iss.rstrip("/") == provider.issuer.rstrip("/") else "iss_mismatch"
+
+
+async def _reject(request: Req, flow: Flow, reason: str, status: int, heading: str, text: str) -> Response[Any]:
+    async with _flows(request).unit_of_work() as uow:
+        await uow.event(flow.id, "callback_rejected", Actor.BROWSER, {"reason": reason})
+    logger.warning("connect callback rejected", extra={"flow_id": FLOW_ID.format(flow.id), "code": reason})
+    return problem_page(request, status, heading, text, flow)
+
+
+_RESTART = "Go back to your assistant and open its link again to start over."
+
+
+@get(CALLBACK_PATH, operation_id="connectCallback", tags=["browser"], cache=False,
+     summary="The provider's redirect back (the one fixed redirect URI)")
+async def connect_callback(request: Req) -> Response[Any]:
+    query = request.query_params
+    state = query.get("state")
+    if not state or len(state) > 512:
+        return problem_page(request, 400, "This sign-in response is not valid", _RESTART)
+    async with request.app.state.sessions() as session:
+        pending = await repo.peek_state(session, state)
+    flow = None if pending is None else await _flows(request).read(pending.flow_id)
+    if pending is None or flow is None:
+        return problem_page(request, 400, "This sign-in response is not valid", _RESTART)
+    identity = await require_subject(request, flow)
+    if isinstance(identity, Response):
+        return identity
+    async with _flows(request).unit_of_work() as uow:
+        used = await repo.consume_state(uow.session, state, bytes.fromhex(identity.session_id))
+    if used is None:
+        return await _reject(request, flow, "state_unusable", 400, "This sign-in response was already used",
+                             "It was used before, has expired, or was started in another browser. " + _RESTART)
+    if flow.status != "pending":
+        return await _final_page(request, flow)
+    service = _connections(request)
+    async with request.app.state.sessions() as session:
+        provider = await service.provider(session, used.provider)
+    problem = _iss_problem(provider, query.get("iss"))
+    if problem is not None:
+        return await _reject(request, flow, problem, 400, "The response did not come from the expected provider",
+                             f"elicitd expected an answer from {provider.display_name} and got something else, "
+                             "so it did not continue. " + _RESTART)
+    error = query.get("error")
+    if error is not None:
+        code = oauth.safe_code(error)
+        change = (Transition(FlowStatus.DECLINED, Actor.PROVIDER, error_code="access_denied")
+                  if code == "access_denied" else
+                  Transition(FlowStatus.FAILED, Actor.PROVIDER, error_code=f"provider_{code}"[:64],
+                             error_message=f"{provider.display_name} answered with the error '{code}'."))
+        moved = await _flows(request).finish(flow.id, change)
+        return await _final_page(request, moved or flow)
+    code_value = query.get("code")
+    if not code_value or len(code_value) > 2048:
+        return await _reject(request, flow, "code_missing", 400, "This sign-in response is not valid", _RESTART)
+    return await _exchange(request, flow, provider, used, code_value)
+
+
+class _FlowGone(Exception):
+    """The flow finished (or expired) while the code was being exchanged: keep nothing."""
+
+
+async def _exchange(request: Req, flow: Flow, provider: ResolvedProvider, used: Any, code: str) -> Response[Any]:
+    service = _connections(request)
+    flows = _flows(request)
+    try:
+        tokens = await oauth.exchange_code(provider, redirect_uri=used.redirect_uri, code=code,
+                                           verifier=service.open_verifier(used))
+        account_id, account_login = await oauth.fetch_account(provider, tokens)
+    except oauth.ProviderError as exc:
+        failed_code = "account_lookup_failed" if exc.error == "account_lookup_failed" else "token_exchange_failed"
+        moved = await flows.finish(flow.id, Transition(
+            FlowStatus.FAILED, Actor.PROVIDER, error_code=failed_code,
+            error_message=f"{provider.display_name} did not complete the connection ({exc.error}).",
+            detail={"provider_error": exc.error}))
+        return await _final_page(request, moved or flow)
+    try:
+        async with flows.unit_of_work() as uow:
+            done = await service.store_authorization(
+                uow.session, iss=flow.subject_iss, sub=flow.subject_sub, provider=provider, tokens=tokens,
+                account_id=account_id, account_login=account_login, requested=list(used.scopes or []),
+                reconnect=flow.connection_id)
+            moved = await uow.transition(flow.id, Transition(FlowStatus.COMPLETED, Actor.PROVIDER,
+                                                             result=done.result, connection_id=done.connection.id))
+            if moved is None:
+                raise _FlowGone
+    except _FlowGone:
+        # Too late: the grant is useless to anyone, so hand it back rather than leave it live.
+        await oauth.revoke(provider, tokens.refresh_token or tokens.access_token,
+                           "refresh_token" if tokens.refresh_token else "access_token")
+        return await _final_page(request, await flows.read(flow.id) or flow)
+    logger.info("connection stored", extra={"flow_id": FLOW_ID.format(flow.id), "provider": provider.name,
+                                            "connection_id": done.result["connection_id"]})
+    # A redirect, so the code never stays in the address bar or history of the final page.
+    return redirect(f"/connect/done/{FLOW_ID.format(flow.id)}")
+
+
+# ---- the final page --------------------------------------------------------------------------------
+async def _final_page(request: Req, flow: Flow) -> Response[Any]:
+    provider_name = str(flow.provider)
+    async with request.app.state.sessions() as session:
+        from service.connections.providers import get_provider  # noqa: PLC0415
+
+        row = await get_provider(session, provider_name)
+    headings = {"completed": "Connected", "declined": "Not connected", "failed": "The connection failed",
+                "expired": "This link has expired", "cancelled": "Cancelled"}
+    return page(request, "connect_done.html", 200, heading=headings.get(flow.status, "Unavailable"),
+                status=flow.status, client=await client_name(request, flow),
+                provider=row.display_name if row is not None else provider_name,
+                account_login=(flow.result or {}).get("account_login") if flow.status == "completed" else None,
+                flow_id=FLOW_ID.format(flow.id))
+
+
+@get("/connect/done/{flow_ref:str}", operation_id="connectDone", tags=["browser"], cache=False,
+     summary="The final page of a connection: no JavaScript, says where to go back to")
+async def connect_done(request: Req, flow_ref: str) -> Response[Any]:
+    flow_id = FLOW_ID.parse(flow_ref)
+    flow = None if flow_id is None else await _flows(request).read(flow_id)
+    if flow is None or flow.kind != KIND:
+        return status_page(request, None, 404)
+    if flow.status == "pending":
+        return redirect(f"/f/{flow_ref}")
+    identity = await require_subject(request, flow)
+    if isinstance(identity, Response):
+        return identity
+    return await _final_page(request, flow)
+
+
+ROUTES = [connect_continue, connect_decline, connect_callback, connect_done]

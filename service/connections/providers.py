@@ -1,0 +1,247 @@
+"""Providers as data: create from the catalog, list, disable, and resolve for use.
+
+A provider row holds only what differs from its catalog entry plus the client credentials; the
+secret is vault-encrypted with the provider name as owner. ``resolve`` turns a row into a
+``ResolvedProvider`` with endpoints filled from discovery where the row leaves them empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select, text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.connections.catalog import CATALOG, CatalogEntry
+from service.connections.discovery import DiscoveryFailed, MetadataCache
+from service.connections.models import Provider
+from service.crypto.vault import Vault
+from service.errors import ConfigurationError, InvalidRequest
+
+CLIENT_SECRET = "client_secret"
+
+
+class UnknownProvider(InvalidRequest):
+    code = "unknown_provider"
+    title = "Unknown provider"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSpec:
+    """What an operator gives (CLI, config file): a catalog key, credentials, optional overrides."""
+
+    name: str
+    client_id: str
+    client_secret: str | None = None
+    catalog: str | None = None
+    display_name: str | None = None
+    issuer: str | None = None
+    discovery_url: str | None = None
+    authorization_endpoint: str | None = None
+    token_endpoint: str | None = None
+    revocation_endpoint: str | None = None
+    account_endpoint: str | None = None
+    account_id_field: str | None = None
+    account_login_field: str | None = None
+    token_auth_method: str | None = None
+    default_scopes: tuple[str, ...] | None = None
+    scope_descriptions: dict[str, str] | None = None
+    scope_separator: str | None = None
+    authorize_params: dict[str, Any] | None = None
+    enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedProvider:
+    """Everything needed to talk to a provider. Holds the client secret in memory only."""
+
+    name: str
+    display_name: str
+    issuer: str | None
+    authorization_endpoint: str
+    token_endpoint: str
+    revocation_endpoint: str | None
+    account_endpoint: str | None
+    account_id_field: str
+    account_login_field: str | None
+    client_id: str
+    client_secret: str | None
+    token_auth_method: str
+    default_scopes: tuple[str, ...]
+    scope_separator: str
+    scope_descriptions: dict[str, Any]
+    authorize_params: dict[str, Any]
+    iss_parameter_supported: bool
+
+    def __repr__(self) -> str:  # the secret must not reach a log through a repr
+        return f"ResolvedProvider(name={self.name!r})"
+
+
+def _entry(spec: ProviderSpec) -> CatalogEntry:
+    key = spec.catalog or (spec.name if spec.name in CATALOG else "oauth2")
+    entry = CATALOG.get(key)
+    if entry is None:
+        raise ConfigurationError(f"provider '{spec.name}': unknown catalog entry '{key}' "
+                                 f"(known: {', '.join(sorted(CATALOG))})")
+    return entry
+
+
+def spec_values(spec: ProviderSpec, vault: Vault) -> dict[str, Any]:
+    """Merge catalog defaults with the spec; check the result can be used; encrypt the secret."""
+    entry = _entry(spec)
+    issuer = spec.issuer or entry.issuer
+    values: dict[str, Any] = {
+        "name": spec.name,
+        "display_name": spec.display_name or entry.display_name,
+        "catalog": entry.key,
+        "issuer": issuer.rstrip("/") if issuer else None,
+        "discovery_url": spec.discovery_url,
+        "authorization_endpoint": spec.authorization_endpoint or entry.authorization_endpoint,
+        "token_endpoint": spec.token_endpoint or entry.token_endpoint,
+        "revocation_endpoint": spec.revocation_endpoint or entry.revocation_endpoint,
+        "account_endpoint": spec.account_endpoint or entry.account_endpoint,
+        "account_id_field": spec.account_id_field or entry.account_id_field,
+        "account_login_field": spec.account_login_field or entry.account_login_field,
+        "client_id": spec.client_id,
+        "token_auth_method": spec.token_auth_method or entry.token_auth_method,
+        "default_scopes": list(spec.default_scopes if spec.default_scopes is not None else entry.default_scopes),
+        "scope_descriptions": {**entry.scope_descriptions, **(spec.scope_descriptions or {})},
+        "scope_separator": spec.scope_separator or entry.scope_separator,
+        "authorize_params": {**entry.authorize_params, **(spec.authorize_params or {})},
+        "enabled": spec.enabled,
+    }
+    if not spec.name or len(spec.name) > 64 or not all(c.isalnum() or c in "_.-" for c in spec.name) \
+            or spec.name != spec.name.lower():
+        raise ConfigurationError(f"provider name '{spec.name}' must be lowercase letters, digits, '_', '.', '-'")
+    if not spec.client_id:
+        raise ConfigurationError(f"provider '{spec.name}': client id is required")
+    if not issuer and not (values["authorization_endpoint"] and values["token_endpoint"]):
+        raise ConfigurationError(f"provider '{spec.name}': give an issuer (for discovery) or both the "
+                                 "authorization and token endpoints")
+    if values["token_auth_method"] not in {"client_secret_basic", "client_secret_post", "none"}:
+        raise ConfigurationError(f"provider '{spec.name}': token auth method must be client_secret_basic, "
+                                 "client_secret_post or none")
+    if values["token_auth_method"] != "none" and not spec.client_secret:
+        raise ConfigurationError(f"provider '{spec.name}': a client secret is required")
+    for key in ("issuer", "discovery_url", "authorization_endpoint", "token_endpoint", "revocation_endpoint",
+                "account_endpoint"):
+        url = values[key]
+        if url and not (url.startswith("https://") or url.startswith(("http://127.0.0.1", "http://localhost"))):
+            raise ConfigurationError(f"provider '{spec.name}': {key} must be an https URL")
+    if spec.client_secret:
+        key_id, blob = vault.encrypt(spec.client_secret, owner=spec.name, purpose=CLIENT_SECRET)
+        values["client_secret_key_id"], values["client_secret_enc"] = key_id, blob
+    else:
+        values["client_secret_key_id"], values["client_secret_enc"] = None, None
+    return values
+
+
+async def upsert_provider(session: AsyncSession, spec: ProviderSpec, vault: Vault) -> Provider:
+    """Create or replace a provider in one statement (the config file is applied on every start)."""
+    values = spec_values(spec, vault)
+    stmt = insert(Provider).values(**values)
+    changed = {k: stmt.excluded[k] for k in values if k != "name"}
+    changed["updated_at"] = text("now()")  # type: ignore[assignment]
+    stmt = stmt.on_conflict_do_update(index_elements=[Provider.name], set_=changed).returning(Provider)
+    result = await session.execute(stmt.execution_options(populate_existing=True))
+    return result.scalar_one()
+
+
+async def get_provider(session: AsyncSession, name: str) -> Provider | None:
+    return (await session.execute(select(Provider).where(Provider.name == name))).scalar_one_or_none()
+
+
+async def list_providers(session: AsyncSession) -> list[Provider]:
+    return list((await session.execute(select(Provider).order_by(Provider.name))).scalars())
+
+
+async def set_enabled(session: AsyncSession, name: str, enabled: bool) -> bool:
+    result = await session.execute(
+        update(Provider).where(Provider.name == name).values(enabled=enabled, updated_at=text("now()"))
+        .returning(Provider.name))
+    return result.scalar_one_or_none() is not None
+
+
+def public_view(row: Provider) -> dict[str, Any]:
+    """What an operator may see: never the secret, only whether one is set."""
+    return {"name": row.name, "display_name": row.display_name, "catalog": row.catalog, "issuer": row.issuer,
+            "client_id": row.client_id, "has_client_secret": row.client_secret_enc is not None,
+            "default_scopes": list(row.default_scopes or []), "enabled": row.enabled,
+            "revocation": bool(row.revocation_endpoint) or None}
+
+
+async def resolve(row: Provider, vault: Vault, metadata: MetadataCache) -> ResolvedProvider:
+    document: dict[str, Any] = {}
+    explicit = row.authorization_endpoint and row.token_endpoint
+    if row.issuer and (not explicit or row.discovery_url or row.catalog == "oidc"):
+        document = await metadata.get(row.issuer, row.discovery_url)
+    elif row.issuer and explicit:
+        # Explicit endpoints win, but the metadata still says whether ``iss`` is sent (RFC 9207).
+        try:
+            document = await metadata.get(row.issuer, row.discovery_url)
+        except DiscoveryFailed:
+            document = {}
+    authorization = row.authorization_endpoint or document.get("authorization_endpoint")
+    token = row.token_endpoint or document.get("token_endpoint")
+    if not authorization or not token:
+        raise DiscoveryFailed("The provider has no authorization or token endpoint.")
+    account = row.account_endpoint or (document.get("userinfo_endpoint") if row.catalog == "oidc" else None)
+    secret = None
+    if row.client_secret_enc is not None and row.client_secret_key_id is not None:
+        secret = vault.decrypt_text(row.client_secret_key_id, row.client_secret_enc, owner=row.name,
+                                    purpose=CLIENT_SECRET)
+    return ResolvedProvider(
+        name=row.name, display_name=row.display_name, issuer=row.issuer,
+        authorization_endpoint=str(authorization), token_endpoint=str(token),
+        revocation_endpoint=row.revocation_endpoint or document.get("revocation_endpoint"),
+        account_endpoint=account, account_id_field=row.account_id_field,
+        account_login_field=row.account_login_field, client_id=row.client_id, client_secret=secret,
+        token_auth_method=row.token_auth_method, default_scopes=tuple(row.default_scopes or ()),
+        scope_separator=row.scope_separator, scope_descriptions=dict(row.scope_descriptions or {}),
+        authorize_params=dict(row.authorize_params or {}),
+        iss_parameter_supported=bool(document.get("authorization_response_iss_parameter_supported")),
+    )
+
+
+def spec_from_mapping(name: str, raw: Mapping[str, Any], env: Mapping[str, str]) -> ProviderSpec:
+    """One ``providers`` entry of the config file. The secret comes from ``client_secret_env``
+    (an environment variable's name), so the file itself can be committed."""
+    known = (set(ProviderSpec.__dataclass_fields__) | {"client_secret_env"}) - {"client_secret"}
+    unknown = set(raw) - known
+    if unknown:
+        raise ConfigurationError(f"provider '{name}': unknown keys {', '.join(sorted(unknown))} "
+                                 "(give the secret as client_secret_env)")
+    data = dict(raw)
+    env_name = data.pop("client_secret_env", None)
+    if env_name:
+        if env_name not in env:
+            raise ConfigurationError(f"provider '{name}': environment variable {env_name} is not set")
+        data["client_secret"] = env[env_name]
+    if data.get("default_scopes") is not None:
+        data["default_scopes"] = tuple(str(s) for s in data["default_scopes"])
+    data["name"] = name
+    if not data.get("client_id"):
+        raise ConfigurationError(f"provider '{name}': client_id is required")
+    return ProviderSpec(**data)
+
+
+async def apply_config_section(session: AsyncSession, vault: Vault, raw: Any, env: Mapping[str, str]) -> int:
+    """``providers`` of ``ELICITD_CONFIG_FILE``: a list of tables with ``name``, or a table by name."""
+    if isinstance(raw, dict):
+        entries = [(str(k), v) for k, v in raw.items()]
+    elif isinstance(raw, list):
+        entries = []
+        for item in raw:
+            if not isinstance(item, dict) or not item.get("name"):
+                raise ConfigurationError("providers: every entry needs a 'name'")
+            entries.append((str(item["name"]), {k: v for k, v in item.items() if k != "name"}))
+    else:
+        raise ConfigurationError("providers: expected a list of tables or a table of providers")
+    for name, body in entries:
+        if not isinstance(body, dict):
+            raise ConfigurationError(f"provider '{name}': expected a table")
+        await upsert_provider(session, spec_from_mapping(name, body, env), vault)
+    return len(entries)
