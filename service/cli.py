@@ -24,7 +24,7 @@ from service.settings import KeyRing, Settings
 DATA_DIR = Path(os.environ.get("ELICITD_DATA_DIR", ".data"))
 
 # Modules with a ``register(subparsers)`` function adding their own subcommands.
-_COMMAND_GROUPS: list[str] = []
+_COMMAND_GROUPS: list[str] = ["service.identity.cli", "service.admin.cli"]
 
 
 def _settings() -> Settings:
@@ -121,6 +121,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.setdefault("ELICITD_DEV", "true")
+    env.setdefault("ELICITD_LOG_JSON", "false")
     env.setdefault("ELICITD_KEYS", _dev_keys())
     env.setdefault("ELICITD_PUBLIC_URL", f"http://127.0.0.1:{args.port}")
     redis = None
@@ -224,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     generate = keys_sub.add_parser("generate", help="print a new key-ring entry for ELICITD_KEYS")
     generate.add_argument("--key-id", default="k1")
     generate.set_defaults(func=cmd_keys_generate)
+    rotate = keys_sub.add_parser("rotate", help="re-encrypt stored secrets under the current (first) key")
+    rotate.add_argument("--batch", type=int, default=200, help="rows per transaction")
+    rotate.add_argument("--json", action="store_true")
+    rotate.set_defaults(func=lambda args: importlib.import_module("service.crypto.rotate").cmd_keys_rotate(args))
 
     for module in _COMMAND_GROUPS:
         register: Callable[[Any], None] = importlib.import_module(module).register

