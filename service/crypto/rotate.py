@@ -1,0 +1,154 @@
+"""``elicitd keys rotate``: re-encrypt every vault value not under the current key.
+
+Rotation runs while the service runs. Each batch is one short transaction that locks its rows
+with ``FOR UPDATE SKIP LOCKED`` (so it never waits on, or blocks, a request touching other rows)
+and writes each row back with a conditional ``UPDATE … WHERE key_id = <old> AND blob = <old>``:
+a value the service replaced meanwhile is left alone, never overwritten with a stale one.
+
+Every encrypted column is listed in ``ENCRYPTED_COLUMNS``. A domain that stores vault values
+appends an :class:`EncryptedColumn` for each (at import of its models module, or here) naming the
+table, the id column, the key-id and blob columns, the SQL expression that yields the *owner*
+string it passed to ``Vault.encrypt``, and the purpose (a constant, or a SQL expression when a
+table keeps several purposes in one column pair). Rows whose value cannot be decrypted (tampered,
+moved to another owner, or sealed by a key no longer in the ring) are reported and left as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.crypto.aead import SealError
+from service.crypto.vault import Vault
+
+DEFAULT_BATCH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class EncryptedColumn:
+    table: str
+    id_column: str
+    key_id_column: str
+    blob_column: str
+    owner_sql: str
+    purpose: str | None = None
+    purpose_sql: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.table}.{self.blob_column}"
+
+
+ENCRYPTED_COLUMNS: list[EncryptedColumn] = [
+    EncryptedColumn("issuers", "id", "client_secret_key_id", "client_secret_enc", "id::text",
+                    purpose="issuer_client_secret"),
+    EncryptedColumn("login_attempts", "id", "secrets_key_id", "secrets_enc", "encode(id, 'hex')",
+                    purpose="login_attempt"),
+]
+
+
+@dataclass(slots=True)
+class RotationReport:
+    rotated: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, list[str]] = field(default_factory=dict)
+    remaining: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.failed.values()) and not any(self.remaining.values())
+
+
+async def rotate(sessions: async_sessionmaker[AsyncSession], vault: Vault, *,
+                 columns: list[EncryptedColumn] | None = None, batch: int = DEFAULT_BATCH) -> RotationReport:
+    report = RotationReport()
+    for column in ENCRYPTED_COLUMNS if columns is None else columns:
+        await _rotate_column(sessions, vault, column, batch, report)
+    return report
+
+
+async def _rotate_column(sessions: async_sessionmaker[AsyncSession], vault: Vault, column: EncryptedColumn,
+                         batch: int, report: RotationReport) -> None:
+    c = column
+    purpose_sql = c.purpose_sql or "CAST(:purpose AS text)"
+    # Identifiers come from the registry (code), never from input; values are bound parameters.
+    select_sql = text(f"""
+        SELECT {c.id_column} AS id, {c.key_id_column} AS key_id, {c.blob_column} AS blob,
+               {c.owner_sql} AS owner, {purpose_sql} AS purpose
+        FROM {c.table}
+        WHERE {c.key_id_column} IS NOT NULL AND {c.key_id_column} <> :current
+          AND NOT ({c.id_column} = ANY(:skip))
+        ORDER BY {c.id_column}
+        LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    """)  # noqa: S608
+    update_sql = text(f"""
+        UPDATE {c.table} SET {c.key_id_column} = :new_key_id, {c.blob_column} = :new_blob
+        WHERE {c.id_column} = :id AND {c.key_id_column} = :old_key_id AND {c.blob_column} = :old_blob
+    """)  # noqa: S608
+    failed: list[Any] = []
+    rotated = 0
+    while True:
+        async with sessions() as session:
+            rows = (await session.execute(select_sql, {"current": vault.current_key_id, "skip": failed,
+                                                       "batch": batch, "purpose": c.purpose})).all()
+            if not rows:
+                break
+            for row in rows:
+                try:
+                    plaintext = vault.decrypt(row.key_id, row.blob, owner=row.owner, purpose=row.purpose)
+                except SealError:
+                    failed.append(row.id)
+                    continue
+                new_key_id, new_blob = vault.encrypt(plaintext, owner=row.owner, purpose=row.purpose)
+                result = await session.execute(update_sql, {"id": row.id, "new_key_id": new_key_id,
+                                                            "new_blob": new_blob, "old_key_id": row.key_id,
+                                                            "old_blob": row.blob})
+                rotated += int(result.rowcount or 0)  # type: ignore[attr-defined]
+            await session.commit()
+    async with sessions() as session:
+        remaining = (await session.execute(text(
+            f"SELECT count(*) FROM {c.table} WHERE {c.key_id_column} IS NOT NULL "  # noqa: S608
+            f"AND {c.key_id_column} <> :current"), {"current": vault.current_key_id})).scalar_one()
+    report.rotated[c.label] = rotated
+    report.failed[c.label] = [_show(i) for i in failed]
+    report.remaining[c.label] = int(remaining) - len(failed)
+
+
+def _show(value: Any) -> str:
+    return value.hex() if isinstance(value, bytes) else str(value)
+
+
+# ---- CLI -----------------------------------------------------------------------------------------
+def cmd_keys_rotate(args: Any) -> None:
+    """Print what was re-encrypted; exit non-zero when some value could not be (operator must look)."""
+    import asyncio  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    from service.db.engine import make_engine, make_sessionmaker  # noqa: PLC0415
+    from service.settings import Settings  # noqa: PLC0415
+
+    settings = Settings.from_env()
+
+    async def run() -> RotationReport:
+        engine = make_engine(settings)
+        try:
+            return await rotate(make_sessionmaker(engine), Vault(settings.keys), batch=args.batch)
+        finally:
+            await engine.dispose()
+
+    report = asyncio.run(run())
+    if args.json:
+        print(json.dumps({"current_key_id": settings.keys.current[0], "rotated": report.rotated,
+                          "failed": report.failed, "remaining": report.remaining}, indent=2))
+    else:
+        print(f"current key: {settings.keys.current[0]}")
+        for label, count in report.rotated.items():
+            failed = report.failed.get(label, [])
+            print(f"{label}: re-encrypted {count}, failed {len(failed)}, still old {report.remaining.get(label, 0)}")
+            for ident in failed:
+                print(f"  cannot decrypt row {ident} (tampered, moved, or its key is gone)")
+    if not report.ok:
+        raise SystemExit(1)
