@@ -22,6 +22,7 @@ from service.connections.kind import OAuthConnectKind
 from service.connections.pages import ROUTES as CONNECT_ROUTES
 from service.connections.pages import connect_page
 from service.connections.service import ConnectionService
+from service.admin.operations import ADMIN_SECURITY_SCHEME, Operations
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
 from service.errors import EXCEPTION_HANDLERS
@@ -69,6 +70,7 @@ def create_app(settings: Settings) -> Litestar:
     state.connections = ConnectionService(sessions=sessions, vault=state.vault, metadata=MetadataCache())
     flows.handlers["oauth_connect"] = OAuthConnectKind()
     state.kind_pages["oauth_connect"] = connect_page
+    ops = Operations.install(settings, state)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -80,6 +82,7 @@ def create_app(settings: Settings) -> Litestar:
         tasks = []
         if settings.background_tasks:
             tasks.append(asyncio.create_task(run_sweeper(flows, settings.sweep_interval_seconds)))
+            tasks.extend(ops.start())
         try:
             yield
         finally:
@@ -89,11 +92,13 @@ def create_app(settings: Settings) -> Litestar:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await hub.stop()
+            ops.shutdown()
             await state.issuers.close()
             await engine.dispose()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
+            *ops.route_handlers(),
             FlowController,
             open_flow,
             healthz,
@@ -116,8 +121,10 @@ def create_app(settings: Settings) -> Litestar:
             render_plugins=[SwaggerRenderPlugin()],
             components=Components(security_schemes={
                 "apiKey": SecurityScheme(type="http", scheme="bearer", description="A server client's API key"),
+                "adminToken": ADMIN_SECURITY_SCHEME,
             }),
         ),
         debug=False,
         logging_config=None,
     )
+    return ops.wrap(app)

@@ -32,3 +32,7 @@ class WebhookDelivery(Timestamps, Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     abandoned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Added by 0005: the delivery lease (one attempt in flight per event) and the give-up clock.
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    retry_from: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

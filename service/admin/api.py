@@ -1,0 +1,140 @@
+"""The admin API under ``/admin/v1``: thin handlers over ``service.admin.*`` operations.
+
+Separate router, separate guard: an admin token (``Authorization: Bearer eat_…``), a least role
+per route, and an audit row per call. The same operations back the ``elicitd admin`` CLI.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Router, get, post
+from litestar.params import Parameter
+
+from service.admin import deliveries, flows
+from service.admin.api_clients import AdminServerClientsController
+from service.admin.audit import list_audit
+from service.admin.deps import flow_service, unit
+from service.admin.guards import AdminAuditMiddleware, admin_guard, principal_of
+from service.admin.schemas import (
+    AdminFlow,
+    AuditPage,
+    FlowDetail,
+    FlowPage,
+    ReplayResult,
+    Stats,
+    WebhookDeliveryView,
+    WebhookPage,
+)
+from service.admin.tokens import ADMIN_TOKEN_ID, Role
+from service.admin.views import flow_view
+from service.flows.states import FlowStatus
+
+Limit = Annotated[int, Parameter(ge=1, le=500, default=50, description="Page size")]
+Cursor = Annotated[str | None, Parameter(description="`next_cursor` from the previous page")]
+
+OPERATOR = {"role": Role.OPERATOR}
+ADMIN = {"role": Role.ADMIN}
+
+
+class AdminFlowsController(Controller):
+    path = "/flows"
+    tags = ["admin: flows"]
+
+    @get("/", operation_id="adminListFlows", summary="List flows, newest first, with filters and a cursor")
+    async def list_flows(self, request: Request[Any, Any, Any], status: str | None = None, kind: str | None = None,
+                         server_client: str | None = None, provider: str | None = None,
+                         subject_iss: str | None = None, subject_sub: str | None = None,
+                         created_after: datetime | None = None, created_before: datetime | None = None,
+                         expires_after: datetime | None = None, expires_before: datetime | None = None,
+                         cursor: Cursor = None, limit: Limit = 50) -> FlowPage:
+        filters = flows.FlowFilters(status=status, kind=kind, server_client=server_client, provider=provider,
+                                    subject_iss=subject_iss, subject_sub=subject_sub, created_after=created_after,
+                                    created_before=created_before, expires_after=expires_after,
+                                    expires_before=expires_before)
+        async with unit(request) as session:
+            return await flows.list_flows(session, filters, cursor=cursor, limit=limit)
+
+    @get("/{flow_id:str}", operation_id="adminGetFlow", summary="One flow with its full event history")
+    async def show_flow(self, request: Request[Any, Any, Any], flow_id: str) -> FlowDetail:
+        async with unit(request) as session:
+            return await flows.show_flow(flow_service(request), session, flow_id)
+
+    @post("/{flow_id:str}/cancel", operation_id="adminCancelFlow", status_code=200, opt=OPERATOR,
+          summary="Cancel a pending flow (409 flow_not_pending when it already finished)")
+    async def cancel_flow(self, request: Request[Any, Any, Any], flow_id: str) -> AdminFlow:
+        token = ADMIN_TOKEN_ID.format(principal_of(request).token_id)
+        return flow_view(await flows.finish_flow(flow_service(request), flow_id, FlowStatus.CANCELLED,
+                                                 admin_token=token))
+
+    @post("/{flow_id:str}/expire", operation_id="adminExpireFlow", status_code=200, opt=OPERATOR,
+          summary="Expire a pending flow now")
+    async def expire_flow(self, request: Request[Any, Any, Any], flow_id: str) -> AdminFlow:
+        token = ADMIN_TOKEN_ID.format(principal_of(request).token_id)
+        return flow_view(await flows.finish_flow(flow_service(request), flow_id, FlowStatus.EXPIRED,
+                                                 admin_token=token))
+
+
+class AdminWebhooksController(Controller):
+    path = "/webhooks"
+    tags = ["admin: webhooks"]
+
+    @get("/", operation_id="adminListWebhookDeliveries", summary="Completion-webhook deliveries, newest first")
+    async def list_deliveries(self, request: Request[Any, Any, Any],
+                              delivery_state: Annotated[str | None, Parameter(query="state")] = None,
+                              server_client: str | None = None, flow_id: str | None = None,
+                              cursor: Cursor = None, limit: Limit = 50) -> WebhookPage:
+        async with unit(request) as session:
+            return await deliveries.list_deliveries(session, state=delivery_state, server_client=server_client, flow=flow_id,
+                                                    cursor=cursor, limit=limit)
+
+    @get("/{delivery_id:str}", operation_id="adminGetWebhookDelivery", summary="One webhook delivery")
+    async def show_delivery(self, request: Request[Any, Any, Any], delivery_id: str) -> WebhookDeliveryView:
+        async with unit(request) as session:
+            return await deliveries.show_delivery(session, delivery_id)
+
+    @post("/{delivery_id:str}/replay", operation_id="adminReplayWebhookDelivery", status_code=200, opt=OPERATOR,
+          summary="Deliver an event again (after delivery or abandonment), with a fresh retry window")
+    async def replay(self, request: Request[Any, Any, Any], delivery_id: str) -> ReplayResult:
+        async with unit(request) as session:
+            view = await deliveries.replay(session, delivery_id)
+        request.app.state.webhooks.wake()
+        return ReplayResult(delivery=view)
+
+
+@get("/stats", operation_id="adminStats", tags=["admin: stats"],
+     summary="Counts by status and kind; completion rate and median time-to-complete per provider")
+async def admin_stats(request: Request[Any, Any, Any],
+                      window: Annotated[str, Parameter(default="24h", description="e.g. 1h, 24h, 7d")] = "24h",
+                      ) -> Stats:
+    async with unit(request) as session:
+        return await flows.stats(session, flows.parse_window(window))
+
+
+@get("/audit", operation_id="adminListAudit", tags=["admin: audit"], opt=ADMIN,
+     summary="The admin audit log, newest first")
+async def admin_audit(request: Request[Any, Any, Any], admin_token_id: str | None = None, cursor: Cursor = None,
+                      limit: Limit = 50) -> AuditPage:
+    async with unit(request) as session:
+        return await list_audit(session, admin_token_id=admin_token_id, cursor=cursor, limit=limit)
+
+
+@get("/whoami", operation_id="adminWhoAmI", tags=["admin: audit"], summary="The calling token's id and role")
+async def admin_whoami(request: Request[Any, Any, Any]) -> dict[str, str]:
+    principal = principal_of(request)
+    return {"admin_token_id": ADMIN_TOKEN_ID.format(principal.token_id), "name": principal.name,
+            "role": principal.role.label}
+
+
+def admin_router(extra: list[Any] | None = None) -> Router:
+    """``extra`` takes controllers of other domains (connections, providers, payments)."""
+    return Router(
+        path="/admin/v1",
+        route_handlers=[AdminFlowsController, AdminServerClientsController, AdminWebhooksController, admin_stats,
+                        admin_audit, admin_whoami, *(extra or [])],
+        guards=[admin_guard],
+        middleware=[AdminAuditMiddleware],
+        security=[{"adminToken": []}],
+        include_in_schema=True,
+    )

@@ -1,0 +1,338 @@
+"""``elicitd admin …``: every admin operation from a shell.
+
+The CLI talks to PostgreSQL directly (``ELICITD_DATABASE_URL`` and ``ELICITD_KEYS`` as for
+``serve``), running the very functions behind the admin API, so it works before any admin token
+exists (that is how the first one is made) and while the HTTP side is down. Flow cancels and
+expiries still publish the Redis wake-up when ``ELICITD_REDIS_URL`` is set. Each command writes an
+audit row with actor ``cli``. Output is a readable table; ``--json`` prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from service.cli import print_table
+
+Handler = Callable[[Any, argparse.Namespace], Awaitable[Any]]
+
+
+@contextlib.asynccontextmanager
+async def _state() -> AsyncIterator[Any]:
+    from service.app import create_app  # noqa: PLC0415 - the CLI imports the app only when used
+    from service.settings import Settings  # noqa: PLC0415
+
+    app = create_app(Settings.from_env().with_(background_tasks=False))
+    state = app.state
+    await state.hub.start()
+    try:
+        yield state
+    finally:
+        await state.hub.stop()
+        await state.engine.dispose()
+
+
+async def _audited(handler: Handler, args: argparse.Namespace) -> Any:
+    from service.admin.guards import write_audit  # noqa: PLC0415
+
+    async with _state() as state:
+        outcome = "error"
+        try:
+            result = await handler(state, args)
+            outcome = "ok"
+            return result
+        finally:
+            async with state.sessions() as session:
+                await write_audit(session, actor="cli", operation=args.operation, target=getattr(args, "target", None),
+                                  detail={"result": outcome})
+                await session.commit()
+
+
+def _builtins(value: Any) -> Any:
+    return msgspec.to_builtins(value) if isinstance(value, msgspec.Struct) else value
+
+
+def _command(handler: Handler, columns: list[str] | None, *, rows: Callable[[Any], Any] | None = None,
+             after: Callable[[Any], None] | None = None) -> Callable[[argparse.Namespace], None]:
+    def run(args: argparse.Namespace) -> None:
+        result = _builtins(asyncio.run(_audited(handler, args)))
+        shown = rows(result) if rows is not None else result
+        if args.json:
+            print(json.dumps(result, default=str, indent=2))
+        elif columns is None:
+            print(json.dumps(shown, default=str, indent=2))
+        else:
+            print_table(shown if isinstance(shown, list) else [shown], columns)
+            if isinstance(result, dict) and result.get("next_cursor"):
+                print(f"(more: --cursor {result['next_cursor']})")
+        if after is not None and not args.json:
+            after(result)
+    return run
+
+
+def _once(label: str, key: str) -> Callable[[Any], None]:
+    def show(result: Any) -> None:
+        if result.get(key):
+            print(f"{label} (shown once, store it now): {result[key]}")
+    return show
+
+
+# ---- handlers -------------------------------------------------------------------------------------
+async def _tokens_create(state: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from service.admin import tokens  # noqa: PLC0415
+
+    async with state.sessions() as session:
+        created = await tokens.create_token(session, name=args.name, role=tokens.Role.parse(args.role),
+                                            lifetime=tokens.parse_lifetime(args.expires_in))
+        await session.commit()
+    return {**_token_row(created.token), "token": created.secret}
+
+
+def _token_row(row: Any) -> dict[str, Any]:
+    from service.admin.tokens import ADMIN_TOKEN_ID  # noqa: PLC0415
+
+    return {"id": ADMIN_TOKEN_ID.format(row.id), "name": row.name, "role": row.role, "prefix": row.prefix,
+            "created_at": row.created_at, "expires_at": row.expires_at, "revoked_at": row.revoked_at,
+            "last_used_at": row.last_used_at}
+
+
+async def _tokens_list(state: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    from service.admin import tokens  # noqa: PLC0415
+
+    async with state.sessions() as session:
+        return [_token_row(t) for t in await tokens.list_tokens(session)]
+
+
+async def _tokens_revoke(state: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from service.admin import tokens  # noqa: PLC0415
+
+    async with state.sessions() as session:
+        row = await tokens.revoke_token(session, args.target)
+        await session.commit()
+    return _token_row(row)
+
+
+def _when(raw: str | None) -> datetime | None:
+    return None if raw is None else datetime.fromisoformat(raw)
+
+
+async def _flows_list(state: Any, args: argparse.Namespace) -> Any:
+    from service.admin import flows  # noqa: PLC0415
+
+    filters = flows.FlowFilters(status=args.status, kind=args.kind, server_client=args.client, provider=args.provider,
+                                subject_iss=args.iss, subject_sub=args.sub, created_after=_when(args.created_after),
+                                created_before=_when(args.created_before), expires_after=_when(args.expires_after),
+                                expires_before=_when(args.expires_before))
+    async with state.sessions() as session:
+        return await flows.list_flows(session, filters, cursor=args.cursor, limit=args.limit)
+
+
+async def _flows_show(state: Any, args: argparse.Namespace) -> Any:
+    from service.admin import flows  # noqa: PLC0415
+
+    async with state.sessions() as session:
+        return await flows.show_flow(state.flows, session, args.target)
+
+
+def _finish(status: str) -> Handler:
+    async def run(state: Any, args: argparse.Namespace) -> Any:
+        from service.admin import flows  # noqa: PLC0415
+        from service.admin.views import flow_view  # noqa: PLC0415
+        from service.flows.states import FlowStatus  # noqa: PLC0415
+
+        return flow_view(await flows.finish_flow(state.flows, args.target, FlowStatus(status), admin_token=None))
+    return run
+
+
+def _clients(op: str) -> Handler:
+    async def run(state: Any, args: argparse.Namespace) -> Any:
+        from service.admin import clients  # noqa: PLC0415
+        from service.admin.schemas import CreateServerClient, UpdateServerClient  # noqa: PLC0415
+        from service.admin.tokens import parse_lifetime  # noqa: PLC0415
+
+        async with state.sessions() as session:
+            if op == "list":
+                return await clients.list_clients(session, cursor=args.cursor, limit=args.limit)
+            if op == "show":
+                return await clients.show(session, args.target)
+            if op == "create":
+                data = msgspec.convert({"name": args.target, "display_name": args.display_name,
+                                        "allowed_providers": args.provider or [], "trusted_issuers": args.issuer or [],
+                                        "flows_per_minute": args.flows_per_minute,
+                                        "pending_per_subject": args.pending_per_subject}, CreateServerClient)
+                result: Any = await clients.create(session, data)
+            elif op in {"disable", "enable"}:
+                result = await clients.set_disabled(session, args.target, op == "disable")
+            elif op == "rotate-key":
+                result = await clients.rotate_key(session, args.target, timedelta(
+                    seconds=0 if args.grace in {"0", "0s"} else parse_lifetime(args.grace).total_seconds()))
+            elif op == "set-webhook":
+                result = await clients.set_webhook(session, state.vault, args.target, None if args.clear else args.url)
+            elif op == "rotate-webhook-secret":
+                result = await clients.rotate_webhook_secret(session, state.vault, args.target)
+            else:
+                result = await clients.update_client(session, args.target,
+                                                     msgspec.convert(_update_fields(op, args), UpdateServerClient))
+            await session.commit()
+            return result
+    return run
+
+
+def _update_fields(op: str, args: argparse.Namespace) -> dict[str, Any]:
+    if op == "set-providers":
+        return {"allowed_providers": args.values}
+    if op == "set-issuers":
+        return {"trusted_issuers": args.values}
+    fields: dict[str, Any] = {}
+    for name in ("flows_per_minute", "pending_per_subject"):
+        raw = getattr(args, name)
+        if raw is not None:
+            fields[name] = None if raw == "none" else int(raw)
+    return fields
+
+
+def _webhooks(op: str) -> Handler:
+    async def run(state: Any, args: argparse.Namespace) -> Any:
+        from service.admin import deliveries  # noqa: PLC0415
+
+        async with state.sessions() as session:
+            if op == "list":
+                return await deliveries.list_deliveries(session, state=args.state, server_client=args.client,
+                                                        flow=args.flow, cursor=args.cursor, limit=args.limit)
+            if op == "show":
+                return await deliveries.show_delivery(session, args.target)
+            result = await deliveries.replay(session, args.target)
+            await session.commit()
+            return result
+    return run
+
+
+async def _stats(state: Any, args: argparse.Namespace) -> Any:
+    from service.admin import flows  # noqa: PLC0415
+
+    async with state.sessions() as session:
+        return await flows.stats(session, flows.parse_window(args.window))
+
+
+async def _audit(state: Any, args: argparse.Namespace) -> Any:
+    from service.admin.audit import list_audit  # noqa: PLC0415
+
+    async with state.sessions() as session:
+        return await list_audit(session, admin_token_id=args.token, cursor=args.cursor, limit=args.limit)
+
+
+# ---- parser ---------------------------------------------------------------------------------------
+_FLOW_COLUMNS = ["id", "kind", "status", "server_client", "provider", "created_at", "expires_at"]
+_CLIENT_COLUMNS = ["id", "name", "display_name", "disabled", "webhook_url", "flows_per_minute", "pending_per_subject"]
+_HOOK_COLUMNS = ["id", "flow_id", "event_type", "state", "attempts", "last_status", "next_attempt_at"]
+
+
+def _items(result: Any) -> Any:
+    return result["items"]
+
+
+def _client(result: Any) -> Any:
+    return result["client"] if "client" in result else result
+
+
+def _stats_rows(result: Any) -> Any:
+    return result["providers"]
+
+
+def register(subparsers: Any) -> None:
+    admin = subparsers.add_parser("admin", help="operate elicitd: tokens, flows, clients, webhooks, stats")
+    groups = admin.add_subparsers(dest="admin_group", required=True)
+
+    def leaf(group: Any, name: str, operation: str, run: Callable[[argparse.Namespace], None],
+             target: str | None = None, paged: bool = False) -> Any:
+        parser = group.add_parser(name)
+        if target:
+            parser.add_argument("target", metavar=target)
+        if paged:
+            parser.add_argument("--cursor")
+            parser.add_argument("--limit", type=int, default=50)
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.set_defaults(func=run, operation=operation)
+        return parser
+
+    tokens = groups.add_parser("tokens", help="admin tokens").add_subparsers(dest="admin_cmd", required=True)
+    create = leaf(tokens, "create", "cliCreateAdminToken",
+                  _command(_tokens_create, ["id", "name", "role", "expires_at"], after=_once("Admin token", "token")))
+    create.add_argument("--name", required=True)
+    create.add_argument("--role", choices=["viewer", "operator", "admin"], required=True)
+    create.add_argument("--expires-in", default="90d", help="lifetime: 90d, 12h, 30m (at most 366d)")
+    leaf(tokens, "list", "cliListAdminTokens",
+         _command(_tokens_list, ["id", "name", "role", "prefix", "expires_at", "revoked_at", "last_used_at"]))
+    leaf(tokens, "revoke", "cliRevokeAdminToken", _command(_tokens_revoke, ["id", "name", "role", "revoked_at"]),
+         target="TOKEN_ID")
+
+    flows = groups.add_parser("flows", help="flows").add_subparsers(dest="admin_cmd", required=True)
+    lister = leaf(flows, "list", "adminListFlows", _command(_flows_list, _FLOW_COLUMNS, rows=_items), paged=True)
+    for option in ("status", "kind", "client", "provider", "iss", "sub", "created-after", "created-before",
+                   "expires-after", "expires-before"):
+        lister.add_argument(f"--{option}")
+    leaf(flows, "show", "adminGetFlow", _command(_flows_show, None), target="FLOW_ID")
+    leaf(flows, "cancel", "adminCancelFlow", _command(_finish("cancelled"), _FLOW_COLUMNS), target="FLOW_ID")
+    leaf(flows, "expire", "adminExpireFlow", _command(_finish("expired"), _FLOW_COLUMNS), target="FLOW_ID")
+
+    clients = groups.add_parser("clients", help="server clients").add_subparsers(dest="admin_cmd", required=True)
+    made = leaf(clients, "create", "adminCreateServerClient",
+                _command(_clients("create"), _CLIENT_COLUMNS, rows=_client, after=_once("API key", "api_key")),
+                target="NAME")
+    made.add_argument("--display-name")
+    made.add_argument("--provider", action="append")
+    made.add_argument("--issuer", action="append")
+    made.add_argument("--flows-per-minute", type=int)
+    made.add_argument("--pending-per-subject", type=int)
+    leaf(clients, "list", "adminListServerClients", _command(_clients("list"), _CLIENT_COLUMNS, rows=_items),
+         paged=True)
+    leaf(clients, "show", "adminGetServerClient", _command(_clients("show"), None), target="CLIENT_ID")
+    leaf(clients, "disable", "adminDisableServerClient", _command(_clients("disable"), _CLIENT_COLUMNS),
+         target="CLIENT_ID")
+    leaf(clients, "enable", "adminEnableServerClient", _command(_clients("enable"), _CLIENT_COLUMNS),
+         target="CLIENT_ID")
+    rotate = leaf(clients, "rotate-key", "adminRotateServerClientKey",
+                  _command(_clients("rotate-key"), _CLIENT_COLUMNS, rows=_client, after=_once("API key", "api_key")),
+                  target="CLIENT_ID")
+    rotate.add_argument("--grace", default="24h", help="how long older keys keep working (0 = now)")
+    for name, operation in (("set-providers", "adminUpdateServerClient"), ("set-issuers", "adminUpdateServerClient")):
+        leaf(clients, name, operation, _command(_clients(name), _CLIENT_COLUMNS), target="CLIENT_ID").add_argument(
+            "values", nargs="*", help="the complete list (none = every provider / issuer)")
+    limits = leaf(clients, "set-limits", "adminUpdateServerClient", _command(_clients("set-limits"), _CLIENT_COLUMNS),
+                  target="CLIENT_ID")
+    limits.add_argument("--flows-per-minute", help="a number, or 'none'")
+    limits.add_argument("--pending-per-subject", help="a number, or 'none'")
+    hook = leaf(clients, "set-webhook", "adminSetServerClientWebhook",
+                _command(_clients("set-webhook"), _CLIENT_COLUMNS, rows=_client,
+                         after=_once("Webhook signing secret", "webhook_secret")), target="CLIENT_ID")
+    hook.add_argument("url", nargs="?")
+    hook.add_argument("--clear", action="store_true")
+    leaf(clients, "rotate-webhook-secret", "adminRotateWebhookSecret",
+         _command(_clients("rotate-webhook-secret"), _CLIENT_COLUMNS, rows=_client,
+                  after=_once("Webhook signing secret", "webhook_secret")), target="CLIENT_ID")
+
+    hooks = groups.add_parser("webhooks", help="completion webhooks").add_subparsers(dest="admin_cmd", required=True)
+    hook_list = leaf(hooks, "list", "adminListWebhookDeliveries", _command(_webhooks("list"), _HOOK_COLUMNS,
+                                                                             rows=_items), paged=True)
+    hook_list.add_argument("--state", choices=["pending", "in_flight", "delivered", "abandoned"])
+    hook_list.add_argument("--client")
+    hook_list.add_argument("--flow")
+    leaf(hooks, "show", "adminGetWebhookDelivery", _command(_webhooks("show"), _HOOK_COLUMNS), target="EVENT_ID")
+    leaf(hooks, "replay", "adminReplayWebhookDelivery", _command(_webhooks("replay"), _HOOK_COLUMNS),
+         target="EVENT_ID")
+
+    stats = leaf(groups, "stats", "adminStats",
+                 _command(_stats, ["provider", "created", "completed", "completion_rate",
+                                   "median_seconds_to_complete"], rows=_stats_rows))
+    stats.add_argument("--window", default="24h")
+    audit = leaf(groups, "audit", "adminListAudit",
+                 _command(_audit, ["id", "at", "admin_token_id", "actor", "operation", "target", "status"],
+                          rows=_items), paged=True)
+    audit.add_argument("--token", help="only this admin token's calls")

@@ -1,0 +1,87 @@
+"""Prometheus metrics, one ``CollectorRegistry`` per app (two apps in one process never collide).
+
+Counters are fed by the request middleware, ``FlowService.listeners`` (after commit), the webhook
+worker and the rate limiter; gauges that live elsewhere (waiters, Redis mode) are read at scrape
+time, and the webhook backlog is counted in PostgreSQL when ``/metrics`` is scraped so every
+replica reports the same, exact number.
+
+Other domains record through this object, found at ``app.state.metrics``; e.g. the token refresh
+path calls ``app.state.metrics.record_refresh(provider, outcome)`` with outcome one of
+``refreshed``, ``failed``, ``reauthorization_required`` (any short constant is accepted).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from sqlalchemy import text
+
+from service.flows.models import Flow
+from service.signals.bus import WaiterHub
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_COMPLETION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600, 86400)
+
+
+class Metrics:
+    def __init__(self, hub: WaiterHub) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("elicitd_http_requests", "HTTP requests answered, by route template and status.",
+                                ["method", "route", "status"], registry=r)
+        self.latency = Histogram("elicitd_http_request_duration_seconds", "Time to answer an HTTP request.",
+                                 ["method", "route"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.flows_finished = Counter("elicitd_flows_finished", "Terminal flow transitions made by this replica.",
+                                      ["kind", "outcome"], registry=r)
+        self.time_to_complete = Histogram("elicitd_flow_time_to_complete_seconds",
+                                          "Time from creation to the terminal transition.",
+                                          ["kind", "outcome"], buckets=_COMPLETION_BUCKETS, registry=r)
+        self.waiters = Gauge("elicitd_waiters", "Requests of this replica waiting for a flow to finish.", registry=r)
+        self.waiters.set_function(lambda: hub.waiter_count)
+        self.fallback = Gauge("elicitd_redis_fallback", "1 while wake-ups run on polling (Redis unavailable).",
+                              registry=r)
+        self.fallback.set_function(lambda: 0 if hub.healthy else 1)
+        self.webhook_backlog = Gauge("elicitd_webhook_backlog",
+                                     "Webhook events neither delivered nor abandoned (all replicas).", registry=r)
+        self.webhook_deliveries = Counter("elicitd_webhook_deliveries",
+                                          "Webhook delivery attempts by result (delivered, failed, abandoned).",
+                                          ["outcome"], registry=r)
+        self.refreshes = Counter("elicitd_token_refreshes", "Provider token refreshes by provider and outcome.",
+                                 ["provider", "outcome"], registry=r)
+        self.rate_limited = Counter("elicitd_rate_limited", "Requests refused by a per-client quota.",
+                                    ["quota"], registry=r)
+
+    # ---- hooks for other modules -----------------------------------------------------------------
+    def flow_finished(self, flow: Flow) -> None:
+        """A ``FlowService`` listener: runs after the transition committed."""
+        self.flows_finished.labels(kind=flow.kind, outcome=flow.status).inc()
+        if flow.completed_at is not None and flow.created_at is not None:
+            seconds = max(0.0, (flow.completed_at - flow.created_at).total_seconds())
+            self.time_to_complete.labels(kind=flow.kind, outcome=flow.status).observe(seconds)
+
+    def record_refresh(self, provider: str, outcome: str) -> None:
+        self.refreshes.labels(provider=provider, outcome=outcome).inc()
+
+    def webhook_outcome(self, outcome: str) -> None:
+        self.webhook_deliveries.labels(outcome=outcome).inc()
+
+    def limited(self, quota: str) -> None:
+        self.rate_limited.labels(quota=quota).inc()
+
+    def request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method=method, route=route, status=str(status)).inc()
+        self.latency.labels(method=method, route=route).observe(seconds)
+
+
+@get("/metrics", operation_id="metrics", tags=["ops"], summary="Prometheus metrics", include_in_schema=True,
+     media_type=CONTENT_TYPE_LATEST)
+async def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
+    metrics: Metrics = request.app.state.metrics
+    async with request.app.state.sessions() as session:
+        backlog = (await session.execute(text(
+            "SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL"))).scalar_one()
+    metrics.webhook_backlog.set(backlog)
+    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

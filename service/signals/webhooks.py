@@ -1,0 +1,249 @@
+"""Completion webhooks: deliver the ``webhook_outbox`` rows that terminal transitions write.
+
+The outbox row is inserted by the same statement as the transition (``flows/repository.py``), so a
+delivery exists exactly when the transition committed, and the worker — which only sees committed
+rows — can never announce a change that rolled back.
+
+Across replicas, at most one delivery per event is in flight: a worker *claims* due rows with one
+statement (``FOR UPDATE SKIP LOCKED`` picks rows no one else is claiming, and the same UPDATE sets
+a lease and bumps ``attempts``). Only the holder of that attempt number may record its result, so
+a worker that outlived its lease cannot overwrite a newer attempt. A crashed replica's lease simply
+runs out and another replica retries. Failures back off exponentially (capped) and the event is
+abandoned only after ``webhook_give_up_seconds`` (24 hours by default) of failures; the admin API
+can replay it.
+
+Each POST is signed: ``Elicitd-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, t + "." +
+raw body)>``, with the event id in ``Elicitd-Event-Id`` (stable across retries, for de-duplication).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.crypto.vault import Vault
+from service.db.base import CLIENT_ID, PrefixedId
+from service.errors import ConfigurationError
+from service.settings import Settings
+
+logger = logging.getLogger("elicitd.webhooks")
+
+EVENT_ID = PrefixedId("evt")
+SIGNATURE_HEADER = "Elicitd-Signature"
+EVENT_ID_HEADER = "Elicitd-Event-Id"
+EVENT_TYPE_HEADER = "Elicitd-Event-Type"
+WEBHOOK_SECRET_PURPOSE = "webhook_secret"
+
+_CLAIM = """
+UPDATE webhook_outbox o
+   SET lease_until = now() + make_interval(secs => :lease), attempts = o.attempts + 1, last_attempt_at = now()
+  FROM (SELECT id FROM webhook_outbox
+         WHERE delivered_at IS NULL AND abandoned_at IS NULL AND next_attempt_at <= now()
+           AND (lease_until IS NULL OR lease_until <= now())
+         ORDER BY next_attempt_at LIMIT :batch FOR UPDATE SKIP LOCKED) due
+ WHERE o.id = due.id
+RETURNING o.id, o.server_client_id, o.flow_id, o.event_type, o.payload, o.attempts, o.created_at,
+          (SELECT row(sc.webhook_url, sc.webhook_secret_key_id, sc.webhook_secret_enc)
+             FROM server_clients sc WHERE sc.id = o.server_client_id) AS target
+"""
+
+_DELIVERED = """
+UPDATE webhook_outbox SET delivered_at = now(), last_status = :status, last_error = NULL, lease_until = NULL
+ WHERE id = :id AND attempts = :attempt AND delivered_at IS NULL
+"""
+
+_FAILED = """
+UPDATE webhook_outbox
+   SET last_status = :status, last_error = :error, lease_until = NULL,
+       next_attempt_at = now() + make_interval(secs => :delay),
+       abandoned_at = CASE WHEN :give_up OR now() >= retry_from + make_interval(secs => :horizon)
+                           THEN now() END
+ WHERE id = :id AND attempts = :attempt AND delivered_at IS NULL
+RETURNING abandoned_at IS NOT NULL
+"""
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The header value for one attempt."""
+    digest = hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+def event_body(event_id: uuid.UUID, event_type: str, created_at: datetime, payload: dict[str, Any]) -> bytes:
+    """The exact bytes POSTed (identical on every retry; the signature covers them as sent)."""
+    document = {"id": EVENT_ID.format(event_id), "type": event_type, "created_at": created_at.isoformat(),
+                "data": payload}
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    """Read from ``ELICITD_WEBHOOK_*`` (through ``Settings.extra``) when the app is built."""
+
+    backoff_seconds: float = 10.0
+    backoff_max_seconds: float = 3600.0
+    give_up_seconds: float = 86400.0
+    timeout_seconds: float = 10.0
+    poll_interval_seconds: float = 1.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WebhookSettings:
+        values: dict[str, float] = {}
+        for name in ("backoff_seconds", "backoff_max_seconds", "give_up_seconds", "timeout_seconds",
+                     "poll_interval_seconds"):
+            raw = settings.extra.get("WEBHOOK_" + name.upper())
+            if raw is None:
+                continue
+            try:
+                values[name] = float(raw)
+            except ValueError:
+                raise ConfigurationError(f"ELICITD_WEBHOOK_{name.upper()} must be a number") from None
+            if values[name] <= 0:
+                raise ConfigurationError(f"ELICITD_WEBHOOK_{name.upper()} must be positive")
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    id: uuid.UUID
+    server_client_id: uuid.UUID
+    event_type: str
+    payload: dict[str, Any]
+    attempt: int
+    created_at: datetime
+    url: str | None
+    secret: str | None
+
+
+Outcome = Callable[[str], None]
+
+
+class WebhookWorker:
+    """One per replica; started by ``create_app``'s lifespan when ``settings.background_tasks``."""
+
+    def __init__(self, *, settings: WebhookSettings, sessions: async_sessionmaker[AsyncSession], vault: Vault,
+                 on_outcome: Outcome | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.vault = vault
+        self.on_outcome = on_outcome
+        self._transport = transport
+        self._wake = asyncio.Event()
+        self.batch_size = 20
+
+    def wake(self, *_: object) -> None:
+        """Called after a transition commits (a ``FlowService`` listener): deliver now, not next tick."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        timeout = httpx.Timeout(self.settings.timeout_seconds)
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, transport=self._transport,
+                                     headers={"User-Agent": "elicitd-webhooks/1"}) as http:
+            while True:
+                try:
+                    while await self.run_once(http) >= self.batch_size:
+                        await asyncio.sleep(0)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # keep delivering after a database hiccup
+                    logger.warning("webhook round failed", extra={"error_type": type(exc).__name__})
+                try:
+                    async with asyncio.timeout(self.settings.poll_interval_seconds):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+
+    async def run_once(self, http: httpx.AsyncClient) -> int:
+        claimed = await self.claim()
+        if claimed:
+            await asyncio.gather(*(self.deliver(http, c) for c in claimed))
+        return len(claimed)
+
+    async def claim(self) -> list[Claimed]:
+        lease = self.settings.timeout_seconds + 30
+        async with self.sessions() as session:
+            rows = (await session.execute(text(_CLAIM), {"lease": lease, "batch": self.batch_size})).all()
+            await session.commit()
+        return [self._claimed(r) for r in rows]
+
+    def _claimed(self, row: Any) -> Claimed:
+        url = key_id = blob = None
+        if row.target is not None:
+            url, key_id, blob = row.target
+        secret = None
+        if url and key_id and blob:
+            try:
+                secret = self.vault.decrypt_text(key_id, bytes(blob), owner=CLIENT_ID.format(row.server_client_id),
+                                                 purpose=WEBHOOK_SECRET_PURPOSE)
+            except Exception as exc:  # a lost key must not stop other deliveries
+                logger.error("webhook secret unreadable", extra={"error_type": type(exc).__name__,
+                                                                 "server_client": CLIENT_ID.format(row.server_client_id)})
+        return Claimed(id=row.id, server_client_id=row.server_client_id, event_type=row.event_type,
+                       payload=row.payload, attempt=row.attempts, created_at=row.created_at, url=url, secret=secret)
+
+    def backoff(self, attempt: int) -> float:
+        base = self.settings.backoff_seconds * (2 ** min(attempt - 1, 30))
+        return min(base, self.settings.backoff_max_seconds) * random.uniform(0.9, 1.1)  # noqa: S311
+
+    async def deliver(self, http: httpx.AsyncClient, event: Claimed) -> None:
+        started = time.monotonic()
+        extra = {"delivery_id": EVENT_ID.format(event.id), "attempt": event.attempt,
+                 "server_client": CLIENT_ID.format(event.server_client_id)}
+        if event.url is None or event.secret is None:
+            # The client removed its webhook since the transition: nothing to deliver to.
+            await self._record_failure(event, None, "no webhook configured", give_up=True)
+            return
+        body = event_body(event.id, event.event_type, event.created_at, event.payload)
+        headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(event.secret, int(time.time()), body),
+                   EVENT_ID_HEADER: EVENT_ID.format(event.id), EVENT_TYPE_HEADER: event.event_type}
+        status: int | None = None
+        try:
+            response = await http.post(event.url, content=body, headers=headers)
+            status = response.status_code
+            error = None if 200 <= status < 300 else f"http {status}"
+        except httpx.HTTPError as exc:
+            # The exception text can hold the URL or response bits; only its type is kept.
+            error = type(exc).__name__
+        duration_ms = round((time.monotonic() - started) * 1000, 1)
+        if error is None:
+            async with self.sessions() as session:
+                await session.execute(text(_DELIVERED), {"id": event.id, "attempt": event.attempt, "status": status})
+                await session.commit()
+            logger.info("webhook delivered", extra={**extra, "status": status, "duration_ms": duration_ms})
+            self._outcome("delivered")
+            return
+        logger.info("webhook attempt failed", extra={**extra, "status": status, "duration_ms": duration_ms,
+                                                     "code": error})
+        await self._record_failure(event, status, error, give_up=False)
+
+    async def _record_failure(self, event: Claimed, status: int | None, error: str, *, give_up: bool) -> None:
+        async with self.sessions() as session:
+            abandoned = (await session.execute(text(_FAILED), {
+                "id": event.id, "attempt": event.attempt, "status": status, "error": error,
+                "delay": self.backoff(event.attempt), "give_up": give_up,
+                "horizon": self.settings.give_up_seconds,
+            })).scalar()
+            await session.commit()
+        if abandoned:
+            logger.warning("webhook abandoned", extra={"delivery_id": EVENT_ID.format(event.id),
+                                                       "attempt": event.attempt})
+        self._outcome("abandoned" if abandoned else "failed")
+
+    def _outcome(self, outcome: str) -> None:
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
