@@ -1,0 +1,148 @@
+"""The example MCP server (streamable HTTP, OAuth resource server) with three elicitd-backed tools.
+
+Run it against ``make run`` (see README.md next to this file)::
+
+    ELICITD_URL=http://127.0.0.1:8000 ELICITD_API_KEY=ek_... \\
+    EXAMPLE_ISSUER=https://id.example.com EXAMPLE_AUDIENCE=http://127.0.0.1:9000/mcp \\
+    EXAMPLE_PROVIDER=github EXAMPLE_FILES_URL=https://api.example.com/files \\
+    python -m examples.mcp_server.server
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import httpx
+import uvicorn
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
+from pydantic import AnyHttpUrl
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from elicitd_client import ElicitdClient
+from elicitd_client.mcp import ElicitationCancelled, ElicitationDeclined, Elicitd
+from elicitd_client.webhooks import InvalidWebhook, verify_webhook
+from examples.mcp_server.auth import JwtVerifier
+
+logger = logging.getLogger("example")
+
+
+@dataclass(frozen=True)
+class ExampleConfig:
+    issuer: str                       # who signs the MCP client's access tokens (the user's identity)
+    audience: str                     # this server's identifier in those tokens (`aud`)
+    resource_url: str                 # this server's public MCP URL, advertised to clients
+    provider: str = "github"          # the third-party provider registered in elicitd
+    scopes: tuple[str, ...] = ("repo",)
+    files_url: str = "https://api.github.com/user/repos"
+    name: str = "elicitd-example"
+    # Shared by every replica so a round started on one can be retried on another (see docs/mcp.md).
+    state_keys: tuple[str, ...] = ()
+    webhook_secret: str | None = None  # elicitd's completion-webhook secret for this server client
+    required_scopes: tuple[str, ...] = field(default=())
+
+
+def build_server(config: ExampleConfig, elicitd: Elicitd) -> MCPServer:
+    security = RequestStateSecurity(keys=list(config.state_keys), ttl=900) if config.state_keys else None
+    mcp = MCPServer(
+        config.name,
+        log_level="WARNING",
+        token_verifier=JwtVerifier(config.issuer, config.audience),
+        auth=AuthSettings(issuer_url=AnyHttpUrl(config.issuer), resource_server_url=AnyHttpUrl(config.resource_url),
+                          required_scopes=list(config.required_scopes) or None,
+                          # JwtVerifier already enforces `aud`, which may be a logical name, not this URL.
+                          validate_token_resource=False),
+        request_state_security=security,
+    )
+    elicitd.install(mcp)
+
+    @mcp.tool()
+    async def list_files(ctx: Context) -> str:
+        """List the files in the user's account at the third-party provider."""
+        try:
+            token = await elicitd.require_token(ctx, provider=config.provider, scopes=config.scopes)
+        except ElicitationDeclined:
+            return f"You chose not to connect {config.provider}, so I cannot list your files."
+        async with httpx.AsyncClient(timeout=15) as http:
+            answer = await http.get(config.files_url, headers={"Authorization": token.authorization})
+        if answer.status_code == 401:
+            return f"{config.provider} no longer accepts the connection; ask me again to reconnect."
+        answer.raise_for_status()
+        body = answer.json()
+        files = body.get("files", body) if isinstance(body, dict) else body
+        names = [str(item.get("name")) for item in files if isinstance(item, dict)]
+        return f"{len(names)} files: " + ", ".join(names)
+
+    @mcp.tool()
+    async def deploy(service: str, environment: str, ctx: Context) -> str:
+        """Deploy a service, after the user approved exactly this deploy in the browser."""
+        try:
+            consent = await elicitd.require_consent(
+                ctx, title=f"Deploy {service} to {environment}",
+                description=f"The service '{service}' will be built and deployed to '{environment}', replacing "
+                            "the running version.",
+                details={"service": service, "environment": environment})
+        except ElicitationDeclined:
+            return f"Deploy of {service} to {environment} cancelled: not approved."
+        except ElicitationCancelled:
+            return "Deploy paused: approve it when you are ready by asking again."
+        return f"Deployed {service} to {environment} (consent receipt {consent.flow_id})."
+
+    @mcp.tool()
+    async def premium_report(topic: str, ctx: Context) -> str:
+        """A paid report: asks for a one-off payment of 5.00 USD first."""
+        try:
+            payment = await elicitd.require_payment(ctx, amount=500, currency="usd",
+                                                    description=f"Premium report on {topic}")
+        except ElicitationDeclined:
+            return "No payment, no report."
+        return f"Premium report on {topic} (payment {payment.payment_id}): everything is fine."
+
+    @mcp.custom_route("/elicitd/webhook", methods=["POST"])  # type: ignore[untyped-decorator]
+    async def elicitd_webhook(request: Request) -> Response:
+        """elicitd's completion webhook: tell 2025-11-25 clients their elicitation finished."""
+        if config.webhook_secret is None:
+            return JSONResponse({"error": "webhook not configured"}, status_code=404)
+        body = await request.body()
+        try:
+            event = verify_webhook(config.webhook_secret, body, request.headers.get("elicitd-signature"))
+        except InvalidWebhook:
+            return JSONResponse({"error": "bad signature"}, status_code=400)
+        flow_id = event.get("data", {}).get("flow_id")
+        if isinstance(flow_id, str):
+            await elicitd.notify_completed(flow_id)
+        return JSONResponse({"ok": True})
+
+    return mcp
+
+
+def app_from_env() -> tuple[Starlette, ElicitdClient]:
+    env = os.environ
+    port = int(env.get("EXAMPLE_PORT", "9000"))
+    resource = env.get("EXAMPLE_RESOURCE_URL", f"http://127.0.0.1:{port}/mcp")
+    config = ExampleConfig(
+        issuer=env["EXAMPLE_ISSUER"],
+        audience=env.get("EXAMPLE_AUDIENCE", resource),
+        resource_url=resource,
+        provider=env.get("EXAMPLE_PROVIDER", "github"),
+        scopes=tuple(env.get("EXAMPLE_SCOPES", "repo").split()),
+        files_url=env.get("EXAMPLE_FILES_URL", "https://api.github.com/user/repos"),
+        state_keys=tuple(k for k in env.get("EXAMPLE_STATE_KEYS", "").split(",") if k),
+        webhook_secret=env.get("EXAMPLE_WEBHOOK_SECRET") or None,
+    )
+    client = ElicitdClient(env["ELICITD_URL"], env["ELICITD_API_KEY"])
+    return build_server(config, Elicitd(client)).streamable_http_app(), client
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO)
+    app, _ = app_from_env()
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("EXAMPLE_PORT", "9000")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Run the example MCP server for real (uvicorn in the test loop) and talk to it with the SDK's
+own ``Client`` over streamable HTTP, carrying a bearer token signed by the test issuer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx2
+import uvicorn
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import MCPServer
+
+from elicitd_client import ElicitdClient
+from elicitd_client.mcp import Elicitd
+from examples.mcp_server.server import ExampleConfig, build_server
+from tests.support.apps import free_port
+
+logging.getLogger("httpx2").setLevel(logging.WARNING)
+logging.getLogger("mcp").setLevel(logging.WARNING)
+
+AUDIENCE = "example-mcp"
+STATE_KEY = "k" * 43
+
+
+@dataclass
+class ExampleServer:
+    url: str
+    port: int
+    mcp: MCPServer
+    elicitd: Elicitd
+    config: ExampleConfig
+
+
+@contextlib.asynccontextmanager
+async def example_server(elicitd_url: str, api_key: str, issuer: str, *,
+                         customize: Callable[[MCPServer, Elicitd], None] | None = None,
+                         port: int | None = None, **options: Any) -> AsyncIterator[ExampleServer]:
+    """Start the example server. ``options`` go to ``Elicitd`` (``wait_seconds`` ...) or, when they
+    name an ``ExampleConfig`` field, to the config."""
+    port = port or free_port()
+    config_fields = set(ExampleConfig.__dataclass_fields__)
+    config = ExampleConfig(issuer=issuer, audience=AUDIENCE, resource_url=f"http://127.0.0.1:{port}/mcp",
+                           **{k: v for k, v in options.items() if k in config_fields})
+    client = ElicitdClient(elicitd_url, api_key)
+    helper = Elicitd(client, **{k: v for k, v in options.items() if k not in config_fields})
+    mcp = build_server(config, helper)
+    if customize is not None:
+        customize(mcp, helper)
+    try:
+        async with serve(mcp, port):
+            yield ExampleServer(url=f"http://127.0.0.1:{port}/mcp", port=port, mcp=mcp, elicitd=helper,
+                                config=config)
+    finally:
+        await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def serve(mcp: MCPServer, port: int) -> AsyncIterator[str]:
+    """Serve ``mcp`` over streamable HTTP on ``port``; yields the MCP endpoint URL."""
+    server = uvicorn.Server(uvicorn.Config(mcp.streamable_http_app(), host="127.0.0.1", port=port,
+                                           log_config=None, access_log=False, lifespan="on",
+                                           timeout_graceful_shutdown=1))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("MCP server did not start")
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(task, 10)
+
+
+@dataclass
+class RoundRobin(httpx2.AsyncBaseTransport):
+    """A load balancer in front of several replicas: each request goes to the next port."""
+
+    ports: list[int]
+    served: list[tuple[int, str]] = field(default_factory=list)  # (port, Mcp-Method header)
+
+    def __post_init__(self) -> None:
+        self._next = itertools.cycle(self.ports)
+        self._inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        port = next(self._next)
+        request.url = request.url.copy_with(port=port)
+        request.headers["host"] = f"127.0.0.1:{port}"
+        self.served.append((port, request.headers.get("mcp-method", "")))
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(url: str, bearer: str, *, mode: Literal["2026-07-28", "legacy"] = "2026-07-28",
+                     transport: httpx2.AsyncBaseTransport | None = None, **options: Any) -> AsyncIterator[Client]:
+    """The SDK's ``Client`` with the user's bearer token (``options``: ``elicitation_callback`` ...)."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, transport=transport,
+                                  timeout=httpx2.Timeout(120)) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode, **options) as client:
+            yield client
+
+
+class RoundLog(logging.Handler):
+    """Collect the helper's per-round log records (outcome, state_only) to count rounds."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.rounds: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == "elicitation round":
+            self.rounds.append({"outcome": record.__dict__.get("outcome"),
+                                "state_only": record.__dict__.get("state_only")})
+
+
+@contextlib.contextmanager
+def round_log() -> Any:
+    handler = RoundLog()
+    logger = logging.getLogger("elicitd_client.mcp")
+    previous = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
