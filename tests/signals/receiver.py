@@ -1,0 +1,89 @@
+"""A real local HTTP receiver for webhook tests: a tiny ASGI app served by uvicorn on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import uvicorn
+
+from tests.support.apps import free_port
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    status: int
+
+
+@dataclass
+class Receiver:
+    url: str = ""
+    # Decides the status for each request: (event id, how many times this id was seen) -> status.
+    answer: Callable[[str, int], int] = lambda _event, _seen: 200
+    delay: float = 0.0
+    received: list[Received] = field(default_factory=list)
+    seen: Counter[str] = field(default_factory=Counter)
+    in_flight: Counter[str] = field(default_factory=Counter)
+    max_in_flight: int = 0
+
+    def ok(self) -> list[Received]:
+        return [r for r in self.received if 200 <= r.status < 300]
+
+    def delivered_ids(self) -> Counter[str]:
+        return Counter(r.headers["elicitd-event-id"] for r in self.ok())
+
+    async def __call__(self, scope: dict, receive, send) -> None:  # type: ignore[no-untyped-def, type-arg]
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        event = headers.get("elicitd-event-id", "")
+        self.seen[event] += 1
+        self.in_flight[event] += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight[event])
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            status = self.answer(event, self.seen[event])
+        finally:
+            self.in_flight[event] -= 1
+        self.received.append(Received(headers=headers, body=body, status=status))
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+@contextlib.asynccontextmanager
+async def receiving(receiver: Receiver | None = None) -> AsyncIterator[Receiver]:
+    receiver = receiver or Receiver()
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(receiver, host="127.0.0.1", port=port, log_config=None,
+                                           access_log=False, lifespan="off"))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.02)
+    receiver.url = f"http://127.0.0.1:{port}/hooks/elicitd"
+    try:
+        yield receiver
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)

@@ -1,0 +1,178 @@
+"""Completion webhooks against a real local HTTP receiver and real elicitd instances."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from service.flows import repository as repo
+from service.flows.repository import Transition
+from service.flows.states import Actor, FlowStatus
+from service.settings import Settings
+from tests.admin.conftest import admin_http, complete_flow, create_flow, make_token
+from tests.signals.receiver import Receiver, eventually, receiving
+from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
+
+FAST = {"WEBHOOK_BACKOFF_SECONDS": "0.2", "WEBHOOK_BACKOFF_MAX_SECONDS": "0.5",
+        "WEBHOOK_POLL_INTERVAL_SECONDS": "0.1"}
+DOC = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
+
+
+def documented_verifier() -> Callable[..., bool]:
+    """The verification recipe exactly as the documentation prints it."""
+    block = re.search(r"```python verify\n(.*?)```", DOC.read_text(), re.S)
+    assert block is not None
+    namespace: dict[str, Any] = {}
+    exec(compile(block.group(1), str(DOC), "exec"), namespace)  # noqa: S102 - our own documentation
+    return namespace["verify_elicitd_webhook"]  # type: ignore[no-any-return]
+
+
+def fast(make_settings: Callable[..., Settings], **extra: str) -> Settings:
+    return make_settings(extra={**FAST, **extra})
+
+
+async def with_webhook(app: RunningApp, url: str) -> tuple[ServerClientHandle, str]:
+    client = await new_server_client(app)
+    async with admin_http(app, await make_token(app, "admin")) as http:
+        response = await http.put(f"/admin/v1/server-clients/{client.public_id}/webhook", json={"url": url})
+    assert response.status_code == 200
+    secret = response.json()["webhook_secret"]
+    assert secret.startswith("whsec_")
+    return client, secret
+
+
+async def outbox(app: RunningApp, flow_id: str) -> Any:
+    async with app.state.sessions() as session:
+        return (await session.execute(text("SELECT * FROM webhook_outbox WHERE flow_id = :f"),
+                                      {"f": uuid.UUID(flow_id[3:])})).one()
+
+
+async def test_signed_delivery_verifies_with_the_documented_recipe(make_settings: Callable[..., Settings]) -> None:
+    verify = documented_verifier()
+    async with receiving() as receiver, running_app(fast(make_settings)) as app:
+        client, secret = await with_webhook(app, receiver.url)
+        flow_id = await create_flow(app, client)
+        assert (await complete_flow(app, client, flow_id)).status_code == 200
+        await eventually(lambda: len(receiver.ok()) == 1)
+    got = receiver.received[0]
+    event = json.loads(got.body)
+    assert event["type"] == "flow.completed"
+    assert event["data"]["flow_id"] == flow_id
+    assert event["data"]["elicitation_id"] == flow_id
+    assert got.headers["elicitd-event-id"] == event["id"]
+    assert got.headers["elicitd-event-type"] == "flow.completed"
+    assert verify(secret, got.body, got.headers["elicitd-signature"]) is True
+    assert verify(secret, got.body + b" ", got.headers["elicitd-signature"]) is False
+    assert verify("whsec_wrong", got.body, got.headers["elicitd-signature"]) is False
+    stale = re.sub(r"t=\d+", "t=1000", got.headers["elicitd-signature"])
+    assert verify(secret, got.body, stale) is False
+
+
+async def test_delivery_only_after_the_transition_commits(make_settings: Callable[..., Settings]) -> None:
+    async with receiving() as receiver, running_app(fast(make_settings)) as app:
+        client, _ = await with_webhook(app, receiver.url)
+        flow_id = await create_flow(app, client)
+        async with app.state.sessions() as session:
+            moved = await repo.transition(session, uuid.UUID(flow_id[3:]),
+                                          Transition(FlowStatus.COMPLETED, Actor.API, result={"x": 1}))
+            assert moved is not None
+            await asyncio.sleep(1.0)  # ten worker polls: the uncommitted outbox row is invisible
+            assert receiver.received == []
+            await session.commit()
+        app.state.webhooks.wake()
+        await eventually(lambda: len(receiver.ok()) == 1)
+        async with app.state.sessions() as session:
+            moved = await repo.transition(session, uuid.UUID((await create_flow(app, client))[3:]),
+                                          Transition(FlowStatus.FAILED, Actor.API, error_code="boom"))
+            assert moved is not None
+            await session.rollback()  # a transition that rolls back is never announced
+        await asyncio.sleep(1.0)
+        assert len(receiver.received) == 1
+
+
+async def test_retries_after_receiver_errors_then_delivers(make_settings: Callable[..., Settings]) -> None:
+    receiver = Receiver(answer=lambda _event, seen: 500 if seen <= 2 else 204)
+    async with receiving(receiver), running_app(fast(make_settings)) as app:
+        client, _ = await with_webhook(app, receiver.url)
+        flow_id = await create_flow(app, client)
+        assert (await complete_flow(app, client, flow_id)).status_code == 200
+        await eventually(lambda: len(receiver.ok()) == 1)
+        row = await outbox(app, flow_id)
+    assert [r.status for r in receiver.received] == [500, 500, 204]
+    assert len({r.body for r in receiver.received}) == 1  # the same bytes on every retry
+    assert row.attempts == 3
+    assert row.delivered_at is not None
+    assert row.last_status == 204
+
+
+async def test_delivery_resumes_after_a_restart(make_settings: Callable[..., Settings]) -> None:
+    failing = True
+    receiver = Receiver(answer=lambda _event, _seen: 500 if failing else 200)
+    async with receiving(receiver):
+        settings = fast(make_settings, WEBHOOK_BACKOFF_SECONDS="1", WEBHOOK_BACKOFF_MAX_SECONDS="1")
+        async with running_app(settings) as first:
+            client, _ = await with_webhook(first, receiver.url)
+            flow_id = await create_flow(first, client)
+            assert (await complete_flow(first, client, flow_id)).status_code == 200
+            await eventually(lambda: len(receiver.received) >= 1)
+        # The instance is gone with the event undelivered; a new one picks it up from the outbox.
+        attempts_before = len(receiver.received)
+        assert receiver.ok() == []
+        failing = False
+        async with running_app(settings) as second:
+            await eventually(lambda: len(receiver.ok()) == 1)
+            row = await outbox(second, flow_id)
+    assert row.delivered_at is not None
+    assert row.attempts == attempts_before + 1
+
+
+async def test_abandoned_after_the_retry_window_then_replayed(make_settings: Callable[..., Settings]) -> None:
+    failing = True
+    receiver = Receiver(answer=lambda _event, _seen: 503 if failing else 200)
+    async with receiving(receiver), running_app(fast(make_settings, WEBHOOK_GIVE_UP_SECONDS="1")) as app:
+        client, _ = await with_webhook(app, receiver.url)
+        flow_id = await create_flow(app, client)
+        assert (await complete_flow(app, client, flow_id)).status_code == 200
+        operator = await make_token(app, "operator")
+        async with admin_http(app, operator) as http:
+            for _ in range(100):
+                listed = (await http.get("/admin/v1/webhooks", params={"flow_id": flow_id})).json()["items"]
+                if listed and listed[0]["state"] == "abandoned":
+                    break
+                await asyncio.sleep(0.1)
+            assert listed[0]["state"] == "abandoned"
+            assert listed[0]["last_status"] == 503
+            assert listed[0]["last_error"] == "http 503"
+            tries = len(receiver.received)
+            await asyncio.sleep(0.5)
+            assert len(receiver.received) == tries  # abandoned means no more attempts
+            failing = False
+            replayed = await http.post(f"/admin/v1/webhooks/{listed[0]['id']}/replay")
+            assert replayed.status_code == 200
+            await eventually(lambda: len(receiver.ok()) == 1)
+            shown = (await http.get(f"/admin/v1/webhooks/{listed[0]['id']}")).json()
+        assert shown["state"] == "delivered"
+        assert shown["attempts"] == tries + 1
+
+
+async def test_two_replicas_never_deliver_an_event_twice(make_settings: Callable[..., Settings]) -> None:
+    # Slow answers and a failure for every third event keep deliveries overlapping and retrying.
+    receiver = Receiver(answer=lambda event, seen: 500 if (hash(event) % 3 == 0 and seen == 1) else 200,
+                        delay=0.2)
+    async with receiving(receiver), running_app(fast(make_settings)) as one, running_app(fast(make_settings)) as two:
+        client, _ = await with_webhook(one, receiver.url)
+        flows = [await create_flow(one, client) for _ in range(24)]
+        results = await asyncio.gather(*(complete_flow(one if i % 2 else two, client, f)
+                                         for i, f in enumerate(flows)))
+        assert {r.status_code for r in results} == {200}
+        await eventually(lambda: len(receiver.delivered_ids()) == 24, timeout=30)
+        await asyncio.sleep(1.0)  # give a duplicate every chance to show up
+    assert set(receiver.delivered_ids().values()) == {1}
+    assert receiver.max_in_flight == 1
