@@ -1,0 +1,151 @@
+"""Metrics, request logs and tracing on real instances (each test its own app, so counts are exact)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.settings import Settings
+from tests.admin.conftest import complete_flow, create_flow
+from tests.support.apps import LogCapture, RunningApp, new_server_client, running_app
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return found
+
+
+def value(found: dict, name: str, **labels: str) -> float:  # type: ignore[type-arg]
+    return found.get((name, frozenset(labels.items())), 0.0)
+
+
+async def scrape(app: RunningApp) -> dict:  # type: ignore[type-arg]
+    async with app.http() as http:
+        response = await http.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return samples(response.text)
+
+
+async def test_metrics_count_exactly_what_happened(make_settings: Callable[..., Settings]) -> None:
+    async with running_app(make_settings()) as app:
+        client = await new_server_client(app)
+        flows = [await create_flow(app, client) for _ in range(3)]
+        assert (await complete_flow(app, client, flows[0])).status_code == 200
+        assert (await complete_flow(app, client, flows[1])).status_code == 200
+        async with app.http(client.api_key) as http:
+            assert (await http.post(f"/v1/flows/{flows[2]}/fail", json={"code": "nope"})).status_code == 200
+            assert (await http.get("/v1/flows/fl_notanid")).status_code == 404
+            assert (await http.get("/no/such/route")).status_code == 404
+        found = await scrape(app)
+        second_app_found = None
+        async with running_app(make_settings()) as other:  # a second app in the same process
+            second_app_found = await scrape(other)
+    assert value(found, "elicitd_flows_finished_total", kind="external", outcome="completed") == 2
+    assert value(found, "elicitd_flows_finished_total", kind="external", outcome="failed") == 1
+    assert value(found, "elicitd_flow_time_to_complete_seconds_count", kind="external", outcome="completed") == 2
+    assert value(found, "elicitd_http_requests_total", method="POST", route="/v1/flows", status="201") == 3
+    assert value(found, "elicitd_http_requests_total", method="POST", route="/v1/flows/{flow_id}/complete",
+                 status="200") == 2
+    assert value(found, "elicitd_http_requests_total", method="GET", route="/v1/flows/{flow_id}",
+                 status="404") == 1
+    assert value(found, "elicitd_http_requests_total", method="GET", route="unmatched", status="404") == 1
+    assert value(found, "elicitd_http_request_duration_seconds_count", method="POST", route="/v1/flows") == 3
+    assert value(found, "elicitd_waiters") == 0
+    assert value(found, "elicitd_redis_fallback") == 0
+    assert value(found, "elicitd_webhook_backlog") >= 0
+    # Nothing leaks between app instances: the second one saw no flows and no requests.
+    assert value(second_app_found, "elicitd_flows_finished_total", kind="external", outcome="completed") == 0
+    assert value(second_app_found, "elicitd_http_requests_total", method="POST", route="/v1/flows",
+                 status="201") == 0
+
+
+async def test_waiters_and_fallback_gauges_follow_the_hub(make_settings: Callable[..., Settings]) -> None:
+    async with running_app(make_settings(redis_url="redis://127.0.0.1:1/0")) as app:
+        client = await new_server_client(app)
+        flow_id = await create_flow(app, client)
+        import asyncio  # noqa: PLC0415
+
+        async with app.http(client.api_key) as http:
+            waiting = asyncio.create_task(http.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 5}))
+            for _ in range(100):
+                if app.state.hub.waiter_count == 1:
+                    break
+                await asyncio.sleep(0.02)
+            found = await scrape(app)
+            assert (await complete_flow(app, client, flow_id)).status_code == 200
+            assert (await waiting).json()["flow"]["status"] == "completed"
+    assert value(found, "elicitd_waiters") == 1
+    assert value(found, "elicitd_redis_fallback") == 1
+
+
+async def test_refresh_counter_is_exposed_for_the_connections_domain(make_settings: Callable[..., Settings]) -> None:
+    async with running_app(make_settings()) as app:
+        app.state.metrics.record_refresh("github", "refreshed")
+        app.state.metrics.record_refresh("github", "refreshed")
+        app.state.metrics.record_refresh("github", "failed")
+        found = await scrape(app)
+    assert value(found, "elicitd_token_refreshes_total", provider="github", outcome="refreshed") == 2
+    assert value(found, "elicitd_token_refreshes_total", provider="github", outcome="failed") == 1
+
+
+async def test_one_json_log_line_per_request_without_query_strings(make_settings: Callable[..., Settings]) -> None:
+    capture = LogCapture()
+    logger = logging.getLogger("elicitd.requests")
+    logger.addHandler(capture)
+    logger.setLevel(logging.INFO)
+    try:
+        async with running_app(make_settings()) as app:
+            client = await new_server_client(app)
+            flow_id = await create_flow(app, client)
+            async with app.http(client.api_key) as http:
+                response = await http.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 0, "secret": "MARKER-Q"})
+            assert response.status_code == 200
+    finally:
+        logger.removeHandler(capture)
+    lines = [json.loads(line) for line in capture.lines]
+    gets = [line for line in lines if line.get("method") == "GET" and line["route"] == "/v1/flows/{flow_id}"]
+    assert len(gets) == 1
+    assert gets[0]["msg"] == "request"
+    assert gets[0]["status"] == 200
+    assert isinstance(gets[0]["duration_ms"], float)
+    assert not any("MARKER-Q" in line or flow_id in line for line in capture.lines)
+
+
+async def test_tracing_records_one_span_per_request(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings(extra={"OTEL_ENABLED": "true", "OTEL_EXPORTER": "memory"})
+    async with running_app(settings) as app:
+        client = await new_server_client(app)
+        await create_flow(app, client)
+        async with app.http() as http:
+            assert (await http.get("/healthz")).status_code == 200
+        spans = app.state.tracing.memory.get_finished_spans()
+    names = [s.name for s in spans]
+    assert names == ["POST /v1/flows", "GET /healthz"]
+    assert spans[0].attributes["http.response.status_code"] == 201
+    assert spans[0].attributes["http.route"] == "/v1/flows"
+    assert spans[0].resource.attributes["service.name"] == "elicitd"
+
+
+async def test_tracing_is_off_by_default(make_settings: Callable[..., Settings]) -> None:
+    async with running_app(make_settings()) as app:
+        assert app.state.tracing.enabled is False
+        assert app.state.tracing.tracer is None
+
+
+def test_metric_names_match_the_reference() -> None:
+    from pathlib import Path  # noqa: PLC0415
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operating.md").read_text()
+    documented = set(re.findall(r"`(elicitd_[a-z_]+)`", doc))
+    assert {"elicitd_http_requests_total", "elicitd_http_request_duration_seconds", "elicitd_flows_finished_total",
+            "elicitd_flow_time_to_complete_seconds", "elicitd_waiters", "elicitd_redis_fallback",
+            "elicitd_webhook_backlog", "elicitd_webhook_deliveries_total", "elicitd_token_refreshes_total",
+            "elicitd_rate_limited_total"} == documented
