@@ -24,9 +24,11 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from litestar import Request, Response
 from litestar.datastructures import Cookie
+from litestar.response import Template
 
 from service.db.base import FLOW_ID
 from service.errors import Forbidden
@@ -125,6 +127,20 @@ async def start_login(request: Request[Any, Any, Any], issuer: ResolvedIssuer, r
     return redirect(url, cookies=[make_cookie(settings, store.LOGIN_COOKIE, binding, store.LOGIN_STATE_SECONDS)])
 
 
+def refusal_page(request: Request[Any, Any, Any], issuer: ResolvedIssuer, flow: Flow,
+                 session: store.SessionRow) -> Response[Any]:
+    """403 "this link belongs to another account". Its sign-out form ends in a redirect to the
+    issuer, so the issuer's origin is allowed as a form target (CSP form-action covers redirects)."""
+    origin = urlsplit(issuer.authorization_endpoint)
+    headers = {**PAGE_HEADERS, "Content-Security-Policy":
+               f"default-src 'self'; frame-ancestors 'none'; form-action 'self' {origin.scheme}://{origin.netloc}"}
+    context = {"domain": request.app.state.settings.public_origin, "issuer_name": issuer.display_name,
+               "signed_in_as": session.sub, "csrf_token": csrf_token_for(session), "return_to": flow_path(flow),
+               "flow_id": FLOW_ID.format(flow.id)}
+    return Template(template_name="refused.html", context=context, status_code=403,
+                    headers=headers)  # type: ignore[return-value]
+
+
 def _sub_digest(sub: str) -> str:
     return hashlib.sha256(sub.encode()).hexdigest()
 
@@ -162,9 +178,16 @@ async def require_subject(request: Request[Any, Any, Any], flow: Flow) -> Browse
         return await start_login(request, issuer, flow_path(flow))
     csrf = csrf_token_for(row)
     if row.sub != flow.subject_sub:
-        return page(request, "refused.html", 403, issuer_name=issuer.display_name, signed_in_as=row.sub,
-                    csrf_token=csrf, return_to=flow_path(flow), flow_id=FLOW_ID.format(flow.id))
+        return refusal_page(request, issuer, flow, row)
     return BrowserIdentity(session_id=row.id.hex(), iss=row.iss, sub=row.sub, csrf_token=csrf)
+
+
+def cross_site_origin(request: Request[Any, Any, Any]) -> bool:
+    """True when the browser says the request came from another site. Pages send
+    ``Referrer-Policy: no-referrer``, under which browsers send ``Origin: null`` even for same-origin
+    form posts; ``null`` (like no header) proves nothing either way, so the token decides alone."""
+    origin = request.headers.get("origin")
+    return origin not in (None, "null", request.app.state.settings.public_origin)
 
 
 def check_csrf(request: Request[Any, Any, Any], identity: BrowserIdentity, submitted: str | None) -> None:
@@ -173,8 +196,7 @@ def check_csrf(request: Request[Any, Any, Any], identity: BrowserIdentity, submi
     The token is an HMAC of the session id under the session's own secret (a synchronizer token:
     nothing to forge without the session). A cross-site ``Origin`` is refused as well.
     """
-    origin = request.headers.get("origin")
-    if origin is not None and origin != request.app.state.settings.public_origin:
+    if cross_site_origin(request):
         raise CsrfFailed
     if submitted is None or not hmac.compare_digest(submitted.encode(), identity.csrf_token.encode()):
         raise CsrfFailed

@@ -22,6 +22,7 @@ from service.identity import sessions as store
 from service.identity.browser import (
     CsrfFailed,
     clear_cookie,
+    cross_site_origin,
     csrf_token_for,
     make_cookie,
     redirect,
@@ -138,10 +139,8 @@ async def logout(request: Request[Any, Any, Any],
         async with request.app.state.sessions() as session:
             row = await store.touch_session(session, token)
             submitted = data.get("csrf_token")
-            origin = request.headers.get("origin")
-            if row is not None and (submitted is None
-                                    or not hmac.compare_digest(csrf_token_for(row).encode(), submitted.encode())
-                                    or (origin is not None and origin != settings.public_origin)):
+            if row is not None and (submitted is None or cross_site_origin(request)
+                                    or not hmac.compare_digest(csrf_token_for(row).encode(), submitted.encode())):
                 raise CsrfFailed
             await store.delete_session(session, token)
             await session.commit()
