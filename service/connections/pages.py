@@ -91,6 +91,9 @@ async def connect_page(request: Req, flow: Flow) -> Response[Any]:
     flow_ref = FLOW_ID.format(flow.id)
     scopes = [{"name": s, "words": describe_scope(s, provider.scope_descriptions)} for s in flow.scopes or []]
     headers = dict(PAGE_HEADERS)
+    # ``no-referrer`` would make Chromium send ``Origin: null`` with the form POST, which the CSRF
+    # check rightly refuses; same-origin still sends nothing to the provider or anyone else.
+    headers["Referrer-Policy"] = "same-origin"
     # The Continue POST answers with a redirect to the provider; allow exactly that origin.
     headers["Content-Security-Policy"] = ("default-src 'self'; frame-ancestors 'none'; form-action 'self' "
                                           + _origin(provider.authorization_endpoint))
@@ -268,7 +271,7 @@ async def _final_page(request: Req, flow: Flow) -> Response[Any]:
     headings = {"completed": "Connected", "declined": "Not connected", "failed": "The connection failed",
                 "expired": "This link has expired", "cancelled": "Cancelled"}
     return page(request, "connect_done.html", 200, heading=headings.get(flow.status, "Unavailable"),
-                status=flow.status, client=await client_name(request, flow),
+                outcome=flow.status, client=await client_name(request, flow),
                 provider=row.display_name if row is not None else provider_name,
                 account_login=(flow.result or {}).get("account_login") if flow.status == "completed" else None,
                 flow_id=FLOW_ID.format(flow.id))
