@@ -23,6 +23,7 @@ from service.connections.pages import ROUTES as CONNECT_ROUTES
 from service.connections.pages import connect_page
 from service.connections.service import ConnectionService
 from service.admin.operations import ADMIN_SECURITY_SCHEME, Operations
+from service.consent.wiring import install as install_consent
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
 from service.errors import EXCEPTION_HANDLERS
@@ -36,6 +37,7 @@ from service.health import healthz, readyz
 from service.identity.issuers import IssuerDirectory
 from service.identity.keys import ApiKeyAuthenticator
 from service.identity.login_api import IDENTITY_ROUTES
+from service.payments.wiring import install as install_payments
 from service.settings import Settings
 from service.signals.bus import WaiterHub
 
@@ -72,6 +74,8 @@ def create_app(settings: Settings) -> Litestar:
     state.kind_pages["oauth_connect"] = connect_page
     ops = Operations.install(settings, state)
 
+    kind_routes = [*install_consent(state, flows, settings), *install_payments(state, flows, settings)]
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         if settings.config_file:
@@ -103,6 +107,7 @@ def create_app(settings: Settings) -> Litestar:
             open_flow,
             healthz,
             readyz,
+            *kind_routes,
             *IDENTITY_ROUTES,
             ConnectionController,
             *CONNECT_ROUTES,

@@ -24,7 +24,7 @@ from service.settings import KeyRing, Settings
 DATA_DIR = Path(os.environ.get("ELICITD_DATA_DIR", ".data"))
 
 # Modules with a ``register(subparsers)`` function adding their own subcommands.
-_COMMAND_GROUPS: list[str] = ["service.identity.cli", "service.admin.cli"]
+_COMMAND_GROUPS: list[str] = ["service.identity.cli", "service.admin.cli", "service.payments.cli"]
 
 
 def _settings() -> Settings:
@@ -85,6 +85,17 @@ def _dev_keys() -> str:
     return path.read_text().strip()
 
 
+def _dev_signing_key() -> str:
+    """The consent-receipt signing key of this dev instance (its public half is at /.well-known/jwks.json)."""
+    from service.consent.receipts import ReceiptSigner  # noqa: PLC0415
+
+    path = DATA_DIR / "dev-signing-key.pem"
+    if not path.exists():
+        path.write_text(ReceiptSigner.generate_pem())
+        path.chmod(0o600)
+    return path.read_text()
+
+
 async def _ensure_dev_client(settings: Settings) -> str:
     from service.db.engine import make_engine, make_sessionmaker  # noqa: PLC0415
     from service.identity.clients import create_server_client, find_by_name  # noqa: PLC0415
@@ -123,6 +134,8 @@ def cmd_dev(args: argparse.Namespace) -> None:
     env.setdefault("ELICITD_DEV", "true")
     env.setdefault("ELICITD_LOG_JSON", "false")
     env.setdefault("ELICITD_KEYS", _dev_keys())
+    if not env.get("ELICITD_SIGNING_KEY_FILE"):
+        env.setdefault("ELICITD_SIGNING_KEY", _dev_signing_key())
     env.setdefault("ELICITD_PUBLIC_URL", f"http://127.0.0.1:{args.port}")
     redis = None
     if not env.get("ELICITD_DATABASE_URL"):

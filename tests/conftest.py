@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+from joserfc.jwk import ECKey
 
 from service.db.migrate import upgrade_async
 from service.flows.schemas import Subject
@@ -18,6 +19,8 @@ from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
 TEST_KEYS = KeyRing.parse(
     "test2:" + "A" * 43 + ",test1:" + "B" * 43, name="test keys"
 )
+
+TEST_SIGNING_KEY = ECKey.generate_key("P-256").as_pem(private=True).decode("ascii")
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +58,8 @@ def make_settings(database_url: str, backend: backends.Backends) -> Callable[...
             "sweep_interval_seconds": 0.5,
             "api_key_cache_seconds": 0,
             "log_json": True,
+            # Consent receipts are signed; an instance without a key refuses consent flows (503).
+            "signing_key": TEST_SIGNING_KEY,
         }
         values.update(overrides)
         return Settings(**values)

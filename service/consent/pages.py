@@ -1,0 +1,104 @@
+"""Browser side of ``consent``: the page that shows who asks what, and the Approve/Decline POST.
+
+Both the page and the POST run the identity check first: the flow id in the URL proves nothing,
+only a login at the subject's issuer as the subject does. The POST also carries the digest of the
+text the page showed; if the text the receipt would attest differs (it cannot change for a flow,
+but a deploy could change how it is shown), the approval is refused rather than signed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get, post
+from sqlalchemy import select
+
+from service.consent.service import ConsentService, view_of
+from service.db.base import FLOW_ID
+from service.errors import Conflict, InvalidRequest
+from service.flows.models import Flow
+from service.flows.pages import page, status_page
+from service.flows.service import FlowService
+from service.identity.browser import check_csrf, require_subject
+from service.identity.models import ServerClient
+
+Req = Request[Any, Any, Any]
+
+
+async def client_names(request: Req, flow: Flow) -> tuple[str, str]:
+    """``(display name, name)`` of the server client that asked: the page must say who asks."""
+    async with request.app.state.sessions() as session:
+        row = (await session.execute(select(ServerClient.display_name, ServerClient.name)
+                                     .where(ServerClient.id == flow.server_client_id))).first()
+    return (row[0], row[1]) if row is not None else ("An unknown service", "unknown")
+
+
+async def pending_flow(request: Req, flow_ref: str, kind: str) -> Flow | Response[Any]:
+    """The pending flow of this kind, or the page to show instead (unknown, finished, expired)."""
+    flows: FlowService = request.app.state.flows
+    flow_id = FLOW_ID.parse(flow_ref)
+    flow = None if flow_id is None else await flows.read(flow_id)
+    if flow is None or flow.kind != kind:
+        return status_page(request, None, 404)
+    if flow.status != "pending":
+        return status_page(request, flow, 410 if flow.status == "expired" else 200)
+    return flow
+
+
+async def consent_page(request: Req, flow: Flow) -> Response[Any]:
+    identity = await require_subject(request, flow)
+    if isinstance(identity, Response):
+        return identity
+    view = view_of(flow)
+    display_name, _ = await client_names(request, flow)
+    flow_ref = FLOW_ID.format(flow.id)
+    return page(request, "consent.html", flow_id=flow_ref, client=display_name, view=view,
+                csrf_token=identity.csrf_token, action=f"/consent/{flow_ref}/decide")
+
+
+@get("/.well-known/jwks.json", operation_id="getJwks", tags=["keys"], cache=False,
+     summary="Public keys that verify consent receipts",
+     description="A JWK Set of the ES256 keys elicitd signs consent receipts with (RFC 7517). "
+                 "The receipt header's `kid` names the key.")
+async def jwks(request: Req) -> Response[Any]:
+    signer = request.app.state.consent.signer
+    body = signer.jwks() if signer is not None else {"keys": []}
+    return Response(body, media_type="application/jwk-set+json", headers={"Cache-Control": "public, max-age=300"})
+
+
+@post("/consent/{flow_ref:str}/decide", operation_id="decideConsent", tags=["browser"], status_code=200,
+      summary="Approve or decline a consent (form POST from the consent page, CSRF-protected)")
+async def decide(request: Req, flow_ref: str) -> Response[Any]:
+    found = await pending_flow(request, flow_ref, "consent")
+    if isinstance(found, Response):
+        return found
+    flow = found
+    identity = await require_subject(request, flow)
+    if isinstance(identity, Response):
+        return identity
+    form = await request.form()
+    check_csrf(request, identity, _field(form, "csrf_token"))
+    decision = _field(form, "decision")
+    consent: ConsentService = request.app.state.consent
+    display_name, name = await client_names(request, flow)
+    if decision == "approve":
+        view = view_of(flow)
+        if _field(form, "text_sha256") != view.digest:
+            raise Conflict("The text of this request is not the one that was shown. Reload the page and review it "
+                           "again.", extra={"code": "consent_text_changed"})
+        moved = await consent.approve(flow, view, client_name=name)
+    elif decision == "decline":
+        moved = await consent.decline(flow)
+    else:
+        raise InvalidRequest("Choose Approve or Decline.", extra={"code": "invalid_decision"})
+    if moved is None:
+        current = await request.app.state.flows.read(flow.id)
+        return status_page(request, current, 200 if current is not None else 404)
+    approved = moved.status == "completed"
+    return page(request, "consent_done.html", flow_id=flow_ref, client=display_name, approved=approved,
+                heading="Approved" if approved else "Declined")
+
+
+def _field(form: Any, name: str) -> str | None:
+    value = form.get(name)
+    return value if isinstance(value, str) else None

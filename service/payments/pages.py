@@ -1,0 +1,127 @@
+"""Browser side of ``payment``: a summary page, the POST that sends the user to checkout, the page
+the provider sends them back to, and Decline.
+
+The user leaves for the provider's page only from a CSRF-protected POST made by the flow's
+subject; the return page is also behind the identity check, and it only *asks* the provider — a
+query string cannot mark anything paid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get, post
+from litestar.response import Redirect
+
+from service.consent.pages import client_names, pending_flow
+from service.db.base import FLOW_ID
+from service.flows.models import Flow
+from service.flows.pages import PAGE_HEADERS, page, status_page
+from service.flows.repository import Transition
+from service.flows.states import Actor, FlowStatus
+from service.identity.browser import BrowserIdentity, check_csrf, require_subject
+from service.payments.kind import format_amount, parse_params
+from service.payments.models import Payment
+from service.payments.service import PaymentService
+
+Req = Request[Any, Any, Any]
+
+
+def _payments(request: Req) -> PaymentService:
+    return request.app.state.payments  # type: ignore[no-any-return]
+
+
+async def _summary(request: Req, flow: Flow, identity: BrowserIdentity, payment: Payment | None,
+                   status: int = 200) -> Response[Any]:
+    params = parse_params(flow.params)
+    display_name, _ = await client_names(request, flow)
+    flow_ref = FLOW_ID.format(flow.id)
+    processing = payment is not None and payment.status == "processing"
+    response = page(request, "payment.html", status, flow_id=flow_ref, client=display_name,
+                    amount=format_amount(params.amount, params.currency), description=params.description,
+                    csrf_token=identity.csrf_token, processing=processing,
+                    checkout_action=f"/pay/{flow_ref}/checkout", decline_action=f"/pay/{flow_ref}/decline")
+    # The Pay form redirects to the provider's checkout: allow exactly that origin, not all of https.
+    origin = _payments(request).checkout_origin()
+    response.headers["Content-Security-Policy"] = (
+        f"default-src 'self'; frame-ancestors 'none'; form-action 'self' {origin}")
+    return response
+
+
+async def payment_page(request: Req, flow: Flow) -> Response[Any]:
+    identity = await require_subject(request, flow)
+    if isinstance(identity, Response):
+        return identity
+    return await _summary(request, flow, identity, await _payments(request).payment(flow.id))
+
+
+@post("/pay/{flow_ref:str}/checkout", operation_id="startCheckout", tags=["browser"], status_code=303,
+      summary="Go to the payment provider's checkout (form POST, CSRF-protected)")
+async def start_checkout(request: Req, flow_ref: str) -> Response[Any]:
+    found = await pending_flow(request, flow_ref, "payment")
+    if isinstance(found, Response):
+        return found
+    identity = await require_subject(request, found)
+    if isinstance(identity, Response):
+        return identity
+    form = await request.form()
+    check_csrf(request, identity, _field(form, "csrf_token"))
+    url = await _payments(request).checkout_url(found)
+    if url is None:
+        return await _after_return(request, found, identity)
+    return Redirect(url, status_code=303, headers=PAGE_HEADERS)  # type: ignore[return-value]
+
+
+@get("/pay/{flow_ref:str}/return", operation_id="returnFromCheckout", tags=["browser"],
+     summary="Where the payment provider sends the user back; settles from a verified lookup")
+async def return_from_checkout(request: Req, flow_ref: str) -> Response[Any]:
+    flow_id = FLOW_ID.parse(flow_ref)
+    flow = None if flow_id is None else await request.app.state.flows.read(flow_id)
+    if flow is None or flow.kind != "payment":
+        return status_page(request, None, 404)
+    if flow.status not in {"pending", "completed"}:
+        return status_page(request, flow, 410 if flow.status == "expired" else 200)
+    # A completed flow (the webhook won the race) still gets its own "payment received" page,
+    # shown only to the subject like every other page of the flow.
+    identity = await require_subject(request, flow)
+    if isinstance(identity, Response):
+        return identity
+    if flow.status == "pending":
+        await _payments(request).refresh(flow)
+    return await _after_return(request, flow, identity)
+
+
+async def _after_return(request: Req, flow: Flow, identity: BrowserIdentity) -> Response[Any]:
+    current = await request.app.state.flows.read(flow.id)
+    if current is None or current.status != "pending":
+        display_name, _ = await client_names(request, flow)
+        if current is not None and current.status == "completed":
+            return page(request, "payment_done.html", flow_id=FLOW_ID.format(flow.id), client=display_name,
+                        amount=format_amount(current.result["amount"], current.result["currency"]))  # type: ignore[index]
+        return status_page(request, current, 200)
+    return await _summary(request, current, identity, await _payments(request).payment(flow.id))
+
+
+@post("/pay/{flow_ref:str}/decline", operation_id="declinePayment", tags=["browser"], status_code=200,
+      summary="Decline the payment (form POST, CSRF-protected)")
+async def decline_payment(request: Req, flow_ref: str) -> Response[Any]:
+    found = await pending_flow(request, flow_ref, "payment")
+    if isinstance(found, Response):
+        return found
+    identity = await require_subject(request, found)
+    if isinstance(identity, Response):
+        return identity
+    form = await request.form()
+    check_csrf(request, identity, _field(form, "csrf_token"))
+    moved = await request.app.state.flows.finish(found.id, Transition(FlowStatus.DECLINED, Actor.BROWSER,
+                                                                      error_code="declined"))
+    # Declined here first, then the open checkout is closed at the provider: money that still
+    # arrives in between is recorded as ``paid_late`` for a refund, never as a completion.
+    await _payments(request).cancel_checkout(found.id)
+    current = moved or await request.app.state.flows.read(found.id)
+    return status_page(request, current, 200)
+
+
+def _field(form: Any, name: str) -> str | None:
+    value = form.get(name)
+    return value if isinstance(value, str) else None
