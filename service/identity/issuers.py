@@ -183,11 +183,11 @@ async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any
         where = f"config file: issuers[{index}]"
         if not isinstance(entry, dict):
             raise ConfigurationError(f"{where} must be a table")
+        if "client_secret" in entry:
+            raise ConfigurationError(f"{where}: put the secret in an environment variable (client_secret_env)")
         unknown = set(entry) - allowed
         if unknown:
             raise ConfigurationError(f"{where}: unknown keys {sorted(unknown)}")
-        if "client_secret" in entry:
-            raise ConfigurationError(f"{where}: put the secret in an environment variable (client_secret_env)")
         secret = None
         if (var := entry.get("client_secret_env")) is not None:
             secret = env.get(str(var))
