@@ -40,7 +40,6 @@ import hashlib
 import json
 import logging
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -162,7 +161,10 @@ class Elicitd:
         self.legacy = legacy
         self._subject = subject
         # 2025-11-25 sessions that were shown a flow's URL, for notifications/elicitation/complete.
-        self._sessions: dict[str, weakref.WeakSet[Any]] = {}
+        # ``ctx.session`` is a per-request proxy, so it is held strongly (its standalone channel
+        # outlives the request) and dropped after ``notify_ttl_seconds``.
+        self.notify_ttl_seconds = 3600.0
+        self._sessions: dict[str, list[tuple[float, Any]]] = {}
 
     # ---- wiring ------------------------------------------------------------------------------------
     def install(self, server: MCPServer[Any]) -> None:
@@ -301,7 +303,7 @@ class Elicitd:
             return Completed(kind=need.kind, result=created.result or {}, flow=created.flow)
         elicitation = created.elicitation or {}
         flow_id = created.flow.id
-        self._sessions.setdefault(flow_id, weakref.WeakSet()).add(ctx.session)
+        self._remember_session(flow_id, ctx.session)
         params = ElicitRequestURLParams(message=str(elicitation.get("message", "")), url=created.flow.url,
                                         elicitation_id=flow_id)
         if self.legacy == "error" or created.request_state is None:
@@ -324,12 +326,21 @@ class Elicitd:
                 raise UrlElicitationRequiredError([params])
             state = str(resolution.mcp["requestState"])
 
+    def _remember_session(self, flow_id: str, session: Any) -> None:
+        now = time.monotonic()
+        for stale in [key for key, held in self._sessions.items() if held[-1][0] < now - self.notify_ttl_seconds]:
+            del self._sessions[stale]
+        held = self._sessions.setdefault(flow_id, [])
+        # One notification per connection: several requests of one client share it.
+        connection = getattr(session, "_connection", session)
+        held[:] = [(t, s) for t, s in held if getattr(s, "_connection", s) is not connection]
+        held.append((now, session))
+
     async def notify_completed(self, flow_id: str) -> int:
         """Send ``notifications/elicitation/complete`` for ``flow_id`` to the 2025-11-25 sessions
         that were shown it (call it from elicitd's completion webhook). Returns how many got it."""
-        sessions = self._sessions.pop(flow_id, None)
         sent = 0
-        for session in list(sessions or ()):
+        for _, session in self._sessions.pop(flow_id, []):
             try:
                 await session.send_elicit_complete(flow_id)
                 sent += 1
