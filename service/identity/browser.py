@@ -137,8 +137,7 @@ def refusal_page(request: Request[Any, Any, Any], issuer: ResolvedIssuer, flow: 
     context = {"domain": request.app.state.settings.public_origin, "issuer_name": issuer.display_name,
                "signed_in_as": session.sub, "csrf_token": csrf_token_for(session), "return_to": flow_path(flow),
                "flow_id": FLOW_ID.format(flow.id)}
-    return Template(template_name="refused.html", context=context, status_code=403,
-                    headers=headers)  # type: ignore[return-value]
+    return Template(template_name="refused.html", context=context, status_code=403, headers=headers)
 
 
 def _sub_digest(sub: str) -> str:

@@ -16,8 +16,8 @@ from service.identity.issuers import DEFAULT_SCOPES, IssuerConfig, IssuerDirecto
 
 
 async def _with_db(work: Callable[[AsyncSession, Vault, IssuerDirectory], Awaitable[Any]]) -> Any:
-    from service.db.engine import make_engine, make_sessionmaker  # noqa: PLC0415
-    from service.settings import Settings  # noqa: PLC0415
+    from service.db.engine import make_engine, make_sessionmaker
+    from service.settings import Settings
 
     settings = Settings.from_env()
     engine = make_engine(settings)
@@ -35,7 +35,7 @@ async def _with_db(work: Callable[[AsyncSession, Vault, IssuerDirectory], Awaita
 
 
 def cmd_add(args: argparse.Namespace) -> None:
-    from service.identity.issuers import upsert_issuer  # noqa: PLC0415
+    from service.identity.issuers import upsert_issuer
 
     secret = None
     if args.client_secret_env:
@@ -58,8 +58,8 @@ def cmd_add(args: argparse.Namespace) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
-    from service.cli import print_table  # noqa: PLC0415
-    from service.identity.issuers import issuer_public_view, list_issuers  # noqa: PLC0415
+    from service.cli import print_table
+    from service.identity.issuers import issuer_public_view, list_issuers
 
     async def work(session: AsyncSession, vault: Vault, directory: IssuerDirectory) -> list[dict[str, Any]]:
         return [issuer_public_view(row) for row in await list_issuers(session)]
@@ -71,7 +71,7 @@ def cmd_list(args: argparse.Namespace) -> None:
 
 def _set_enabled(enabled: bool) -> Callable[[argparse.Namespace], None]:
     def command(args: argparse.Namespace) -> None:
-        from service.identity.issuers import set_enabled  # noqa: PLC0415
+        from service.identity.issuers import set_enabled
 
         async def work(session: AsyncSession, vault: Vault, directory: IssuerDirectory) -> bool:
             return await set_enabled(session, args.issuer, enabled)

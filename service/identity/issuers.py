@@ -324,17 +324,18 @@ class IssuerDirectory:
         now = time.monotonic()
         cached = self._jwks.get(issuer.jwks_uri)
         if cached is not None:
-            fetched_at, keys = cached
+            fetched_at, cached_keys = cached
             fresh = now - fetched_at < JWKS_TTL_SECONDS
             if fresh and (not refresh or now - fetched_at < JWKS_REFRESH_MIN_SECONDS):
-                return keys
+                return cached_keys
         try:
             response = await self.http.get(issuer.jwks_uri, headers={"Accept": "application/json"})
-            keys = response.json() if response.status_code == 200 else None
+            loaded: Any = response.json() if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError) as exc:
             raise IssuerUnavailable("The sign-in service's keys could not be fetched.") from exc
-        if not isinstance(keys, dict) or not isinstance(keys.get("keys"), list):
+        if not isinstance(loaded, dict) or not isinstance(loaded.get("keys"), list):
             raise IssuerUnavailable("The sign-in service's keys could not be read.")
+        keys: dict[str, Any] = loaded
         self._jwks[issuer.jwks_uri] = (now, keys)
         return keys
 

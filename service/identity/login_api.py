@@ -155,9 +155,10 @@ async def logout(request: Request[Any, Any, Any],
 def _signed_out(request: Request[Any, Any, Any]) -> str:
     engine = request.app.template_engine
     assert engine is not None
-    return engine.get_template("signin_problem.html").render(
+    rendered: str = engine.get_template("signin_problem.html").render(
         heading="Signed out", text="You are signed out of elicitd. You can close this tab.",
         domain=request.app.state.settings.public_origin)
+    return rendered
 
 
 IDENTITY_ROUTES = [login, callback, logout]

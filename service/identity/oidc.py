@@ -124,4 +124,5 @@ async def verify_id_token(directory: IssuerDirectory, issuer: ResolvedIssuer, id
 
 
 def _decode(id_token: str, jwks: dict[str, Any]) -> jwt.Token:
-    return jwt.decode(id_token, KeySet.import_key_set(jwks), algorithms=list(ID_TOKEN_ALGORITHMS))
+    keys = KeySet.import_key_set(jwks)  # type: ignore[arg-type]
+    return jwt.decode(id_token, keys, algorithms=list(ID_TOKEN_ALGORITHMS))

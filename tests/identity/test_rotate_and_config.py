@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.config_file import apply_config_file
 from service.crypto.aead import SealError
-from service.crypto.rotate import ENCRYPTED_COLUMNS, rotate
+from service.crypto.rotate import load_registry, rotate
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.migrate import upgrade_async
@@ -36,7 +36,7 @@ async def own_database(backend: backends.Backends) -> AsyncIterator[async_sessio
     url = await backends.create_database(backend.server_url)
     sa_url = normalize_database_url(url)
     await upgrade_async(sa_url)
-    from service.settings import Settings  # noqa: PLC0415
+    from service.settings import Settings
 
     engine = make_engine(Settings(database_url=sa_url, redis_url=None, public_url="http://127.0.0.1:1",
                                   keys=KeyRing.parse(OLD, name="k")))
@@ -94,9 +94,10 @@ async def test_rotate_reencrypts_old_rows_and_reports_tampered(own_database: asy
 
 
 def test_registry_names_existing_columns() -> None:
-    labels = [c.label for c in ENCRYPTED_COLUMNS]
+    labels = [c.label for c in load_registry()]
     assert "issuers.client_secret_enc" in labels
     assert "login_attempts.secrets_enc" in labels
+    assert "server_clients.webhook_secret_enc" in labels
     assert len(labels) == len(set(labels))
 
 
@@ -163,3 +164,11 @@ def test_issuers_cli(database_url: str, issuer_server: OAuthServer) -> None:
     assert missing.returncode == 2
     bad = run("issuers", "add", "--issuer", "http://evil.example", "--client-id", "x")
     assert bad.returncode == 2 and "https" in bad.stderr
+
+
+async def test_every_registered_column_exists(own_database: async_sessionmaker[AsyncSession]) -> None:
+    """A registry entry naming a wrong table or column would make rotation fail in production."""
+    ring = KeyRing.parse(f"{NEW},{OLD}", name="ring")
+    report = await rotate(own_database, Vault(ring))
+    assert set(report.rotated) == {c.label for c in load_registry()}
+    assert report.ok
