@@ -99,6 +99,11 @@ class Consent(Completed):
         value = self.result.get("receipt")
         return value if isinstance(value, str) else None
 
+    @property
+    def receipt_id(self) -> str | None:
+        value = self.result.get("receipt_id")
+        return value if isinstance(value, str) else None
+
 
 @dataclass(frozen=True, slots=True)
 class Payment(Completed):

@@ -90,7 +90,7 @@ def build_server(config: ExampleConfig, elicitd: Elicitd) -> MCPServer:
             return f"Deploy of {service} to {environment} cancelled: not approved."
         except ElicitationCancelled:
             return "Deploy paused: approve it when you are ready by asking again."
-        return f"Deployed {service} to {environment} (consent receipt {consent.flow_id})."
+        return f"Deployed {service} to {environment} (consent receipt {consent.receipt_id})."
 
     @mcp.tool()
     async def premium_report(topic: str, ctx: Context) -> str:
