@@ -14,6 +14,7 @@ from litestar.params import Parameter
 
 from service.admin import deliveries, flows
 from service.admin.api_clients import AdminServerClientsController
+from service.admin.api_directory import DIRECTORY_CONTROLLERS
 from service.admin.audit import list_audit
 from service.admin.deps import flow_service, unit
 from service.admin.guards import AdminAuditMiddleware, admin_guard, principal_of
@@ -132,7 +133,7 @@ def admin_router(extra: list[Any] | None = None) -> Router:
     return Router(
         path="/admin/v1",
         route_handlers=[AdminFlowsController, AdminServerClientsController, AdminWebhooksController, admin_stats,
-                        admin_audit, admin_whoami, *(extra or [])],
+                        admin_audit, admin_whoami, *DIRECTORY_CONTROLLERS, *(extra or [])],
         guards=[admin_guard],
         middleware=[AdminAuditMiddleware],
         security=[{"adminToken": []}],

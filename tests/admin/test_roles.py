@@ -53,6 +53,10 @@ class World:
 Setup = Callable[[World], Awaitable[str]]
 
 
+async def _async(value: str) -> str:
+    return value
+
+
 @dataclass
 class Route:
     method: str
@@ -86,6 +90,14 @@ ROUTES = [
     Route("GET", "/stats", "viewer", 200),
     Route("GET", "/audit", "admin", 200),
     Route("GET", "/whoami", "viewer", 200),
+    Route("GET", "/providers", "viewer", 200),
+    Route("POST", "/providers/{x}/disable", "admin", 404, lambda _w: _async("no-such-provider")),
+    Route("POST", "/providers/{x}/enable", "admin", 404, lambda _w: _async("no-such-provider")),
+    Route("GET", "/issuers", "viewer", 200),
+    Route("POST", "/issuers/disable", "admin", 404, body=lambda: {"issuer": "https://none.example.com"}),
+    Route("POST", "/issuers/enable", "admin", 404, body=lambda: {"issuer": "https://none.example.com"}),
+    Route("GET", "/connections", "viewer", 200),
+    Route("GET", "/connections/{x}", "viewer", 404, lambda _w: _async("cn_" + "0" * 32)),
 ]
 
 
