@@ -178,12 +178,14 @@ class ElicitdClient:
         return Token.from_json(data)
 
     async def revoke(self, provider: str, subject: Subject | Mapping[str, str], *,
-                     account: str | None = None) -> None:
-        """Forget the subject's connection (and revoke it at the provider when it can)."""
+                     account: str | None = None) -> dict[str, Any]:
+        """Forget the subject's connection (and revoke it at the provider when it can). Returns
+        elicitd's answer (``revoked`` connection ids, ``revoked_at_provider``)."""
         params: dict[str, Any] = _subject(subject)
         if account is not None:
             params["account"] = account
-        await self.request("DELETE", f"/v1/connections/{provider}", params=params)
+        _, data = await self.request("DELETE", f"/v1/connections/{provider}", params=params)
+        return data if isinstance(data, dict) else {}
 
 
 __all__ = ["ElicitdClient", "ElicitdError"]

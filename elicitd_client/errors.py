@@ -93,6 +93,13 @@ class ReauthorizationRequired(Conflict):
     default_code = "reauthorization_required"
 
 
+class InsufficientScope(Conflict):
+    """The connection lacks some of the requested scopes; an ``oauth_connect`` flow for the union
+    of scopes upgrades it."""
+
+    default_code = "insufficient_scope"
+
+
 class RateLimited(ElicitdError):
     default_code = "rate_limited"
 
@@ -105,7 +112,8 @@ class RateLimited(ElicitdError):
 _BY_CODE: dict[str, type[ElicitdError]] = {
     cls.default_code: cls
     for cls in (Unauthenticated, Forbidden, InvalidRequest, InvalidRequestState, RequestStateExpired, NotFound,
-                FlowNotFound, NotConnected, Conflict, FlowNotPending, ReauthorizationRequired, RateLimited,
+                FlowNotFound, NotConnected, Conflict, FlowNotPending, ReauthorizationRequired, InsufficientScope,
+                RateLimited,
                 ElicitdUnavailable)
 }
 _BY_STATUS: dict[int, type[ElicitdError]] = {400: InvalidRequest, 401: Unauthenticated, 403: Forbidden,

@@ -14,6 +14,7 @@ from elicitd_client import (
     FlowNotPending,
     InvalidRequest,
     InvalidRequestState,
+    NotConnected,
     Subject,
     Unauthenticated,
 )
@@ -170,3 +171,11 @@ async def test_complete_whose_answer_was_lost_is_recognised(elicitd: RunningApp,
                 await client.fail(created.flow.id, "nope")
     complete_path = f"/v1/flows/{created.flow.id}/complete"
     assert flaky.seen[:3] == [("POST", complete_path), ("POST", complete_path), ("GET", f"/v1/flows/{created.flow.id}")]
+
+
+async def test_token_for_a_subject_without_connection(elicitd: RunningApp, server_client: ServerClientHandle,
+                                                      subject) -> None:
+    async with ElicitdClient(elicitd.url, server_client.api_key) as client:
+        with pytest.raises(NotConnected) as missing:
+            await client.token("github", _subject(subject), scopes=["repo"])
+    assert (missing.value.code, missing.value.status) == ("not_connected", 404)

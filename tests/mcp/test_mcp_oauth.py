@@ -105,7 +105,13 @@ async def test_connect_then_use_then_no_more_elicitation(oauth_env: OAuthEnv, cl
         assert len(user.seen) == 1  # connected: nobody was asked again
     async with ElicitdClient(oauth_env.app.url, client.api_key) as api:
         issued = await api.token(oauth_env.provider, Subject(oauth_env.iss, sub), scopes=["files:read"])
-    assert issued.account == f"acct-{sub}" and "files:read" in issued.scopes
+        assert issued.account == f"acct-{sub}" and "files:read" in issued.scopes
+        assert issued.access_token not in repr(issued)
+        revoked = await api.revoke(oauth_env.provider, Subject(oauth_env.iss, sub))
+        assert len(revoked["revoked"]) == 1
+        with pytest.raises(NotConnected) as gone:
+            await api.token(oauth_env.provider, Subject(oauth_env.iss, sub))
+    assert (gone.value.code, gone.value.status) == ("not_connected", 404)
 
 
 async def test_retry_before_the_browser_finished(oauth_env: OAuthEnv, client: ServerClientHandle,
