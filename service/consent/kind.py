@@ -39,8 +39,9 @@ class ConsentParams(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     title: Title
     description: Description
-    details: Annotated[list[Detail], Meta(max_length=20)] | Annotated[dict[DetailKey, DetailValue],
-                                                                      Meta(max_length=20)] = []
+    details: (
+        Annotated[list[Detail], Meta(max_length=20)] | Annotated[dict[DetailKey, DetailValue], Meta(max_length=20)]
+    ) = []
 
 
 def parse_params(params: dict[str, Any]) -> tuple[str, str, list[tuple[str, str]]]:
@@ -49,8 +50,9 @@ def parse_params(params: dict[str, Any]) -> tuple[str, str, list[tuple[str, str]
         parsed = msgspec.convert(params, ConsentParams)
     except msgspec.ValidationError as exc:
         raise InvalidRequest(f"Invalid consent params: {exc}", extra={"code": "invalid_params"}) from None
-    details = (list(parsed.details.items()) if isinstance(parsed.details, dict)
-               else [(d.key, d.value) for d in parsed.details])
+    details = (
+        list(parsed.details.items()) if isinstance(parsed.details, dict) else [(d.key, d.value) for d in parsed.details]
+    )
     return parsed.title.strip(), parsed.description.strip(), [(k.strip(), v.strip()) for k, v in details]
 
 
@@ -58,21 +60,30 @@ class ConsentKind:
     def __init__(self, *, signing_enabled: bool) -> None:
         self.signing_enabled = signing_enabled
 
-    async def normalize(self, session: AsyncSession, client: AuthenticatedClient,
-                        request: CreateFlowRequest) -> NormalizedFlow:
+    async def normalize(
+        self, session: AsyncSession, client: AuthenticatedClient, request: CreateFlowRequest
+    ) -> NormalizedFlow:
         if not self.signing_enabled:
-            raise ServiceUnavailable("Consent flows need a receipt signing key (ELICITD_SIGNING_KEY) on this elicitd.",
-                                     extra={"code": "consent_unavailable"})
+            raise ServiceUnavailable(
+                "Consent flows need a receipt signing key (ELICITD_SIGNING_KEY) on this elicitd.",
+                extra={"code": "consent_unavailable"},
+            )
         if request.url is not None or request.provider is not None or request.scopes:
-            raise InvalidRequest("A 'consent' flow takes only 'params' (title, description, details).",
-                                 extra={"code": "invalid_params"})
+            raise InvalidRequest(
+                "A 'consent' flow takes only 'params' (title, description, details).", extra={"code": "invalid_params"}
+            )
         title, description, details = parse_params(request.params)
-        params = {"title": title, "description": description,
-                  "details": [{"key": k, "value": v} for k, v in details]}
-        return NormalizedFlow(kind="consent", provider=None, scopes=(), params=params,
-                              message=request.message or f"Review and approve: {title}")
+        params = {"title": title, "description": description, "details": [{"key": k, "value": v} for k, v in details]}
+        return NormalizedFlow(
+            kind="consent",
+            provider=None,
+            scopes=(),
+            params=params,
+            message=request.message or f"Review and approve: {title}",
+        )
 
-    async def satisfied(self, session: AsyncSession, client: AuthenticatedClient,
-                        request: CreateFlowRequest, flow: NormalizedFlow) -> Satisfied | None:
+    async def satisfied(
+        self, session: AsyncSession, client: AuthenticatedClient, request: CreateFlowRequest, flow: NormalizedFlow
+    ) -> Satisfied | None:
         # Every consent is asked anew: an earlier approval never stands in for this one.
         return None

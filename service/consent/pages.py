@@ -28,8 +28,11 @@ Req = Request[Any, Any, Any]
 async def client_names(request: Req, flow: Flow) -> tuple[str, str]:
     """``(display name, name)`` of the server client that asked: the page must say who asks."""
     async with request.app.state.sessions() as session:
-        row = (await session.execute(select(ServerClient.display_name, ServerClient.name)
-                                     .where(ServerClient.id == flow.server_client_id))).first()
+        row = (
+            await session.execute(
+                select(ServerClient.display_name, ServerClient.name).where(ServerClient.id == flow.server_client_id)
+            )
+        ).first()
     return (row[0], row[1]) if row is not None else ("An unknown service", "unknown")
 
 
@@ -52,22 +55,39 @@ async def consent_page(request: Req, flow: Flow) -> Response[Any]:
     view = view_of(flow)
     display_name, _ = await client_names(request, flow)
     flow_ref = FLOW_ID.format(flow.id)
-    return page(request, "consent.html", flow_id=flow_ref, client=display_name, view=view,
-                csrf_token=identity.csrf_token, action=f"/consent/{flow_ref}/decide")
+    return page(
+        request,
+        "consent.html",
+        flow_id=flow_ref,
+        client=display_name,
+        view=view,
+        csrf_token=identity.csrf_token,
+        action=f"/consent/{flow_ref}/decide",
+    )
 
 
-@get("/.well-known/jwks.json", operation_id="getJwks", tags=["keys"], cache=False,
-     summary="Public keys that verify consent receipts",
-     description="A JWK Set of the ES256 keys elicitd signs consent receipts with (RFC 7517). "
-                 "The receipt header's `kid` names the key.")
+@get(
+    "/.well-known/jwks.json",
+    operation_id="getJwks",
+    tags=["keys"],
+    cache=False,
+    summary="Public keys that verify consent receipts",
+    description="A JWK Set of the ES256 keys elicitd signs consent receipts with (RFC 7517). "
+    "The receipt header's `kid` names the key.",
+)
 async def jwks(request: Req) -> Response[Any]:
     signer = request.app.state.consent.signer
     body = signer.jwks() if signer is not None else {"keys": []}
     return Response(body, media_type="application/jwk-set+json", headers={"Cache-Control": "public, max-age=300"})
 
 
-@post("/consent/{flow_ref:str}/decide", operation_id="decideConsent", tags=["browser"], status_code=200,
-      summary="Approve or decline a consent (form POST from the consent page, CSRF-protected)")
+@post(
+    "/consent/{flow_ref:str}/decide",
+    operation_id="decideConsent",
+    tags=["browser"],
+    status_code=200,
+    summary="Approve or decline a consent (form POST from the consent page, CSRF-protected)",
+)
 async def decide(request: Req, flow_ref: str) -> Response[Any]:
     found = await pending_flow(request, flow_ref, "consent")
     if isinstance(found, Response):
@@ -84,8 +104,10 @@ async def decide(request: Req, flow_ref: str) -> Response[Any]:
     if decision == "approve":
         view = view_of(flow)
         if _field(form, "text_sha256") != view.digest:
-            raise Conflict("The text of this request is not the one that was shown. Reload the page and review it "
-                           "again.", extra={"code": "consent_text_changed"})
+            raise Conflict(
+                "The text of this request is not the one that was shown. Reload the page and review it again.",
+                extra={"code": "consent_text_changed"},
+            )
         moved = await consent.approve(flow, view, client_name=name)
     elif decision == "decline":
         moved = await consent.decline(flow)
@@ -95,8 +117,14 @@ async def decide(request: Req, flow_ref: str) -> Response[Any]:
         current = await request.app.state.flows.read(flow.id)
         return status_page(request, current, 200 if current is not None else 404)
     approved = moved.status == "completed"
-    return page(request, "consent_done.html", flow_id=flow_ref, client=display_name, approved=approved,
-                heading="Approved" if approved else "Declined")
+    return page(
+        request,
+        "consent_done.html",
+        flow_id=flow_ref,
+        client=display_name,
+        approved=approved,
+        heading="Approved" if approved else "Declined",
+    )
 
 
 def _field(form: Any, name: str) -> str | None:

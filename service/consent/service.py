@@ -78,21 +78,34 @@ class ConsentService:
             "text_sha256": view.digest,
             "approved_at": datetime.fromtimestamp(now, tz=UTC).isoformat(),
         }
-        change = Transition(FlowStatus.COMPLETED, Actor.BROWSER, result=result,
-                            detail={"decision": "approved", "text_sha256": view.digest})
+        change = Transition(
+            FlowStatus.COMPLETED,
+            Actor.BROWSER,
+            result=result,
+            detail={"decision": "approved", "text_sha256": view.digest},
+        )
         async with self.flows.unit_of_work() as uow:
             moved = await uow.transition(flow.id, change)
             if moved is not None:
                 await uow.session.execute(
-                    text("INSERT INTO consent_receipts (id, flow_id, server_client_id, subject_iss, subject_sub, "
-                         "text_sha256, key_id, receipt) VALUES (:id, :flow, :client, :iss, :sub, :digest, :kid, "
-                         ":receipt)"),
-                    {"id": claims["jti"], "flow": flow.id, "client": flow.server_client_id, "iss": flow.subject_iss,
-                     "sub": flow.subject_sub, "digest": view.digest, "kid": self.signer.key_id, "receipt": receipt},
+                    text(
+                        "INSERT INTO consent_receipts (id, flow_id, server_client_id, subject_iss, subject_sub, "
+                        "text_sha256, key_id, receipt) VALUES (:id, :flow, :client, :iss, :sub, :digest, :kid, "
+                        ":receipt)"
+                    ),
+                    {
+                        "id": claims["jti"],
+                        "flow": flow.id,
+                        "client": flow.server_client_id,
+                        "iss": flow.subject_iss,
+                        "sub": flow.subject_sub,
+                        "digest": view.digest,
+                        "kid": self.signer.key_id,
+                        "receipt": receipt,
+                    },
                 )
         return moved
 
     async def decline(self, flow: Flow) -> Flow | None:
-        change = Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined",
-                            detail={"decision": "declined"})
+        change = Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined", detail={"decision": "declined"})
         return await self.flows.finish(flow.id, change)

@@ -16,16 +16,17 @@ def register(subparsers: Any) -> None:
     payments = subparsers.add_parser("payments", help="payment flows")
     payments_sub = payments.add_subparsers(dest="payments_command", required=True)
     reconcile = payments_sub.add_parser("reconcile", help="ask the payment provider about unsettled checkouts")
-    reconcile.add_argument("--older-than", type=float, default=300.0,
-                           help="only checkouts untouched for this many seconds (default 300)")
+    reconcile.add_argument(
+        "--older-than", type=float, default=300.0, help="only checkouts untouched for this many seconds (default 300)"
+    )
     reconcile.add_argument("--limit", type=int, default=500)
     reconcile.add_argument("--json", action="store_true")
     reconcile.set_defaults(func=cmd_reconcile)
 
 
 async def _reconcile(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from service.app import create_app  # noqa: PLC0415
-    from service.cli import _settings  # noqa: PLC0415
+    from service.app import create_app
+    from service.cli import _settings
 
     app = create_app(_settings().with_(background_tasks=False))
     await app.state.hub.start()  # completions wake MCP servers waiting on other replicas
@@ -38,7 +39,7 @@ async def _reconcile(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> None:
-    from service.cli import print_table  # noqa: PLC0415
+    from service.cli import print_table
 
     rows = asyncio.run(_reconcile(args))
     print_table(rows, ["flow_id", "session_id", "provider_status", "outcome"], as_json=args.json)

@@ -21,8 +21,9 @@ from service.flows.schemas import CreateFlowRequest
 from service.identity.keys import AuthenticatedClient
 
 # ISO 4217 currencies without minor units (Stripe's list): the amount is already whole units.
-ZERO_DECIMAL = frozenset({"bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd",
-                          "vuv", "xaf", "xof", "xpf"})
+ZERO_DECIMAL = frozenset(
+    {"bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf"}
+)
 _LINE = r"^[^\x00-\x1f\x7f\u200e\u200f\u202a-\u202e\u2066-\u2069]*$"
 
 
@@ -53,37 +54,52 @@ class PaymentKind:
     def __init__(self, *, enabled: bool) -> None:
         self.enabled = enabled
 
-    async def normalize(self, session: AsyncSession, client: AuthenticatedClient,
-                        request: CreateFlowRequest) -> NormalizedFlow:
+    async def normalize(
+        self, session: AsyncSession, client: AuthenticatedClient, request: CreateFlowRequest
+    ) -> NormalizedFlow:
         if not self.enabled:
-            raise ServiceUnavailable("Payments are not configured on this elicitd (ELICITD_STRIPE_SECRET_KEY).",
-                                     extra={"code": "payments_unavailable"})
+            raise ServiceUnavailable(
+                "Payments are not configured on this elicitd (ELICITD_STRIPE_SECRET_KEY).",
+                extra={"code": "payments_unavailable"},
+            )
         if request.url is not None or request.provider is not None or request.scopes:
-            raise InvalidRequest("A 'payment' flow takes only 'params' (amount, currency, description, "
-                                 "idempotency_key).", extra={"code": "invalid_params"})
+            raise InvalidRequest(
+                "A 'payment' flow takes only 'params' (amount, currency, description, idempotency_key).",
+                extra={"code": "invalid_params"},
+            )
         parsed = parse_params(request.params)
-        params: dict[str, Any] = {"amount": parsed.amount, "currency": parsed.currency,
-                                  "description": parsed.description}
+        params: dict[str, Any] = {
+            "amount": parsed.amount,
+            "currency": parsed.currency,
+            "description": parsed.description,
+        }
         if parsed.idempotency_key is not None:
             params["idempotency_key"] = parsed.idempotency_key
         message = request.message or f"Pay {format_amount(parsed.amount, parsed.currency)} for {parsed.description}."
         return NormalizedFlow(kind="payment", provider=None, scopes=(), params=params, message=message)
 
-    async def satisfied(self, session: AsyncSession, client: AuthenticatedClient,
-                        request: CreateFlowRequest, flow: NormalizedFlow) -> Satisfied | None:
+    async def satisfied(
+        self, session: AsyncSession, client: AuthenticatedClient, request: CreateFlowRequest, flow: NormalizedFlow
+    ) -> Satisfied | None:
         key = flow.params.get("idempotency_key")
         if key is None:
             return None
-        row = (await session.execute(
-            text("SELECT params, result FROM flows WHERE server_client_id = :c AND subject_iss = :i "
-                 "AND subject_sub = :s AND kind = 'payment' AND status = 'completed' "
-                 "AND params->>'idempotency_key' = :k ORDER BY completed_at DESC LIMIT 1"),
-            {"c": client.id, "i": request.subject.iss, "s": request.subject.sub, "k": key},
-        )).first()
+        row = (
+            await session.execute(
+                text(
+                    "SELECT params, result FROM flows WHERE server_client_id = :c AND subject_iss = :i "
+                    "AND subject_sub = :s AND kind = 'payment' AND status = 'completed' "
+                    "AND params->>'idempotency_key' = :k ORDER BY completed_at DESC LIMIT 1"
+                ),
+                {"c": client.id, "i": request.subject.iss, "s": request.subject.sub, "k": key},
+            )
+        ).first()
         if row is None:
             return None
         paid_params, result = row
         if paid_params != flow.params:
-            raise Conflict("This idempotency key was already used for a different payment.",
-                           extra={"code": "idempotency_key_reused"})
+            raise Conflict(
+                "This idempotency key was already used for a different payment.",
+                extra={"code": "idempotency_key_reused"},
+            )
         return Satisfied(result=result)

@@ -31,20 +31,31 @@ def _payments(request: Req) -> PaymentService:
     return request.app.state.payments  # type: ignore[no-any-return]
 
 
-async def _summary(request: Req, flow: Flow, identity: BrowserIdentity, payment: Payment | None,
-                   status: int = 200) -> Response[Any]:
+async def _summary(
+    request: Req, flow: Flow, identity: BrowserIdentity, payment: Payment | None, status: int = 200
+) -> Response[Any]:
     params = parse_params(flow.params)
     display_name, _ = await client_names(request, flow)
     flow_ref = FLOW_ID.format(flow.id)
     processing = payment is not None and payment.status == "processing"
-    response = page(request, "payment.html", status, flow_id=flow_ref, client=display_name,
-                    amount=format_amount(params.amount, params.currency), description=params.description,
-                    csrf_token=identity.csrf_token, processing=processing,
-                    checkout_action=f"/pay/{flow_ref}/checkout", decline_action=f"/pay/{flow_ref}/decline")
+    response = page(
+        request,
+        "payment.html",
+        status,
+        flow_id=flow_ref,
+        client=display_name,
+        amount=format_amount(params.amount, params.currency),
+        description=params.description,
+        csrf_token=identity.csrf_token,
+        processing=processing,
+        checkout_action=f"/pay/{flow_ref}/checkout",
+        decline_action=f"/pay/{flow_ref}/decline",
+    )
     # The Pay form redirects to the provider's checkout: allow exactly that origin, not all of https.
     origin = _payments(request).checkout_origin()
     response.headers["Content-Security-Policy"] = (
-        f"default-src 'self'; frame-ancestors 'none'; form-action 'self' {origin}")
+        f"default-src 'self'; frame-ancestors 'none'; form-action 'self' {origin}"
+    )
     return response
 
 
@@ -55,8 +66,13 @@ async def payment_page(request: Req, flow: Flow) -> Response[Any]:
     return await _summary(request, flow, identity, await _payments(request).payment(flow.id))
 
 
-@post("/pay/{flow_ref:str}/checkout", operation_id="startCheckout", tags=["browser"], status_code=303,
-      summary="Go to the payment provider's checkout (form POST, CSRF-protected)")
+@post(
+    "/pay/{flow_ref:str}/checkout",
+    operation_id="startCheckout",
+    tags=["browser"],
+    status_code=303,
+    summary="Go to the payment provider's checkout (form POST, CSRF-protected)",
+)
 async def start_checkout(request: Req, flow_ref: str) -> Response[Any]:
     found = await pending_flow(request, flow_ref, "payment")
     if isinstance(found, Response):
@@ -69,11 +85,15 @@ async def start_checkout(request: Req, flow_ref: str) -> Response[Any]:
     url = await _payments(request).checkout_url(found)
     if url is None:
         return await _after_return(request, found, identity)
-    return Redirect(url, status_code=303, headers=PAGE_HEADERS)  # type: ignore[return-value]
+    return Redirect(url, status_code=303, headers=PAGE_HEADERS)
 
 
-@get("/pay/{flow_ref:str}/return", operation_id="returnFromCheckout", tags=["browser"],
-     summary="Where the payment provider sends the user back; settles from a verified lookup")
+@get(
+    "/pay/{flow_ref:str}/return",
+    operation_id="returnFromCheckout",
+    tags=["browser"],
+    summary="Where the payment provider sends the user back; settles from a verified lookup",
+)
 async def return_from_checkout(request: Req, flow_ref: str) -> Response[Any]:
     flow_id = FLOW_ID.parse(flow_ref)
     flow = None if flow_id is None else await request.app.state.flows.read(flow_id)
@@ -96,14 +116,24 @@ async def _after_return(request: Req, flow: Flow, identity: BrowserIdentity) -> 
     if current is None or current.status != "pending":
         display_name, _ = await client_names(request, flow)
         if current is not None and current.status == "completed":
-            return page(request, "payment_done.html", flow_id=FLOW_ID.format(flow.id), client=display_name,
-                        amount=format_amount(current.result["amount"], current.result["currency"]))  # type: ignore[index]
+            return page(
+                request,
+                "payment_done.html",
+                flow_id=FLOW_ID.format(flow.id),
+                client=display_name,
+                amount=format_amount(current.result["amount"], current.result["currency"]),
+            )
         return status_page(request, current, 200)
     return await _summary(request, current, identity, await _payments(request).payment(flow.id))
 
 
-@post("/pay/{flow_ref:str}/decline", operation_id="declinePayment", tags=["browser"], status_code=200,
-      summary="Decline the payment (form POST, CSRF-protected)")
+@post(
+    "/pay/{flow_ref:str}/decline",
+    operation_id="declinePayment",
+    tags=["browser"],
+    status_code=200,
+    summary="Decline the payment (form POST, CSRF-protected)",
+)
 async def decline_payment(request: Req, flow_ref: str) -> Response[Any]:
     found = await pending_flow(request, flow_ref, "payment")
     if isinstance(found, Response):
@@ -113,8 +143,9 @@ async def decline_payment(request: Req, flow_ref: str) -> Response[Any]:
         return identity
     form = await request.form()
     check_csrf(request, identity, _field(form, "csrf_token"))
-    moved = await request.app.state.flows.finish(found.id, Transition(FlowStatus.DECLINED, Actor.BROWSER,
-                                                                      error_code="declined"))
+    moved = await request.app.state.flows.finish(
+        found.id, Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined")
+    )
     # Declined here first, then the open checkout is closed at the provider: money that still
     # arrives in between is recorded as ``paid_late`` for a refund, never as a completion.
     await _payments(request).cancel_checkout(found.id)

@@ -60,8 +60,9 @@ class PaymentService:
 
     def _provider(self) -> PaymentProvider:
         if self.provider is None:
-            raise ServiceUnavailable("Payments are not configured on this elicitd.",
-                                     extra={"code": "payments_unavailable"})
+            raise ServiceUnavailable(
+                "Payments are not configured on this elicitd.", extra={"code": "payments_unavailable"}
+            )
         return self.provider
 
     def checkout_origin(self) -> str:
@@ -78,10 +79,17 @@ class PaymentService:
         params = parse_params(flow.params)
         flow_ref = FLOW_ID.format(flow.id)
         async with self.flows.sessions() as session:
-            payment = await repo.ensure_payment(session, {
-                "flow_id": flow.id, "provider": provider.name, "amount": params.amount, "currency": params.currency,
-                "description": params.description, "idempotency_key": f"elicitd-checkout-{flow_ref}",
-            })
+            payment = await repo.ensure_payment(
+                session,
+                {
+                    "flow_id": flow.id,
+                    "provider": provider.name,
+                    "amount": params.amount,
+                    "currency": params.currency,
+                    "description": params.description,
+                    "idempotency_key": f"elicitd-checkout-{flow_ref}",
+                },
+            )
             await session.commit()
         if payment.status == "open" and payment.checkout_url:
             return payment.checkout_url
@@ -89,16 +97,24 @@ class PaymentService:
             return None
         now = int(time.time())
         expires_at = min(max(int(flow.expires_at.timestamp()), now + MIN_CHECKOUT_SECONDS), now + MAX_CHECKOUT_SECONDS)
-        created = await provider.create_checkout(CheckoutRequest(
-            flow_ref=flow_ref, amount=params.amount, currency=params.currency, description=params.description,
-            success_url=f"{self.public_url}/pay/{flow_ref}/return", cancel_url=f"{self.public_url}/f/{flow_ref}",
-            expires_at=expires_at, idempotency_key=payment.idempotency_key,
-        ))
+        created = await provider.create_checkout(
+            CheckoutRequest(
+                flow_ref=flow_ref,
+                amount=params.amount,
+                currency=params.currency,
+                description=params.description,
+                success_url=f"{self.public_url}/pay/{flow_ref}/return",
+                cancel_url=f"{self.public_url}/f/{flow_ref}",
+                expires_at=expires_at,
+                idempotency_key=payment.idempotency_key,
+            )
+        )
         session_expiry = datetime.fromtimestamp(created.expires_at or expires_at, tz=UTC)
         async with self.flows.unit_of_work() as uow:
             await repo.extend_flow(uow.session, flow.id, session_expiry + timedelta(seconds=SETTLE_GRACE_SECONDS))
-            await repo.attach_session(uow.session, flow.id, session_id=created.id, url=created.url,
-                                      expires_at=session_expiry)
+            await repo.attach_session(
+                uow.session, flow.id, session_id=created.id, url=created.url, expires_at=session_expiry
+            )
             await uow.event(flow.id, "checkout_started", Actor.BROWSER, {"provider": provider.name})
             stored = await repo.get(uow.session, flow.id)
         return stored.checkout_url if stored is not None else None
@@ -113,10 +129,17 @@ class PaymentService:
             return "ignored"
         async with self.flows.sessions() as session:
             payment = await repo.by_session(session, provider.name, event.session.id)
-        outcome = await self.apply(payment.flow_id if payment else None, event.session, settlement,
-                                   settled_by="webhook", event=event)
-        logger.info("payment event", extra={"event": event.type, "outcome": outcome,
-                                            "flow_id": FLOW_ID.format(payment.flow_id) if payment else None})
+        outcome = await self.apply(
+            payment.flow_id if payment else None, event.session, settlement, settled_by="webhook", event=event
+        )
+        logger.info(
+            "payment event",
+            extra={
+                "event": event.type,
+                "outcome": outcome,
+                "flow_id": FLOW_ID.format(payment.flow_id) if payment else None,
+            },
+        )
         return outcome
 
     async def refresh(self, flow: Flow) -> Payment | None:
@@ -136,13 +159,25 @@ class PaymentService:
         checkout = await self._provider().expire_checkout(payment.session_id)
         await self.apply(flow_id, checkout, settlement_of(checkout), settled_by="decline")
 
-    async def apply(self, flow_id: uuid.UUID | None, checkout: CheckoutSession, settlement: Settlement, *,
-                    settled_by: str, event: ProviderEvent | None = None) -> str:
+    async def apply(
+        self,
+        flow_id: uuid.UUID | None,
+        checkout: CheckoutSession,
+        settlement: Settlement,
+        *,
+        settled_by: str,
+        event: ProviderEvent | None = None,
+    ) -> str:
         provider = self._provider()
         async with self.flows.unit_of_work() as uow:
             if event is not None and not await repo.record_event(
-                    uow.session, event_id=event.id, provider=provider.name, event_type=event.type,
-                    flow_id=flow_id, session_id=checkout.id):
+                uow.session,
+                event_id=event.id,
+                provider=provider.name,
+                event_type=event.type,
+                flow_id=flow_id,
+                session_id=checkout.id,
+            ):
                 return "duplicate"
             payment = None if flow_id is None else await repo.get(uow.session, flow_id)
             outcome = await self._apply(uow, payment, checkout, settlement, settled_by)
@@ -150,8 +185,14 @@ class PaymentService:
                 await repo.set_event_outcome(uow.session, event.id, outcome)
         return outcome
 
-    async def _apply(self, uow: UnitOfWork, payment: Payment | None, checkout: CheckoutSession,
-                     settlement: Settlement, settled_by: str) -> str:
+    async def _apply(  # noqa: PLR0911 - one return per settlement outcome reads best
+        self,
+        uow: UnitOfWork,
+        payment: Payment | None,
+        checkout: CheckoutSession,
+        settlement: Settlement,
+        settled_by: str,
+    ) -> str:
         if payment is None:
             return "unknown_flow"
         if payment.session_id != checkout.id or (checkout.flow_ref not in (None, FLOW_ID.format(payment.flow_id))):
@@ -164,18 +205,29 @@ class PaymentService:
         if settlement is Settlement.PAID:
             return await self._paid(uow, payment, checkout, settled_by)
         if settlement is Settlement.EXPIRED:
-            change = Transition(FlowStatus.EXPIRED, Actor.PROVIDER, error_code="payment_expired",
-                                error_message="The checkout expired before it was paid.",
-                                detail={"settled_by": settled_by})
+            change = Transition(
+                FlowStatus.EXPIRED,
+                Actor.PROVIDER,
+                error_code="payment_expired",
+                error_message="The checkout expired before it was paid.",
+                detail={"settled_by": settled_by},
+            )
             moved = await uow.transition(payment.flow_id, change, require_live=False)
-            settled = await repo.settle(uow.session, payment.flow_id, status="expired", payment_id=None,
-                                        settled_by=settled_by)
+            settled = await repo.settle(
+                uow.session, payment.flow_id, status="expired", payment_id=None, settled_by=settled_by
+            )
         else:
-            change = Transition(FlowStatus.FAILED, Actor.PROVIDER, error_code="payment_failed",
-                                error_message="The payment did not go through.", detail={"settled_by": settled_by})
+            change = Transition(
+                FlowStatus.FAILED,
+                Actor.PROVIDER,
+                error_code="payment_failed",
+                error_message="The payment did not go through.",
+                detail={"settled_by": settled_by},
+            )
             moved = await uow.transition(payment.flow_id, change)
-            settled = await repo.settle(uow.session, payment.flow_id, status="failed", payment_id=checkout.payment_id,
-                                        settled_by=settled_by)
+            settled = await repo.settle(
+                uow.session, payment.flow_id, status="failed", payment_id=checkout.payment_id, settled_by=settled_by
+            )
         if moved is not None:
             return str(moved.status)
         return settlement.value if settled else "already_settled"
@@ -183,8 +235,9 @@ class PaymentService:
     async def _paid(self, uow: UnitOfWork, payment: Payment, checkout: CheckoutSession, settled_by: str) -> str:
         if checkout.amount != payment.amount or checkout.currency != payment.currency:
             # A signed event for this session with another amount: never complete on it.
-            logger.error("payment amount mismatch", extra={"flow_id": FLOW_ID.format(payment.flow_id),
-                                                           "code": "amount_mismatch"})
+            logger.error(
+                "payment amount mismatch", extra={"flow_id": FLOW_ID.format(payment.flow_id), "code": "amount_mismatch"}
+            )
             return "amount_mismatch"
         result = {
             "payment_id": checkout.payment_id or checkout.id,
@@ -196,14 +249,20 @@ class PaymentService:
         }
         change = Transition(FlowStatus.COMPLETED, Actor.PROVIDER, result=result, detail={"settled_by": settled_by})
         moved = await uow.transition(payment.flow_id, change)
-        settled = await repo.settle(uow.session, payment.flow_id, status="paid" if moved else "paid_late",
-                                    payment_id=checkout.payment_id, settled_by=settled_by)
+        settled = await repo.settle(
+            uow.session,
+            payment.flow_id,
+            status="paid" if moved else "paid_late",
+            payment_id=checkout.payment_id,
+            settled_by=settled_by,
+        )
         if moved is not None:
             return "completed"
         if settled:
             # Money arrived for a flow that had already ended: visible to `elicitd payments reconcile`.
-            logger.warning("payment for a finished flow", extra={"flow_id": FLOW_ID.format(payment.flow_id),
-                                                                 "code": "paid_late"})
+            logger.warning(
+                "payment for a finished flow", extra={"flow_id": FLOW_ID.format(payment.flow_id), "code": "paid_late"}
+            )
             return "paid_late"
         return "already_settled"
 
@@ -224,7 +283,12 @@ class PaymentService:
             if settlement_of(checkout) is Settlement.OPEN and (flow is None or flow.status != "pending"):
                 checkout = await provider.expire_checkout(session_id)
             outcome = await self.apply(flow_id, checkout, settlement_of(checkout), settled_by="reconcile")
-            actions.append(ReconcileAction(flow_id=FLOW_ID.format(flow_id), session_id=session_id,
-                                           provider_status=f"{checkout.status}/{checkout.payment_status}",
-                                           outcome=outcome))
+            actions.append(
+                ReconcileAction(
+                    flow_id=FLOW_ID.format(flow_id),
+                    session_id=session_id,
+                    provider_status=f"{checkout.status}/{checkout.payment_status}",
+                    outcome=outcome,
+                )
+            )
         return actions

@@ -58,8 +58,9 @@ def session_from(obj: Mapping[str, Any]) -> CheckoutSession:
 class StripeProvider:
     name = "stripe"
 
-    def __init__(self, secret_key: str, webhook_secret: str | None, *, api_base: str | None = None,
-                 timeout: float = 20.0) -> None:
+    def __init__(
+        self, secret_key: str, webhook_secret: str | None, *, api_base: str | None = None, timeout: float = 20.0
+    ) -> None:
         addresses: dict[str, str] = {"api": api_base.rstrip("/")} if api_base else {}
         # A Stripe-compatible local server (tests, stripe-mock) hosts its checkout pages itself.
         parts = urlsplit(api_base) if api_base else None
@@ -78,11 +79,16 @@ class StripeProvider:
     async def create_checkout(self, request: CheckoutRequest) -> CheckoutSession:
         params: dict[str, Any] = {
             "mode": "payment",
-            "line_items": [{
-                "quantity": 1,
-                "price_data": {"currency": request.currency, "unit_amount": request.amount,
-                               "product_data": {"name": request.description}},
-            }],
+            "line_items": [
+                {
+                    "quantity": 1,
+                    "price_data": {
+                        "currency": request.currency,
+                        "unit_amount": request.amount,
+                        "product_data": {"name": request.description},
+                    },
+                }
+            ],
             "success_url": request.success_url,
             "cancel_url": request.cancel_url,
             "client_reference_id": request.flow_ref,
@@ -97,14 +103,14 @@ class StripeProvider:
             )
         except stripe.StripeError as exc:
             raise PaymentProviderError("The payment provider could not start the checkout.") from exc
-        return session_from(created)
+        return session_from(created.to_dict())
 
     async def get_checkout(self, session_id: str) -> CheckoutSession:
         try:
             found = await self._client.v1.checkout.sessions.retrieve_async(session_id)
         except stripe.StripeError as exc:
             raise PaymentProviderError("The payment provider could not be asked about this payment.") from exc
-        return session_from(found)
+        return session_from(found.to_dict())
 
     async def expire_checkout(self, session_id: str) -> CheckoutSession:
         try:
@@ -114,7 +120,7 @@ class StripeProvider:
             return await self.get_checkout(session_id)
         except stripe.StripeError as exc:
             raise PaymentProviderError("The payment provider could not expire the checkout.") from exc
-        return session_from(expired)
+        return session_from(expired.to_dict())
 
     def verify_event(self, payload: bytes, headers: Mapping[str, str]) -> ProviderEvent:
         if not self._webhook_secret:
@@ -137,8 +143,8 @@ class StripeProvider:
             raise InvalidWebhook("The webhook body is not a Stripe event.")
         data = body.get("data")
         obj = data.get("object") if isinstance(data, dict) else None
-        is_session = isinstance(obj, dict) and obj.get("object") == "checkout.session"
-        return ProviderEvent(id=body["id"], type=body["type"], session=session_from(obj) if is_session else None)
+        session = session_from(obj) if isinstance(obj, dict) and obj.get("object") == "checkout.session" else None
+        return ProviderEvent(id=body["id"], type=body["type"], session=session)
 
 
 def _signed_timestamp(header: str) -> int | None:

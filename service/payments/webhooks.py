@@ -19,10 +19,15 @@ class WebhookAck(msgspec.Struct):
     outcome: str
 
 
-@post("/webhooks/stripe", operation_id="stripeWebhook", tags=["webhooks"], status_code=200,
-      summary="Stripe webhook endpoint (Checkout Session events)",
-      description="Verifies `Stripe-Signature` over the raw body with the endpoint secret, refuses timestamps more "
-                  "than 5 minutes old or in the future, and processes each event id once.")
+@post(
+    "/webhooks/stripe",
+    operation_id="stripeWebhook",
+    tags=["webhooks"],
+    status_code=200,
+    summary="Stripe webhook endpoint (Checkout Session events)",
+    description="Verifies `Stripe-Signature` over the raw body with the endpoint secret, refuses timestamps more "
+    "than 5 minutes old or in the future, and processes each event id once.",
+)
 async def stripe_webhook(request: Request[Any, Any, Any]) -> WebhookAck:
     payments: PaymentService = request.app.state.payments
     body = await request.body()

@@ -20,8 +20,7 @@ def provider_for(settings: Settings) -> PaymentProvider | None:
     """Stripe when a secret key is configured; without one the ``payment`` kind is refused (503)."""
     if not settings.stripe_secret_key:
         return None
-    return StripeProvider(settings.stripe_secret_key, settings.stripe_webhook_secret,
-                          api_base=settings.stripe_api_base)
+    return StripeProvider(settings.stripe_secret_key, settings.stripe_webhook_secret, api_base=settings.stripe_api_base)
 
 
 def install(state: State, flows: FlowService, settings: Settings) -> list[Any]:
