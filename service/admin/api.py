@@ -87,7 +87,8 @@ class AdminWebhooksController(Controller):
                               server_client: str | None = None, flow_id: str | None = None,
                               cursor: Cursor = None, limit: Limit = 50) -> WebhookPage:
         async with unit(request) as session:
-            return await deliveries.list_deliveries(session, state=delivery_state, server_client=server_client, flow=flow_id,
+            return await deliveries.list_deliveries(session, state=delivery_state, server_client=server_client,
+                                                    flow=flow_id,
                                                     cursor=cursor, limit=limit)
 
     @get("/{delivery_id:str}", operation_id="adminGetWebhookDelivery", summary="One webhook delivery")

@@ -26,8 +26,8 @@ Handler = Callable[[Any, argparse.Namespace], Awaitable[Any]]
 
 @contextlib.asynccontextmanager
 async def _state() -> AsyncIterator[Any]:
-    from service.app import create_app  # noqa: PLC0415 - the CLI imports the app only when used
-    from service.settings import Settings  # noqa: PLC0415
+    from service.app import create_app
+    from service.settings import Settings
 
     app = create_app(Settings.from_env().with_(background_tasks=False))
     state = app.state
@@ -40,7 +40,7 @@ async def _state() -> AsyncIterator[Any]:
 
 
 async def _audited(handler: Handler, args: argparse.Namespace) -> Any:
-    from service.admin.guards import write_audit  # noqa: PLC0415
+    from service.admin.guards import write_audit
 
     async with _state() as state:
         outcome = "error"
@@ -86,7 +86,7 @@ def _once(label: str, key: str) -> Callable[[Any], None]:
 
 # ---- handlers -------------------------------------------------------------------------------------
 async def _tokens_create(state: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from service.admin import tokens  # noqa: PLC0415
+    from service.admin import tokens
 
     async with state.sessions() as session:
         created = await tokens.create_token(session, name=args.name, role=tokens.Role.parse(args.role),
@@ -96,7 +96,7 @@ async def _tokens_create(state: Any, args: argparse.Namespace) -> dict[str, Any]
 
 
 def _token_row(row: Any) -> dict[str, Any]:
-    from service.admin.tokens import ADMIN_TOKEN_ID  # noqa: PLC0415
+    from service.admin.tokens import ADMIN_TOKEN_ID
 
     return {"id": ADMIN_TOKEN_ID.format(row.id), "name": row.name, "role": row.role, "prefix": row.prefix,
             "created_at": row.created_at, "expires_at": row.expires_at, "revoked_at": row.revoked_at,
@@ -104,14 +104,14 @@ def _token_row(row: Any) -> dict[str, Any]:
 
 
 async def _tokens_list(state: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
-    from service.admin import tokens  # noqa: PLC0415
+    from service.admin import tokens
 
     async with state.sessions() as session:
         return [_token_row(t) for t in await tokens.list_tokens(session)]
 
 
 async def _tokens_revoke(state: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from service.admin import tokens  # noqa: PLC0415
+    from service.admin import tokens
 
     async with state.sessions() as session:
         row = await tokens.revoke_token(session, args.target)
@@ -124,7 +124,7 @@ def _when(raw: str | None) -> datetime | None:
 
 
 async def _flows_list(state: Any, args: argparse.Namespace) -> Any:
-    from service.admin import flows  # noqa: PLC0415
+    from service.admin import flows
 
     filters = flows.FlowFilters(status=args.status, kind=args.kind, server_client=args.client, provider=args.provider,
                                 subject_iss=args.iss, subject_sub=args.sub, created_after=_when(args.created_after),
@@ -135,7 +135,7 @@ async def _flows_list(state: Any, args: argparse.Namespace) -> Any:
 
 
 async def _flows_show(state: Any, args: argparse.Namespace) -> Any:
-    from service.admin import flows  # noqa: PLC0415
+    from service.admin import flows
 
     async with state.sessions() as session:
         return await flows.show_flow(state.flows, session, args.target)
@@ -143,9 +143,9 @@ async def _flows_show(state: Any, args: argparse.Namespace) -> Any:
 
 def _finish(status: str) -> Handler:
     async def run(state: Any, args: argparse.Namespace) -> Any:
-        from service.admin import flows  # noqa: PLC0415
-        from service.admin.views import flow_view  # noqa: PLC0415
-        from service.flows.states import FlowStatus  # noqa: PLC0415
+        from service.admin import flows
+        from service.admin.views import flow_view
+        from service.flows.states import FlowStatus
 
         return flow_view(await flows.finish_flow(state.flows, args.target, FlowStatus(status), admin_token=None))
     return run
@@ -153,9 +153,9 @@ def _finish(status: str) -> Handler:
 
 def _clients(op: str) -> Handler:
     async def run(state: Any, args: argparse.Namespace) -> Any:
-        from service.admin import clients  # noqa: PLC0415
-        from service.admin.schemas import CreateServerClient, UpdateServerClient  # noqa: PLC0415
-        from service.admin.tokens import parse_lifetime  # noqa: PLC0415
+        from service.admin import clients
+        from service.admin.schemas import CreateServerClient, UpdateServerClient
+        from service.admin.tokens import parse_lifetime
 
         async with state.sessions() as session:
             if op == "list":
@@ -200,7 +200,7 @@ def _update_fields(op: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def _webhooks(op: str) -> Handler:
     async def run(state: Any, args: argparse.Namespace) -> Any:
-        from service.admin import deliveries  # noqa: PLC0415
+        from service.admin import deliveries
 
         async with state.sessions() as session:
             if op == "list":
@@ -215,14 +215,14 @@ def _webhooks(op: str) -> Handler:
 
 
 async def _stats(state: Any, args: argparse.Namespace) -> Any:
-    from service.admin import flows  # noqa: PLC0415
+    from service.admin import flows
 
     async with state.sessions() as session:
         return await flows.stats(session, flows.parse_window(args.window))
 
 
 async def _audit(state: Any, args: argparse.Namespace) -> Any:
-    from service.admin.audit import list_audit  # noqa: PLC0415
+    from service.admin.audit import list_audit
 
     async with state.sessions() as session:
         return await list_audit(session, admin_token_id=args.token, cursor=args.cursor, limit=args.limit)
@@ -239,14 +239,14 @@ def _items(result: Any) -> Any:
 
 
 def _client(result: Any) -> Any:
-    return result["client"] if "client" in result else result
+    return result.get("client", result)
 
 
 def _stats_rows(result: Any) -> Any:
     return result["providers"]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subcommands
     admin = subparsers.add_parser("admin", help="operate elicitd: tokens, flows, clients, webhooks, stats")
     groups = admin.add_subparsers(dest="admin_group", required=True)
 

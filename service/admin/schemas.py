@@ -124,8 +124,8 @@ class UpdateServerClient(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     display_name: Annotated[str, Meta(min_length=1, max_length=200)] | msgspec.UnsetType = msgspec.UNSET
     allowed_providers: Annotated[list[ProviderName], Meta(max_length=100)] | msgspec.UnsetType = msgspec.UNSET
     trusted_issuers: Annotated[list[IssuerUrl], Meta(max_length=100)] | msgspec.UnsetType = msgspec.UNSET
-    flows_per_minute: Limit | None | msgspec.UnsetType = msgspec.UNSET
-    pending_per_subject: Limit | None | msgspec.UnsetType = msgspec.UNSET
+    flows_per_minute: Limit | msgspec.UnsetType | None = msgspec.UNSET
+    pending_per_subject: Limit | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class CreatedServerClient(msgspec.Struct):

@@ -155,7 +155,8 @@ class WebhookWorker:
                                      headers={"User-Agent": "elicitd-webhooks/1"}) as http:
             while True:
                 try:
-                    while await self.run_once(http) >= self.batch_size:
+                    # Drain full batches back to back, yielding to the loop between them.
+                    while await self.run_once(http) >= self.batch_size:  # noqa: ASYNC110
                         await asyncio.sleep(0)
                 except asyncio.CancelledError:
                     raise
@@ -191,14 +192,16 @@ class WebhookWorker:
                 secret = self.vault.decrypt_text(key_id, bytes(blob), owner=CLIENT_ID.format(row.server_client_id),
                                                  purpose=WEBHOOK_SECRET_PURPOSE)
             except Exception as exc:  # a lost key must not stop other deliveries
-                logger.error("webhook secret unreadable", extra={"error_type": type(exc).__name__,
-                                                                 "server_client": CLIENT_ID.format(row.server_client_id)})
+                logger.error("webhook secret unreadable",
+                             extra={"error_type": type(exc).__name__,
+                                    "server_client": CLIENT_ID.format(row.server_client_id)})
         return Claimed(id=row.id, server_client_id=row.server_client_id, event_type=row.event_type,
                        payload=row.payload, attempt=row.attempts, created_at=row.created_at, url=url, secret=secret)
 
     def backoff(self, attempt: int) -> float:
-        base = self.settings.backoff_seconds * (2 ** min(attempt - 1, 30))
-        return min(base, self.settings.backoff_max_seconds) * random.uniform(0.9, 1.1)  # noqa: S311
+        base: float = self.settings.backoff_seconds * float(2 ** min(attempt - 1, 30))
+        jitter: float = random.uniform(0.9, 1.1)  # noqa: S311 - spreading retries, not a secret
+        return min(base, self.settings.backoff_max_seconds) * jitter
 
     async def deliver(self, http: httpx.AsyncClient, event: Claimed) -> None:
         started = time.monotonic()

@@ -1,4 +1,4 @@
-"""Every admin route × every kind of caller: each role may do exactly what it should.
+"""Every admin route x every kind of caller: each role may do exactly what it should.
 
 The table must name every route of the admin router (checked against the OpenAPI schema), so a
 new admin route cannot ship without its role being tested here."""
@@ -38,7 +38,7 @@ class World:
         flow_id = await create_flow(self.app, client)
         assert (await complete_flow(self.app, client, flow_id)).status_code == 200
         async with self.app.state.sessions() as session:
-            from sqlalchemy import text  # noqa: PLC0415
+            from sqlalchemy import text
 
             row = (await session.execute(text("SELECT id FROM webhook_outbox WHERE flow_id = :f"),
                                          {"f": uuid.UUID(flow_id[3:])})).scalar_one()

@@ -71,7 +71,7 @@ async def test_waiters_and_fallback_gauges_follow_the_hub(make_settings: Callabl
     async with running_app(make_settings(redis_url="redis://127.0.0.1:1/0")) as app:
         client = await new_server_client(app)
         flow_id = await create_flow(app, client)
-        import asyncio  # noqa: PLC0415
+        import asyncio
 
         async with app.http(client.api_key) as http:
             waiting = asyncio.create_task(http.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 5}))
@@ -141,7 +141,7 @@ async def test_tracing_is_off_by_default(make_settings: Callable[..., Settings])
 
 
 def test_metric_names_match_the_reference() -> None:
-    from pathlib import Path  # noqa: PLC0415
+    from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "operating.md").read_text()
     documented = set(re.findall(r"`(elicitd_[a-z_]+)`", doc))
