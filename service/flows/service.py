@@ -181,16 +181,25 @@ class FlowService:
             raise FlowNotFound("No flow with this id belongs to this server client.")
         return flow
 
-    async def wait(self, flow_id: uuid.UUID, seconds: float) -> Flow | None:
-        """Wait until the flow is terminal or ``seconds`` pass. Register, *then* read (DESIGN §6)."""
+    async def wait(self, flow_id: uuid.UUID, seconds: float, *, owner: uuid.UUID | None = None) -> Flow | None:
+        """Wait until the flow is terminal or ``seconds`` pass. Register, *then* read (DESIGN §6).
+
+        With ``owner``, a flow of another server client is None, decided on the first read: a
+        status long-poll then costs one read before it parks, not an ownership read and another.
+        """
         deadline = time.monotonic() + min(seconds, self.settings.max_wait_seconds)
         with self.hub.register(flow_id) as waiter:
             flow = await self.read(flow_id)
+            if flow is not None and owner is not None and flow.server_client_id != owner:
+                return None
             while flow is not None and not is_terminal(FlowStatus(flow.status)):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 until_expiry = flow.expires_at.timestamp() - time.time() + 0.05
+                # Every wake re-reads, so hold no ORM instance while parked (~4 KB each, and a
+                # process parks thousands of these).
+                flow = None
                 await waiter.wait(max(0.0, min(waiter.tick(remaining), until_expiry)))
                 flow = await self.read(flow_id)
         return flow
@@ -315,9 +324,15 @@ class FlowService:
 
     # ---- status ----------------------------------------------------------------------------------
     async def status(self, client: AuthenticatedClient, flow_ref: str, wait_seconds: float) -> StatusResponse:
-        flow = await self.owned(client, flow_ref)
-        if wait_seconds > 0 and not is_terminal(FlowStatus(flow.status)):
-            flow = await self.wait(flow.id, wait_seconds) or flow
+        if wait_seconds <= 0:
+            flow = await self.owned(client, flow_ref)
+        else:
+            # The waiter's own first read is the ownership check (and answers a finished flow at once).
+            flow_id = FLOW_ID.parse(flow_ref)
+            waited = None if flow_id is None else await self.wait(flow_id, wait_seconds, owner=client.id)
+            if waited is None:
+                raise FlowNotFound("No flow with this id belongs to this server client.")
+            flow = waited
         return StatusResponse(flow=self.view(flow), result=flow.result if flow.status == "completed" else None)
 
     # ---- external kind -----------------------------------------------------------------------------
