@@ -8,6 +8,7 @@ disabled key stops working on every replica within that many seconds.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 import time
@@ -59,6 +60,7 @@ class ApiKeyAuthenticator:
         self._sessions = sessions
         self._ttl = cache_seconds
         self._cache: dict[bytes, tuple[float, AuthenticatedClient]] = {}
+        self._inflight: dict[bytes, asyncio.Future[AuthenticatedClient]] = {}
 
     async def authenticate(self, authorization: str | None) -> AuthenticatedClient:
         # One message for every failure: a caller cannot tell a wrong key from a revoked one.
@@ -72,6 +74,24 @@ class ApiKeyAuthenticator:
         cached = self._cache.get(digest)
         if cached is not None and cached[0] > now:
             return cached[1]
+        if self._ttl <= 0:
+            return await self._lookup(digest)
+        # One lookup per key at a time: when the entry expires under load, every request in flight
+        # would otherwise miss together and each run the same query (hundreds, during a burst of
+        # long-polls). They share one lookup task; a caller that goes away does not cancel it.
+        task = self._inflight.get(digest)
+        if task is None:
+            task = asyncio.ensure_future(self._lookup(digest))
+            self._inflight[digest] = task
+            task.add_done_callback(lambda done: self._lookup_done(digest, done))
+        return await asyncio.shield(task)
+
+    def _lookup_done(self, digest: bytes, task: asyncio.Future[AuthenticatedClient]) -> None:
+        self._inflight.pop(digest, None)
+        if not task.cancelled():
+            task.exception()  # mark it retrieved; each waiting request re-raises it itself
+
+    async def _lookup(self, digest: bytes) -> AuthenticatedClient:
         async with self._sessions() as session:
             row = (
                 await session.execute(
@@ -100,7 +120,7 @@ class ApiKeyAuthenticator:
         if self._ttl > 0:
             if len(self._cache) > 10_000:
                 self._cache.clear()
-            self._cache[digest] = (now + self._ttl, client)
+            self._cache[digest] = (time.monotonic() + self._ttl, client)
         return client
 
     def forget(self) -> None:
