@@ -23,6 +23,7 @@ from service.connections.pages import ROUTES as CONNECT_ROUTES
 from service.connections.pages import connect_page
 from service.connections.service import ConnectionService
 from service.admin.operations import ADMIN_SECURITY_SCHEME, Operations
+from service.apikeys.wiring import install as install_apikeys
 from service.consent.wiring import install as install_consent
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
@@ -74,7 +75,8 @@ def create_app(settings: Settings) -> Litestar:
     state.kind_pages["oauth_connect"] = connect_page
     ops = Operations.install(settings, state)
 
-    kind_routes = [*install_consent(state, flows, settings), *install_payments(state, flows, settings)]
+    kind_routes = [*install_consent(state, flows, settings), *install_payments(state, flows, settings),
+                   *install_apikeys(state, flows, settings)]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

@@ -24,7 +24,8 @@ from service.settings import KeyRing, Settings
 DATA_DIR = Path(os.environ.get("ELICITD_DATA_DIR", ".data"))
 
 # Modules with a ``register(subparsers)`` function adding their own subcommands.
-_COMMAND_GROUPS: list[str] = ["service.identity.cli", "service.admin.cli", "service.payments.cli"]
+_COMMAND_GROUPS: list[str] = ["service.identity.cli", "service.admin.cli", "service.payments.cli",
+                              "service.apikeys.cli"]
 
 
 def _settings() -> Settings:

@@ -7,6 +7,7 @@ Create Date: 2026-11-30
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = "0004"
 down_revision = "0003"
@@ -73,9 +74,22 @@ def upgrade() -> None:
         sa.Column("issued_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
         sa.UniqueConstraint("flow_id", name="uq_consent_receipts_flow_id"),
     )
+    # API-key providers live beside OAuth ones (connections reference providers by name): the
+    # auth type says which, and the API-key definition (fields, validation, live check) is data.
+    op.add_column("providers", sa.Column("auth_type", sa.String(16), nullable=False,
+                                         server_default=sa.text("'oauth2'")))
+    op.add_column("providers", sa.Column("api_key_config", postgresql.JSONB()))
+    op.execute("ALTER TABLE providers ADD CONSTRAINT ck_providers_auth_type CHECK (auth_type IN ('oauth2', 'api_key'))")
+    # Non-secret values entered beside an API key (a region, an account id).
+    op.add_column("connections", sa.Column("fields", postgresql.JSONB(), nullable=False,
+                                           server_default=sa.text("'{}'::jsonb")))
 
 
 def downgrade() -> None:
+    op.drop_column("connections", "fields")
+    op.execute("ALTER TABLE providers DROP CONSTRAINT ck_providers_auth_type")
+    op.drop_column("providers", "api_key_config")
+    op.drop_column("providers", "auth_type")
     op.drop_table("consent_receipts")
     op.drop_index("ix_payment_events_flow_id", table_name="payment_events")
     op.drop_table("payment_events")

@@ -1,0 +1,64 @@
+"""``elicitd api-key-providers``: define the providers whose keys people type into elicitd."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    group = subparsers.add_parser("api-key-providers", help="providers that use API keys instead of OAuth")
+    sub = group.add_subparsers(dest="api_key_providers_command", required=True)
+    put = sub.add_parser("set", help="create or replace an API-key provider from a JSON definition")
+    put.add_argument("name")
+    put.add_argument("--display-name", required=True)
+    put.add_argument("--config", required=True, help="the definition: JSON text, or @path/to/file.json")
+    put.add_argument("--disabled", action="store_true")
+    put.set_defaults(func=cmd_set)
+    show = sub.add_parser("list", help="list API-key providers and their definitions")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_list)
+
+
+async def _with_session(work: Any) -> Any:
+    from service.cli import _settings
+    from service.db.engine import make_engine, make_sessionmaker
+
+    engine = make_engine(_settings())
+    try:
+        async with make_sessionmaker(engine)() as session:
+            result = await work(session)
+            await session.commit()
+            return result
+    finally:
+        await engine.dispose()
+
+
+def cmd_set(args: argparse.Namespace) -> None:
+    from service.apikeys.providers import upsert_api_key_provider
+
+    raw = Path(args.config[1:]).read_text() if args.config.startswith("@") else args.config
+    config = json.loads(raw)
+    asyncio.run(
+        _with_session(
+            lambda s: upsert_api_key_provider(s, args.name, args.display_name, config, enabled=not args.disabled)
+        )
+    )
+    print(f"api-key provider {args.name} saved")
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    import msgspec
+
+    from service.apikeys.providers import list_api_key_providers
+    from service.cli import print_table
+
+    found = asyncio.run(_with_session(list_api_key_providers))
+    rows = [
+        {"name": p.name, "display_name": p.display_name, "enabled": p.enabled, "config": msgspec.to_builtins(p.config)}
+        for p in found
+    ]
+    print_table(rows, ["name", "display_name", "enabled"], as_json=args.json)

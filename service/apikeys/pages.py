@@ -1,0 +1,121 @@
+"""Browser side of ``api_key``: the form (a password field plus the provider's extra fields) and its POST.
+
+The key arrives only in this POST body. A rejected entry re-renders the form with a message and
+the non-secret fields filled in again — the key field always comes back empty, so the key never
+appears in any page elicitd sends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, post
+
+from service.apikeys.providers import ApiKeyProvider, get_api_key_provider
+from service.apikeys.service import ApiKeyService, EntryRejected, validate_entry
+from service.consent.pages import client_names, pending_flow
+from service.db.base import FLOW_ID
+from service.flows.models import Flow
+from service.flows.pages import page, status_page
+from service.flows.states import Actor
+from service.identity.browser import BrowserIdentity, check_csrf, require_subject
+
+Req = Request[Any, Any, Any]
+
+
+async def _provider(request: Req, flow: Flow) -> ApiKeyProvider | None:
+    async with request.app.state.sessions() as session:
+        found = await get_api_key_provider(session, flow.provider or "")
+    return found if found is not None and found.enabled else None
+
+
+async def _form(
+    request: Req,
+    flow: Flow,
+    identity: BrowserIdentity,
+    provider: ApiKeyProvider,
+    *,
+    status: int = 200,
+    error: EntryRejected | None = None,
+    values: dict[str, str] | None = None,
+) -> Response[Any]:
+    display_name, _ = await client_names(request, flow)
+    flow_ref = FLOW_ID.format(flow.id)
+    return page(
+        request,
+        "api_key.html",
+        status,
+        flow_id=flow_ref,
+        client=display_name,
+        provider=provider,
+        config=provider.config,
+        csrf_token=identity.csrf_token,
+        action=f"/f/{flow_ref}/api-key",
+        error=error,
+        values=values or {},
+    )
+
+
+async def api_key_page(request: Req, flow: Flow) -> Response[Any]:
+    identity = await require_subject(request, flow)
+    if isinstance(identity, Response):
+        return identity
+    provider = await _provider(request, flow)
+    if provider is None:
+        return page(
+            request,
+            "flow_status.html",
+            503,
+            heading="Not available",
+            text="This service is not set up on elicitd any more. Ask your assistant to try again later.",
+            flow_id=FLOW_ID.format(flow.id),
+        )
+    return await _form(request, flow, identity, provider)
+
+
+@post(
+    "/f/{flow_ref:str}/api-key",
+    operation_id="submitApiKey",
+    tags=["browser"],
+    status_code=200,
+    summary="Submit an API key (form POST, CSRF-protected); the key is stored encrypted, never echoed",
+)
+async def submit_api_key(request: Req, flow_ref: str) -> Response[Any]:
+    found = await pending_flow(request, flow_ref, "api_key")
+    if isinstance(found, Response):
+        return found
+    identity = await require_subject(request, found)
+    if isinstance(identity, Response):
+        return identity
+    form = await request.form()
+    check_csrf(request, identity, _field(form, "csrf_token"))
+    provider = await _provider(request, found)
+    if provider is None:
+        return page(
+            request,
+            "flow_status.html",
+            503,
+            heading="Not available",
+            text="This service is not set up on elicitd any more.",
+            flow_id=flow_ref,
+        )
+    values = {f.name: _field(form, f"field_{f.name}") for f in provider.config.fields}
+    service: ApiKeyService = request.app.state.apikeys
+    try:
+        key, fields = validate_entry(provider.config, _field(form, "secret"), values)
+        await service.live_check(provider, key, fields)
+    except EntryRejected as rejected:
+        async with request.app.state.flows.unit_of_work() as uow:
+            await uow.event(found.id, "api_key_rejected", Actor.BROWSER, {"reason": rejected.reason})
+        kept = {k: v for k, v in values.items() if v is not None}
+        return await _form(request, found, identity, provider, status=422, error=rejected, values=kept)
+    moved = await service.store(found, provider, key, fields)
+    if moved is None:
+        return status_page(request, await request.app.state.flows.read(found.id), 200)
+    display_name, _ = await client_names(request, found)
+    return page(request, "api_key_done.html", flow_id=flow_ref, client=display_name, provider=provider)
+
+
+def _field(form: Any, name: str) -> str | None:
+    value = form.get(name)
+    return value if isinstance(value, str) else None

@@ -1,0 +1,182 @@
+"""Checking an entered API key and storing it as a connection.
+
+The key is validated locally first (length, allowed characters) so that obviously wrong input
+never leaves elicitd, then optionally by one request to the provider made *with* the key, and
+only then sealed into the vault as the connection's access token — so the token endpoint serves
+it exactly like an OAuth token. It travels only in the POST body that brought it and in the
+provider check's header: never in a URL, a log line, an event, a flow result or an error page.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from sqlalchemy import text
+
+from service.apikeys.providers import ApiKeyConfig, ApiKeyProvider, LiveCheck
+from service.connections import repository as conn_repo
+from service.connections.service import ACCESS_TOKEN
+from service.crypto.vault import Vault
+from service.db.base import CONNECTION_ID
+from service.flows.models import Flow
+from service.flows.repository import Transition
+from service.flows.service import FlowService
+from service.flows.states import Actor, FlowStatus
+
+# Sent in an HTTP header and typed by people: printable ASCII without spaces, whatever the pattern says.
+_PRINTABLE = re.compile(r"[\x21-\x7e]+")
+_FIELD_TEXT = re.compile(r"[^\x00-\x1f\x7f]*")
+_PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
+
+
+class EntryRejected(Exception):
+    """The entry cannot be stored; ``message`` is shown on the form (it never contains the input)."""
+
+    def __init__(self, message: str, *, field: str = "secret", reason: str = "invalid") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.reason = reason
+
+
+class _NotPending(Exception):
+    pass
+
+
+def validate_entry(
+    config: ApiKeyConfig, secret: str | None, values: dict[str, str | None]
+) -> tuple[str, dict[str, str]]:
+    """The cleaned key and extra fields, or ``EntryRejected`` naming the first problem."""
+    key = (secret or "").strip()
+    if not key:
+        raise EntryRejected(f"Enter your {config.key_label}.", reason="missing")
+    if len(key) > config.max_length:
+        raise EntryRejected(
+            f"That is too long: the {config.key_label} has at most {config.max_length} characters.", reason="too_long"
+        )
+    if len(key) < config.min_length:
+        raise EntryRejected(
+            f"That is too short: the {config.key_label} has at least {config.min_length} characters.",
+            reason="too_short",
+        )
+    if not _PRINTABLE.fullmatch(key) or not re.fullmatch(config.pattern, key):
+        raise EntryRejected(
+            f"That does not look like the {config.key_label}: it contains characters such keys "
+            "never contain. Copy it again from the provider.",
+            reason="bad_characters",
+        )
+    fields: dict[str, str] = {}
+    for spec in config.fields:
+        value = (values.get(spec.name) or "").strip()
+        if not value:
+            if spec.required:
+                raise EntryRejected(f"{spec.label} is required.", field=spec.name, reason="missing_field")
+            continue
+        if len(value) > spec.max_length or not _FIELD_TEXT.fullmatch(value):
+            raise EntryRejected(f"{spec.label} is not valid.", field=spec.name, reason="bad_field")
+        if spec.choices is not None and value not in spec.choices:
+            raise EntryRejected(
+                f"Choose one of the listed values for {spec.label}.", field=spec.name, reason="bad_field"
+            )
+        if spec.pattern is not None and not re.fullmatch(spec.pattern, value):
+            raise EntryRejected(f"{spec.label} is not valid.", field=spec.name, reason="bad_field")
+        fields[spec.name] = value
+    return key, fields
+
+
+def _check_request(check: LiveCheck, key: str, fields: dict[str, str]) -> tuple[str, dict[str, str]]:
+    url = _PLACEHOLDER.sub(lambda m: quote(fields.get(m.group(1), ""), safe=""), check.url)
+    if check.auth == "bearer":
+        headers = {"Authorization": f"Bearer {key}"}
+    elif check.auth == "basic":
+        headers = {"Authorization": "Basic " + base64.b64encode(f"{key}:".encode()).decode()}
+    else:
+        assert check.header is not None
+        headers = {check.header: key}
+    return url, headers
+
+
+class ApiKeyService:
+    def __init__(self, flows: FlowService, vault: Vault) -> None:
+        self.flows = flows
+        self.vault = vault
+
+    async def live_check(self, provider: ApiKeyProvider, key: str, fields: dict[str, str]) -> None:
+        check = provider.config.check
+        if check is None:
+            return
+        url, headers = _check_request(check, key, fields)
+        try:
+            # A client per check: checks are rare, and no connection state outlives the request.
+            async with httpx.AsyncClient(follow_redirects=False, headers={"User-Agent": "elicitd"}) as http:
+                response = await http.request(check.method, url, headers=headers, timeout=check.timeout_seconds)
+        except httpx.HTTPError:
+            raise EntryRejected(
+                f"{provider.display_name} could not be reached to check the key. Try again in a moment.",
+                reason="check_unavailable",
+            ) from None
+        if 200 <= response.status_code < 300:
+            return
+        if response.status_code in {401, 403}:
+            raise EntryRejected(
+                f"{provider.display_name} did not accept this {provider.config.key_label}. Check "
+                "that you copied all of it and that it is still active.",
+                reason="check_refused",
+            )
+        raise EntryRejected(
+            f"{provider.display_name} could not check the key right now. Try again in a moment.",
+            reason="check_unavailable",
+        )
+
+    async def store(self, flow: Flow, provider: ApiKeyProvider, key: str, fields: dict[str, str]) -> Flow | None:
+        """Seal the key as the connection's token and complete the flow, in one transaction.
+
+        The flow's transition is made before the key is written: if the flow is no longer pending
+        the whole unit of work is abandoned, so a key never lands for a flow that did not take it.
+        """
+        account_field = provider.config.account_field
+        account_id = fields.get(account_field, "") if account_field else ""
+        try:
+            async with self.flows.unit_of_work() as uow:
+                connection_id = await conn_repo.claim_slot(
+                    uow.session,
+                    iss=flow.subject_iss,
+                    sub=flow.subject_sub,
+                    provider=provider.name,
+                    account_id=account_id,
+                )
+                owner = CONNECTION_ID.format(connection_id)
+                result: dict[str, Any] = {
+                    "connection_id": owner,
+                    "provider": provider.name,
+                    "account_id": account_id,
+                    "fields": fields,
+                }
+                change = Transition(
+                    FlowStatus.COMPLETED,
+                    Actor.BROWSER,
+                    result=result,
+                    connection_id=connection_id,
+                    detail={"provider": provider.name},
+                )
+                moved = await uow.transition(flow.id, change)
+                if moved is None:
+                    raise _NotPending
+                key_id, sealed = self.vault.encrypt(key, owner=owner, purpose=ACCESS_TOKEN)
+                await uow.session.execute(
+                    text(
+                        "UPDATE connections SET access_token_enc = :blob, access_token_key_id = :kid, "
+                        "refresh_token_enc = NULL, refresh_token_key_id = NULL, token_type = 'api_key', "
+                        "scopes = '{}', expires_at = NULL, account_login = NULL, fields = CAST(:fields AS jsonb), "
+                        "status = 'active', updated_at = now(), revoked_at = NULL WHERE id = :id"
+                    ),
+                    {"blob": sealed, "kid": key_id, "fields": json.dumps(fields), "id": connection_id},
+                )
+        except _NotPending:
+            return None
+        return moved
