@@ -1,0 +1,238 @@
+"""Plumbing for ``bench/run.py``: backends, a fresh database, server subprocesses, load generators.
+
+Everything here is setup; nothing in this module is measured except through ``Generator.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import re
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = ROOT / "bench"
+DATA = ROOT / ".data" / "bench"
+
+
+def raise_nofile() -> int:
+    """10,000 long-polls need 10,000 sockets in the server and in the client; children inherit this."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100): the value at or below which q% of samples fall."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def free_port() -> int:
+    from service.embedded import free_port as _free
+
+    return _free()
+
+
+# ---- backends ------------------------------------------------------------------------------------
+@dataclass
+class Backends:
+    admin_url: str  # a database that exists, used to CREATE/DROP the benchmark's own database
+    redis_url: str
+    description: str
+    database: str = ""
+    _stops: list[object] = field(default_factory=list)
+
+    @property
+    def database_url(self) -> str:
+        parts = urlsplit(self.admin_url)
+        return urlunsplit(parts._replace(path="/" + self.database))
+
+
+@contextlib.contextmanager
+def backends() -> Iterator[Backends]:
+    """``ELICITD_BENCH_DATABASE_URL``/``ELICITD_BENCH_REDIS_URL`` when set, else embedded ones under
+    ``.data/bench``. Either way the run gets a database of its own, dropped at the end."""
+    db_env = os.environ.get("ELICITD_BENCH_DATABASE_URL")
+    redis_env = os.environ.get("ELICITD_BENCH_REDIS_URL")
+    pg = redis = None
+    try:
+        if db_env:
+            admin_url, db_desc = db_env, "PostgreSQL at ELICITD_BENCH_DATABASE_URL"
+        else:
+            from service.embedded import EmbeddedPostgres
+
+            pg = EmbeddedPostgres(DATA / "postgres").start()
+            admin_url, db_desc = pg.url("postgres"), "embedded PostgreSQL (.data/bench, Unix socket)"
+        if redis_env:
+            redis_url, redis_desc = redis_env, "Redis at ELICITD_BENCH_REDIS_URL"
+        else:
+            from service.embedded import EmbeddedRedis
+
+            redis = EmbeddedRedis(DATA / "redis").start()
+            redis_url, redis_desc = redis.url, "embedded Redis (.data/bench, loopback TCP)"
+        found = Backends(admin_url=admin_url, redis_url=redis_url, description=f"{db_desc}; {redis_desc}")
+        found.database = "elicitd_bench_" + secrets.token_hex(4)
+        asyncio.run(_admin(admin_url, f'CREATE DATABASE "{found.database}"'))
+        try:
+            from service.db.migrate import upgrade
+            from service.settings import normalize_database_url
+
+            upgrade(normalize_database_url(found.database_url))
+            yield found
+        finally:
+            with contextlib.suppress(Exception):
+                asyncio.run(_admin(admin_url, f'DROP DATABASE IF EXISTS "{found.database}" WITH (FORCE)'))
+    finally:
+        if redis is not None:
+            redis.stop()
+        if pg is not None and pg._server is not None:
+            with contextlib.suppress(Exception):
+                pg._server.cleanup()  # type: ignore[attr-defined]
+
+
+async def _admin(url: str, sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+# ---- servers -------------------------------------------------------------------------------------
+@dataclass
+class Server:
+    """One ``python -m uvicorn --factory`` process (with ``--workers N`` its supervisor and workers)."""
+
+    name: str
+    factory: str
+    env: dict[str, str]
+    workers: int = 1
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Server:
+        self.port = self.port or free_port()
+        env = dict(self.env, ELICITD_PUBLIC_URL=self.url)
+        log = (DATA / "logs" / f"{self.name}.log").open("wb")
+        cmd = [sys.executable, "-m", "uvicorn", "--factory", self.factory, "--app-dir", str(BENCH_DIR),
+               "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers),
+               "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "2"]
+        self.process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited at start; see {log.name}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return self
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} did not answer /healthz within 60 s")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+
+def server_env(backends: Backends, keys: str, channel: str, **extra: str) -> dict[str, str]:
+    """A clean environment: no inherited ``ELICITD_*`` (the API key cache stays at its default)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ELICITD_")}
+    env.update({"ELICITD_DATABASE_URL": backends.database_url, "ELICITD_REDIS_URL": backends.redis_url,
+                "ELICITD_KEYS": keys, "ELICITD_REDIS_CHANNEL": channel, "PYTHONPATH": str(ROOT)})
+    env.update(extra)
+    return env
+
+
+# ---- load generators -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    name: str
+    url: str
+    method: str = "GET"
+    headers: tuple[str, ...] = ()
+    body: str = ""
+
+
+@dataclass
+class Generator:
+    """``wrk`` when installed (C, one thread per core, barely uses CPU), else ``bench/loadgen.py``
+    in its own process. Both are closed-loop: each connection waits for its answer."""
+
+    kind: str
+    connections: int
+    threads: int = 1
+    workdir: Path = DATA
+
+    @classmethod
+    def choose(cls, preferred: str, connections: int) -> Generator:
+        if preferred in ("auto", "wrk") and shutil.which("wrk"):
+            return cls("wrk", connections)
+        if preferred == "wrk":
+            raise SystemExit("--generator wrk: wrk is not installed (Debian: apt-get install wrk)")
+        return cls("python", connections)
+
+    def run(self, target: Target, seconds: float) -> dict[str, float]:
+        return self._wrk(target, seconds) if self.kind == "wrk" else self._python(target, seconds)
+
+    def _wrk(self, target: Target, seconds: float) -> dict[str, float]:
+        script = self.workdir / f"wrk-{target.name}.lua"
+        lines = [f'wrk.method = "{target.method}"']
+        if target.body:
+            lines.append(f"wrk.body = [==[{target.body}]==]")
+        for header in target.headers:
+            name, _, value = header.partition(":")
+            lines.append(f'wrk.headers["{name.strip()}"] = [==[{value.strip()}]==]')
+        script.write_text("\n".join(lines) + "\n")
+        out = subprocess.run(
+            ["wrk", f"-t{self.threads}", f"-c{self.connections}", f"-d{seconds:g}s", "--timeout", "10s",
+             "-s", str(script), target.url], capture_output=True, text=True, check=True).stdout
+        rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+        total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+        bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+        errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+        non2xx = int(bad.group(1)) if bad else 0
+        return {"rps": rps - non2xx / seconds, "requests": total - non2xx, "non2xx": non2xx,
+                "errors": sum(int(g) for g in errors.groups()) if errors else 0}
+
+    def _python(self, target: Target, seconds: float) -> dict[str, float]:
+        parts = urlsplit(target.url)
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        cmd = [sys.executable, str(BENCH_DIR / "loadgen.py"), "throughput", "--host", parts.hostname or "",
+               "--port", str(parts.port), "--path", path, "--method", target.method,
+               "--connections", str(self.connections), "--duration", str(seconds), "--warmup", "0.5"]
+        for header in target.headers:
+            cmd += ["--header", header]
+        if target.body:
+            cmd += ["--body", target.body]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+        return result
