@@ -25,7 +25,7 @@ DATA_DIR = Path(os.environ.get("ELICITD_DATA_DIR", ".data"))
 
 # Modules with a ``register(subparsers)`` function adding their own subcommands.
 _COMMAND_GROUPS: list[str] = ["service.identity.cli", "service.admin.cli", "service.payments.cli",
-                              "service.apikeys.cli"]
+                              "service.apikeys.cli", "service.connections.cli"]
 
 
 def _settings() -> Settings:

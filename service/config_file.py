@@ -34,6 +34,7 @@ SectionApplier = Callable[[AsyncSession, Vault, Any, Mapping[str, str]], Awaitab
 # section name → "module:function" (imported lazily, so a section's domain loads only when used).
 SECTIONS: dict[str, str] = {
     "issuers": "service.identity.issuers:apply_config_section",
+    "providers": "service.connections.providers:apply_config_section",
 }
 
 
