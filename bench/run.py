@@ -300,7 +300,9 @@ def main() -> None:
     keys = KeyRing.generate_entry("bench1")
     channel = "elicitd:bench:" + secrets.token_hex(4)
     machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
-               "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "nofile": nofile}
+               "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "nofile": nofile,
+               # Other work on the machine moves every figure here; the load average says how much.
+               "loadavg_1m_at_start": round(os.getloadavg()[0], 2)}
     say(f"[bench] {machine}")
     with backends() as found:
         say(f"[bench] {found.description}; database {found.database}")
@@ -324,6 +326,7 @@ def main() -> None:
                               and results.get("wake_p99_ms", 1e9) <= 50
                               and results.get("waiters_10k_rss_mb", 1e9) <= 300
                               and results.get("redis_subscriber_connections_of_process") == 1)
+    machine["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     results.update({"targets": targets, "backends": found.description, "machine": machine})
     (DATA / "last.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, separators=(",", ":")), flush=True)
