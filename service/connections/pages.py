@@ -105,7 +105,7 @@ async def connect_page(request: Req, flow: Flow) -> Response[Any]:
         "reconnect": flow.connection_id is not None, "csrf_token": identity.csrf_token,
         "continue_action": f"/connect/{flow_ref}/continue", "decline_action": f"/connect/{flow_ref}/decline",
     }
-    return Template(template_name="connect.html", context=context, headers=headers)  # type: ignore[return-value]
+    return Template(template_name="connect.html", context=context, headers=headers)
 
 
 async def _checked(request: Req, flow_ref: str) -> tuple[Flow, BrowserIdentity] | Response[Any]:
@@ -179,7 +179,7 @@ _RESTART = "Go back to your assistant and open its link again to start over."
 
 @get(CALLBACK_PATH, operation_id="connectCallback", tags=["browser"], cache=False,
      summary="The provider's redirect back (the one fixed redirect URI)")
-async def connect_callback(request: Req) -> Response[Any]:
+async def connect_callback(request: Req) -> Response[Any]:  # noqa: PLR0911 - one early answer per check, in order
     query = request.query_params
     state = query.get("state")
     if not state or len(state) > 512:
@@ -265,7 +265,7 @@ async def _exchange(request: Req, flow: Flow, provider: ResolvedProvider, used: 
 async def _final_page(request: Req, flow: Flow) -> Response[Any]:
     provider_name = str(flow.provider)
     async with request.app.state.sessions() as session:
-        from service.connections.providers import get_provider  # noqa: PLC0415
+        from service.connections.providers import get_provider
 
         row = await get_provider(session, provider_name)
     headings = {"completed": "Connected", "declined": "Not connected", "failed": "The connection failed",

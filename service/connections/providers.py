@@ -7,8 +7,8 @@ secret is vault-encrypted with the provider name as owner. ``resolve`` turns a r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select, text, update
@@ -142,12 +142,13 @@ def spec_values(spec: ProviderSpec, vault: Vault) -> dict[str, Any]:
 async def upsert_provider(session: AsyncSession, spec: ProviderSpec, vault: Vault) -> Provider:
     """Create or replace a provider in one statement (the config file is applied on every start)."""
     values = spec_values(spec, vault)
-    stmt = insert(Provider).values(**values)
-    changed = {k: stmt.excluded[k] for k in values if k != "name"}
-    changed["updated_at"] = text("now()")  # type: ignore[assignment]
-    stmt = stmt.on_conflict_do_update(index_elements=[Provider.name], set_=changed).returning(Provider)
-    result = await session.execute(stmt.execution_options(populate_existing=True))
-    return result.scalar_one()
+    insert_stmt = insert(Provider).values(**values)
+    changed: dict[str, Any] = {k: insert_stmt.excluded[k] for k in values if k != "name"}
+    changed["updated_at"] = text("now()")
+    upsert = insert_stmt.on_conflict_do_update(index_elements=[Provider.name], set_=changed).returning(Provider)
+    result = await session.execute(upsert.execution_options(populate_existing=True))
+    row: Provider = result.scalar_one()
+    return row
 
 
 async def get_provider(session: AsyncSession, name: str) -> Provider | None:

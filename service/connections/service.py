@@ -190,8 +190,9 @@ class ConnectionService:
                                     "oauth_connect flow with them to ask the user.", extra={"missing": missing})
         async with self.sessions() as session:
             fresh = (await session.execute(text(
-                "SELECT CAST(:e AS timestamptz) IS NULL OR CAST(:e AS timestamptz) > now() + make_interval(secs => :m)"),
-                                           {"e": conn.expires_at, "m": self.margin})).scalar_one()
+                "SELECT CAST(:e AS timestamptz) IS NULL "
+                "OR CAST(:e AS timestamptz) > now() + make_interval(secs => :m)"),
+                {"e": conn.expires_at, "m": self.margin})).scalar_one()
         if fresh:
             return self._answer(conn)
         return await self._refresh(conn.id)
@@ -216,7 +217,8 @@ class ConnectionService:
             if not due:
                 return self._answer(conn)  # another caller refreshed while we waited for the lock
             refresh_token = self._open(conn, REFRESH_TOKEN)
-            expired = (await session.execute(text("SELECT COALESCE(CAST(:e AS timestamptz) <= now(), false)"), {"e": conn.expires_at})).scalar_one()
+            expired = (await session.execute(text("SELECT COALESCE(CAST(:e AS timestamptz) <= now(), false)"),
+                                             {"e": conn.expires_at})).scalar_one()
             if refresh_token is None:
                 if not expired:
                     return self._answer(conn)

@@ -11,7 +11,6 @@ from playwright.async_api import Page
 
 from tests.connections.conftest import (
     Env,
-    connect_in_browser,
     connection_rows,
     continue_to_provider,
     create_flow,
@@ -53,7 +52,7 @@ async def test_connect_end_to_end(env: Env, client: ServerClientHandle, browser_
     assert query["code_challenge_method"] == "S256" and query["code_challenge"]
     assert query["redirect_uri"] == env.app.url + "/connect/callback"
     assert query["scope"] == "files:read"
-    from tests.support.browser import login_at_issuer  # noqa: PLC0415
+    from tests.support.browser import login_at_issuer
 
     await login_at_issuer(browser_page, sub, issuer=env.iss)
     await browser_page.locator("#outcome").wait_for()
@@ -103,7 +102,7 @@ async def test_decline_on_connect_page(env: Env, client: ServerClientHandle, bro
 
 
 async def test_provider_access_denied_declines(env: Env, client: ServerClientHandle, browser_page: Page) -> None:
-    from tests.support.browser import deny_at_issuer  # noqa: PLC0415
+    from tests.support.browser import deny_at_issuer
 
     sub = new_sub("erin")
     flow = (await create_flow(env, client, sub))["flow"]
