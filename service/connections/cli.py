@@ -21,8 +21,8 @@ from service.errors import ConfigurationError, NotFound
 
 
 async def _with_db(work: Callable[[AsyncSession, Vault], Awaitable[Any]]) -> Any:
-    from service.db.engine import make_engine, make_sessionmaker  # noqa: PLC0415
-    from service.settings import Settings  # noqa: PLC0415
+    from service.db.engine import make_engine, make_sessionmaker
+    from service.settings import Settings
 
     settings = Settings.from_env()
     engine = make_engine(settings)
@@ -50,8 +50,8 @@ def _secret(args: argparse.Namespace) -> str | None:
 
 
 def cmd_add(args: argparse.Namespace) -> None:
-    from service.connections.discovery import MetadataCache  # noqa: PLC0415
-    from service.connections.providers import ProviderSpec, public_view, resolve, upsert_provider  # noqa: PLC0415
+    from service.connections.discovery import MetadataCache
+    from service.connections.providers import ProviderSpec, public_view, resolve, upsert_provider
 
     spec = ProviderSpec(
         name=args.name, client_id=args.client_id, client_secret=_secret(args), catalog=args.catalog,
@@ -72,8 +72,8 @@ def cmd_add(args: argparse.Namespace) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
-    from service.cli import print_table  # noqa: PLC0415
-    from service.connections.providers import list_providers, public_view  # noqa: PLC0415
+    from service.cli import print_table
+    from service.connections.providers import list_providers, public_view
 
     async def work(session: AsyncSession, vault: Vault) -> list[dict[str, Any]]:
         return [public_view(row) for row in await list_providers(session)]
@@ -83,7 +83,7 @@ def cmd_list(args: argparse.Namespace) -> None:
 
 
 def cmd_catalog(args: argparse.Namespace) -> None:
-    from service.cli import print_table  # noqa: PLC0415
+    from service.cli import print_table
 
     rows = [{"catalog": e.key, "display_name": e.display_name, "default_scopes": " ".join(e.default_scopes),
              "needs": "client id, secret" + (", issuer" if e.needs_issuer or (e.key == "oauth2") else "")}
@@ -93,7 +93,7 @@ def cmd_catalog(args: argparse.Namespace) -> None:
 
 def _set_enabled(enabled: bool) -> Callable[[argparse.Namespace], None]:
     def command(args: argparse.Namespace) -> None:
-        from service.connections.providers import set_enabled  # noqa: PLC0415
+        from service.connections.providers import set_enabled
 
         async def work(session: AsyncSession, vault: Vault) -> bool:
             return await set_enabled(session, args.name, enabled)

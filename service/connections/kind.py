@@ -23,7 +23,7 @@ class OAuthConnectKind:
     kind = "oauth_connect"
 
     async def _connections(self, session: AsyncSession, request: CreateFlowRequest) -> list[Connection]:
-        assert request.provider is not None  # noqa: S101 - normalize checked it
+        assert request.provider is not None
         return await repo.live_connections(session, iss=request.subject.iss, sub=request.subject.sub,
                                            provider=request.provider, account=request.account)
 

@@ -115,7 +115,7 @@ class OAuthState(Timestamps, Base):
 def _register_encrypted_columns() -> None:
     """Tell ``elicitd keys rotate`` where this domain keeps vault values (and with which owner)."""
     try:
-        from service.crypto.rotate import ENCRYPTED_COLUMNS, EncryptedColumn  # noqa: PLC0415
+        from service.crypto.rotate import ENCRYPTED_COLUMNS, EncryptedColumn
     except ImportError:  # pragma: no cover - the rotation command is optional at import time
         return
 

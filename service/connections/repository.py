@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.base import uuid7
 from service.connections.models import ACTIVE, REAUTHORIZATION_REQUIRED, REVOKED, Connection, OAuthState
+from service.db.base import uuid7
 
 
 def state_digest(state: str) -> bytes:
