@@ -37,6 +37,9 @@ class OAuthConnectKind:
         provider = await get_provider(session, request.provider)
         if provider is None or not provider.enabled:
             raise UnknownProvider(f"No enabled provider is named '{request.provider}'.")
+        if provider.auth_type != "oauth2":
+            raise InvalidRequest(f"'{request.provider}' takes an API key, not OAuth: create an 'api_key' flow.",
+                                 extra={"code": "wrong_flow_kind"})
         requested = set(request.scopes or provider.default_scopes or [])
         scopes, connection_id = requested, None
         found = await self._connections(session, request)

@@ -60,6 +60,9 @@ class Provider(Timestamps, Base):
     scope_separator: Mapped[str] = mapped_column(String(4), server_default=text("' '"))
     authorize_params: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    # 'oauth2', or 'api_key' for providers whose secret the user types (service/apikeys).
+    auth_type: Mapped[str] = mapped_column(String(16), server_default=text("'oauth2'"))
+    api_key_config: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
@@ -90,6 +93,8 @@ class Connection(Timestamps, Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     refreshed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Non-secret values entered beside an API key (such as a region); see service/apikeys.
+    fields: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
 
 
 class OAuthState(Timestamps, Base):

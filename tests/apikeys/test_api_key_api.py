@@ -67,3 +67,11 @@ async def test_an_oauth_provider_cannot_be_turned_into_an_api_key_provider(app: 
         with pytest.raises(ConfigurationError, match="OAuth"):
             await upsert_api_key_provider(session, "oauthy", "O", {})
         await session.rollback()
+
+
+async def test_an_api_key_provider_refuses_oauth_connect_flows(app: RunningApp, client: ServerClientHandle,
+                                                               issuer: OAuthServer, provider: str) -> None:
+    response = await post(app, client, {"subject": {"iss": issuer.issuer, "sub": new_sub("w")},
+                                         "kind": "oauth_connect", "provider": provider})
+    assert response.status_code == 400
+    assert response.json()["code"] == "wrong_flow_kind"
