@@ -16,14 +16,15 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
+from service.admin.operations import ADMIN_SECURITY_SCHEME, Operations
+from service.apikeys.wiring import install as install_apikeys
 from service.connections.api import ConnectionController
 from service.connections.discovery import MetadataCache
 from service.connections.kind import OAuthConnectKind
 from service.connections.pages import ROUTES as CONNECT_ROUTES
 from service.connections.pages import connect_page
+from service.connections.repository import purge_states as purge_oauth_states
 from service.connections.service import ConnectionService
-from service.admin.operations import ADMIN_SECURITY_SCHEME, Operations
-from service.apikeys.wiring import install as install_apikeys
 from service.consent.wiring import install as install_consent
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
@@ -38,6 +39,7 @@ from service.health import healthz, readyz
 from service.identity.issuers import IssuerDirectory
 from service.identity.keys import ApiKeyAuthenticator
 from service.identity.login_api import IDENTITY_ROUTES
+from service.identity.sessions import purge_expired as purge_expired_logins
 from service.payments.wiring import install as install_payments
 from service.settings import Settings
 from service.signals.bus import WaiterHub
@@ -81,13 +83,14 @@ def create_app(settings: Settings) -> Litestar:
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         if settings.config_file:
-            from service.config_file import apply_config_file  # noqa: PLC0415
+            from service.config_file import apply_config_file
 
             await apply_config_file(settings.config_file, sessions, state.vault)
         await hub.start()
         tasks = []
         if settings.background_tasks:
-            tasks.append(asyncio.create_task(run_sweeper(flows, settings.sweep_interval_seconds)))
+            chores = [purge_expired_logins, purge_oauth_states]
+            tasks.append(asyncio.create_task(run_sweeper(flows, settings.sweep_interval_seconds, chores)))
             tasks.extend(ops.start())
         try:
             yield

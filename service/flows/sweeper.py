@@ -1,23 +1,52 @@
-"""Expire overdue flows in the background. Every replica runs one; ``SKIP LOCKED`` keeps them apart."""
+"""Background upkeep every replica runs: expire overdue flows, then the other domains' chores.
+
+``SKIP LOCKED`` keeps replicas apart, so running this on every replica is safe and needs no leader.
+Chores (dropping dead login attempts, OAuth states, browser sessions) run less often than expiry:
+they only reclaim space, while expiry decides outcomes.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.flows.service import FlowService
 
 logger = logging.getLogger("elicitd.sweeper")
 
+Chore = Callable[[AsyncSession], Awaitable[int]]
+CHORE_INTERVAL_SECONDS = 60.0
 
-async def run_sweeper(flows: FlowService, interval: float) -> None:
+
+async def run_chores(flows: FlowService, chores: Sequence[Chore]) -> int:
+    """Each chore in its own transaction, so one failing does not undo the others."""
+    done = 0
+    for chore in chores:
+        try:
+            async with flows.sessions() as session:
+                done += await chore(session)
+                await session.commit()
+        except Exception as exc:  # upkeep must never stop the sweeper
+            logger.warning("chore failed", extra={"error_type": type(exc).__name__})
+    return done
+
+
+async def run_sweeper(flows: FlowService, interval: float, chores: Sequence[Chore] = ()) -> None:
+    last_chores = 0.0
     while True:
         try:
             # Drain in batches so a backlog clears quickly without one huge transaction.
-            while await flows.sweep_once() >= flows.settings.sweep_batch_size:
+            while await flows.sweep_once() >= flows.settings.sweep_batch_size:  # noqa: ASYNC110 - a drain, not a wait
                 await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # keep sweeping after a database hiccup
             logger.warning("sweep failed", extra={"error_type": type(exc).__name__})
+        if chores and time.monotonic() - last_chores >= CHORE_INTERVAL_SECONDS:
+            last_chores = time.monotonic()
+            await run_chores(flows, chores)
         await asyncio.sleep(interval)
