@@ -20,6 +20,7 @@ from litestar.exceptions import (
     ValidationException,
 )
 from litestar.response import Template
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 logger = logging.getLogger("elicitd.errors")
 
@@ -235,8 +236,28 @@ def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Respon
     return handle_elicitd_error(request, ElicitdError("Something went wrong on our side."))
 
 
+POOL_RETRY_AFTER_SECONDS = 1
+
+
+def handle_pool_timeout(request: Request[Any, Any, Any], exc: PoolTimeout) -> Response[Any]:
+    """Every pooled connection stayed busy past ``db_pool_timeout_seconds``: a burst, not a bug.
+
+    The request did nothing yet (it never got a connection), so retrying it is safe: 503 with
+    ``Retry-After`` tells well-behaved clients to back off briefly instead of reporting a failure.
+    """
+    return handle_elicitd_error(
+        request,
+        ServiceUnavailable(
+            "The service is busy; retry shortly.",
+            headers={"Retry-After": str(POOL_RETRY_AFTER_SECONDS)},
+            extra={"retry_after": POOL_RETRY_AFTER_SECONDS},
+        ),
+    )
+
+
 EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
     ElicitdError: handle_elicitd_error,
     HTTPException: handle_http_exception,
+    PoolTimeout: handle_pool_timeout,
     Exception: handle_unexpected,
 }

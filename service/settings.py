@@ -81,6 +81,8 @@ class Settings:
     api_key_cache_seconds: float = 5.0
     redis_channel: str = "elicitd:flows"
     db_pool_size: int = 10
+    # How long a request waits for a pooled connection before it is answered 503 + Retry-After.
+    db_pool_timeout_seconds: float = 30.0
     log_level: str = "INFO"
     log_json: bool = True
     background_tasks: bool = True
@@ -157,6 +159,7 @@ class Settings:
             "poll_interval_seconds": "POLL_INTERVAL_SECONDS",
             "sweep_interval_seconds": "SWEEP_INTERVAL_SECONDS",
             "api_key_cache_seconds": "API_KEY_CACHE_SECONDS",
+            "db_pool_timeout_seconds": "DB_POOL_TIMEOUT_SECONDS",
         }
         for attr, name in floats.items():
             if (raw := get(name)) is not None:

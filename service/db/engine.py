@@ -12,6 +12,7 @@ def make_engine(settings: Settings) -> AsyncEngine:
         settings.database_url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_pool_size,
+        pool_timeout=settings.db_pool_timeout_seconds,
         pool_pre_ping=True,
         # A statement that hangs must not pin a waiter forever; lock waits fail fast too.
         connect_args={"server_settings": {"statement_timeout": "15000", "lock_timeout": "5000",
