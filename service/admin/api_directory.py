@@ -1,58 +1,45 @@
-"""Admin API over the other domains' tables: providers, issuers and connections. Views come from
-those domains' own ``public_view`` functions or name safe columns one by one (never a token or a
-client secret, only whether one is set)."""
+"""Admin API over the other domains' tables: providers, issuers, connections and payments.
+
+Thin handlers over ``service.admin.directory``, ``.connections`` and ``.payments``, which the
+CLI runs too. Views name safe columns one by one (never a token or a client secret, only whether
+one is set). Changing a provider or issuer drops this process's cached discovery metadata.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Controller, Request, get, post
+from litestar import Controller, Request, get, patch, post
 from litestar.params import Parameter
-from sqlalchemy import select
 
+from service.admin import connections, directory, payments
 from service.admin.deps import unit
-from service.admin.pagination import keyset, page
+from service.admin.directory import (
+    CreateIssuer,
+    CreateProvider,
+    DiscoveryReport,
+    IssuerView,
+    ProviderView,
+    UpdateIssuer,
+    UpdateProvider,
+)
 from service.admin.tokens import Role
 from service.connections import providers
-from service.connections.models import Connection
-from service.db.base import CONNECTION_ID
 from service.errors import NotFound
 from service.identity import issuers
 
+OPERATOR = {"role": Role.OPERATOR}
 ADMIN = {"role": Role.ADMIN}
+Limit = Annotated[int, Parameter(ge=1, le=500, default=50, description="Page size")]
 
 
 class IssuerRef(msgspec.Struct, forbid_unknown_fields=True):
     issuer: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 
 
-class ConnectionView(msgspec.Struct):
-    id: str
-    provider: str
-    subject: dict[str, str]
-    account_id: str
-    account_login: str | None
-    scopes: list[str]
-    status: str
-    has_refresh_token: bool
-    expires_at: datetime | None
-    refreshed_at: datetime | None
-    created_at: datetime
-
-
-class ConnectionPage(msgspec.Struct):
-    items: list[ConnectionView]
-    next_cursor: str | None
-
-
-def connection_view(row: Connection) -> ConnectionView:
-    return ConnectionView(id=CONNECTION_ID.format(row.id), provider=row.provider,
-                          subject={"iss": row.subject_iss, "sub": row.subject_sub}, account_id=row.account_id,
-                          account_login=row.account_login, scopes=list(row.scopes or []), status=row.status,
-                          has_refresh_token=row.refresh_token_enc is not None, expires_at=row.expires_at,
-                          refreshed_at=row.refreshed_at, created_at=row.created_at)
+def _forget_providers(request: Request[Any, Any, Any]) -> None:
+    request.app.state.connections.metadata.forget()
 
 
 class AdminProvidersController(Controller):
@@ -60,28 +47,53 @@ class AdminProvidersController(Controller):
     tags = ["admin: providers"]
 
     @get("/", operation_id="adminListProviders", summary="Third-party OAuth providers (never their secrets)")
-    async def list_providers(self, request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
+    async def list_providers(self, request: Request[Any, Any, Any]) -> list[ProviderView]:
         async with unit(request) as session:
-            return [providers.public_view(p) for p in await providers.list_providers(session)]
+            return [directory.provider_view(p) for p in await providers.list_providers(session)]
+
+    @post("/", operation_id="adminCreateProvider", status_code=201, opt=ADMIN,
+          summary="Create a provider from a catalog entry; the client secret is write-only (409 if the name exists)")
+    async def create(self, request: Request[Any, Any, Any], data: CreateProvider) -> ProviderView:
+        async with unit(request) as session:
+            view = await directory.create_provider(session, request.app.state.vault, data)
+        _forget_providers(request)
+        return view
+
+    @get("/{name:str}", operation_id="adminGetProvider", summary="One provider (never its secret)")
+    async def show(self, request: Request[Any, Any, Any], name: str) -> ProviderView:
+        async with unit(request) as session:
+            return directory.provider_view(await directory.get_provider(session, name))
+
+    @patch("/{name:str}", operation_id="adminUpdateProvider", opt=ADMIN,
+           summary="Change fields of a provider; a secret not given is kept")
+    async def update(self, request: Request[Any, Any, Any], name: str, data: UpdateProvider) -> ProviderView:
+        async with unit(request) as session:
+            view = await directory.update_provider(session, request.app.state.vault, name, data)
+        _forget_providers(request)
+        return view
 
     @post("/{name:str}/disable", operation_id="adminDisableProvider", status_code=200, opt=ADMIN,
           summary="Disable a provider: no new connect flows")
-    async def disable(self, request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
+    async def disable(self, request: Request[Any, Any, Any], name: str) -> ProviderView:
         return await _set_provider(request, name, False)
 
     @post("/{name:str}/enable", operation_id="adminEnableProvider", status_code=200, opt=ADMIN,
           summary="Enable a provider")
-    async def enable(self, request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
+    async def enable(self, request: Request[Any, Any, Any], name: str) -> ProviderView:
         return await _set_provider(request, name, True)
 
+    @post("/{name:str}/test-discovery", operation_id="adminTestProviderDiscovery", status_code=200, opt=OPERATOR,
+          summary="Fetch the provider's metadata now and show the endpoints a connect would use")
+    async def test_discovery(self, request: Request[Any, Any, Any], name: str) -> DiscoveryReport:
+        async with unit(request) as session:
+            return await directory.check_provider_discovery(session, request.app.state.vault, name)
 
-async def _set_provider(request: Request[Any, Any, Any], name: str, enabled: bool) -> dict[str, Any]:
+
+async def _set_provider(request: Request[Any, Any, Any], name: str, enabled: bool) -> ProviderView:
     async with unit(request) as session:
         if not await providers.set_enabled(session, name, enabled):
-            raise NotFound("No provider with this name.")
-        row = await providers.get_provider(session, name)
-        assert row is not None
-        return providers.public_view(row)
+            raise NotFound("No provider with this name.", extra={"code": "provider_not_found"})
+        return directory.provider_view(await directory.get_provider(session, name))
 
 
 class AdminIssuersController(Controller):
@@ -89,9 +101,25 @@ class AdminIssuersController(Controller):
     tags = ["admin: issuers"]
 
     @get("/", operation_id="adminListIssuers", summary="Trusted identity issuers (never their secrets)")
-    async def list_issuers(self, request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
+    async def list_issuers(self, request: Request[Any, Any, Any]) -> list[IssuerView]:
         async with unit(request) as session:
-            return [issuers.issuer_public_view(i) for i in await issuers.list_issuers(session)]
+            return [directory.issuer_view(i) for i in await issuers.list_issuers(session)]
+
+    @post("/", operation_id="adminCreateIssuer", status_code=201, opt=ADMIN,
+          summary="Trust an OIDC issuer; the client secret is write-only (409 if it is registered)")
+    async def create(self, request: Request[Any, Any, Any], data: CreateIssuer) -> IssuerView:
+        async with unit(request) as session:
+            view = await directory.create_issuer(session, request.app.state.vault, data)
+        request.app.state.issuers.forget(view.issuer)
+        return view
+
+    @patch("/", operation_id="adminUpdateIssuer", opt=ADMIN,
+           summary="Change fields of the issuer named by `issuer`; a secret not given is kept")
+    async def update(self, request: Request[Any, Any, Any], data: UpdateIssuer) -> IssuerView:
+        async with unit(request) as session:
+            view = await directory.update_issuer(session, request.app.state.vault, data)
+        request.app.state.issuers.forget(view.issuer)
+        return view
 
     @post("/disable", operation_id="adminDisableIssuer", status_code=200, opt=ADMIN,
           summary="Disable an issuer (its browser sessions end at once)")
@@ -102,11 +130,17 @@ class AdminIssuersController(Controller):
     async def enable(self, request: Request[Any, Any, Any], data: IssuerRef) -> dict[str, bool]:
         return await _set_issuer(request, data.issuer, True)
 
+    @post("/test-discovery", operation_id="adminTestIssuerDiscovery", status_code=200, opt=OPERATOR,
+          summary="Fetch the issuer's OpenID configuration now and show the endpoints a login would use")
+    async def test_discovery(self, request: Request[Any, Any, Any], data: IssuerRef) -> DiscoveryReport:
+        async with unit(request) as session:
+            return await directory.check_issuer_discovery(session, request.app.state.issuers, data.issuer)
+
 
 async def _set_issuer(request: Request[Any, Any, Any], issuer: str, enabled: bool) -> dict[str, bool]:
     async with unit(request) as session:
         if not await issuers.set_enabled(session, issuer, enabled):
-            raise NotFound("No issuer with this URL.")
+            raise NotFound("No issuer with this URL.", extra={"code": "issuer_not_found"})
     return {"enabled": enabled}
 
 
@@ -118,25 +152,50 @@ class AdminConnectionsController(Controller):
     async def list_connections(self, request: Request[Any, Any, Any], provider: str | None = None,
                                subject_iss: str | None = None, subject_sub: str | None = None,
                                status: str | None = None, cursor: str | None = None,
-                               limit: Annotated[int, Parameter(ge=1, le=500)] = 50) -> ConnectionPage:
-        stmt = select(Connection)
-        for column, value in ((Connection.provider, provider), (Connection.subject_iss, subject_iss),
-                              (Connection.subject_sub, subject_sub), (Connection.status, status)):
-            if value is not None:
-                stmt = stmt.where(column == value)
+                               limit: Limit = 50) -> connections.ConnectionPage:
         async with unit(request) as session:
-            rows = (await session.execute(keyset(stmt, Connection.id, cursor, limit))).scalars().all()
-        items, next_cursor = page(rows, limit, lambda c: c.id)
-        return ConnectionPage(items=[connection_view(c) for c in items], next_cursor=next_cursor)
+            return await connections.list_connections(session, provider=provider, subject_iss=subject_iss,
+                                                      subject_sub=subject_sub, status=status, cursor=cursor,
+                                                      limit=limit)
 
     @get("/{connection_id:str}", operation_id="adminGetConnection", summary="One connection (never its tokens)")
-    async def show(self, request: Request[Any, Any, Any], connection_id: str) -> ConnectionView:
-        parsed = CONNECTION_ID.parse(connection_id)
+    async def show(self, request: Request[Any, Any, Any], connection_id: str) -> connections.ConnectionView:
         async with unit(request) as session:
-            row = None if parsed is None else await session.get(Connection, parsed)
-        if row is None:
-            raise NotFound("No connection with this id.")
-        return connection_view(row)
+            return await connections.show_connection(session, connection_id)
+
+    @post("/{connection_id:str}/revoke", operation_id="adminRevokeConnection", status_code=200, opt=OPERATOR,
+          summary="Revoke at the provider (RFC 7009) when it can, and here always")
+    async def revoke(self, request: Request[Any, Any, Any], connection_id: str) -> connections.ConnectionRevoked:
+        return await connections.revoke_connection(request.app.state.connections, connection_id)
+
+    @post("/{connection_id:str}/refresh", operation_id="adminRefreshConnection", status_code=200, opt=OPERATOR,
+          summary="Refresh the access token now, under the same row lock as the token endpoint")
+    async def refresh(self, request: Request[Any, Any, Any], connection_id: str) -> connections.ConnectionView:
+        return await connections.refresh_connection(request.app.state.connections, connection_id)
 
 
-DIRECTORY_CONTROLLERS = [AdminProvidersController, AdminIssuersController, AdminConnectionsController]
+class AdminPaymentsController(Controller):
+    path = "/payments"
+    tags = ["admin: payments"]
+
+    @get("/", operation_id="adminListPayments", summary="Payments, newest first, by status and provider")
+    async def list_payments(self, request: Request[Any, Any, Any], status: str | None = None,
+                            provider: str | None = None, cursor: str | None = None,
+                            limit: Limit = 50) -> payments.PaymentPage:
+        async with unit(request) as session:
+            return await payments.list_payments(session, status=status, provider=provider, cursor=cursor,
+                                                limit=limit)
+
+    @get("/{flow_id:str}", operation_id="adminGetPayment", summary="One payment with the provider events received")
+    async def show(self, request: Request[Any, Any, Any], flow_id: str) -> payments.PaymentDetail:
+        async with unit(request) as session:
+            return await payments.show_payment(session, flow_id)
+
+    @post("/{flow_id:str}/reconcile", operation_id="adminReconcilePayment", status_code=200, opt=OPERATOR,
+          summary="Ask the payment provider about this checkout now and apply its answer")
+    async def reconcile(self, request: Request[Any, Any, Any], flow_id: str) -> payments.Reconciled:
+        return await payments.reconcile_payment(request.app.state, flow_id)
+
+
+DIRECTORY_CONTROLLERS = [AdminProvidersController, AdminIssuersController, AdminConnectionsController,
+                         AdminPaymentsController]

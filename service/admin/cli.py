@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from service.admin.cli_directory import register_directory
 from service.cli import print_table
 
 Handler = Callable[[Any, argparse.Namespace], Awaitable[Any]]
@@ -56,6 +57,8 @@ async def _audited(handler: Handler, args: argparse.Namespace) -> Any:
 
 
 def _builtins(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_builtins(v) for v in value]
     return msgspec.to_builtins(value) if isinstance(value, msgspec.Struct) else value
 
 
@@ -247,7 +250,8 @@ def _stats_rows(result: Any) -> Any:
 
 
 def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subcommands
-    admin = subparsers.add_parser("admin", help="operate elicitd: tokens, flows, clients, webhooks, stats")
+    admin = subparsers.add_parser("admin", help="operate elicitd: tokens, flows, clients, webhooks, stats, "
+                                  "providers, issuers, connections, payments")
     groups = admin.add_subparsers(dest="admin_group", required=True)
 
     def leaf(group: Any, name: str, operation: str, run: Callable[[argparse.Namespace], None],
@@ -336,3 +340,4 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
                  _command(_audit, ["id", "at", "admin_token_id", "actor", "operation", "target", "status"],
                           rows=_items), paged=True)
     audit.add_argument("--token", help="only this admin token's calls")
+    register_directory(groups, leaf, _command)

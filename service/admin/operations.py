@@ -43,6 +43,9 @@ class Operations:
         flows.listeners.append(ops.metrics.flow_finished)
         flows.listeners.append(ops.webhooks.wake)
         flows.rate_limiter = FlowRateLimiter(on_limited=ops.metrics.limited)
+        connections = getattr(state, "connections", None)
+        if connections is not None:
+            connections.on_refresh = ops.metrics.record_refresh
         return ops
 
     def route_handlers(self, extra_admin: list[Any] | None = None) -> list[Any]:

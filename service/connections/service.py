@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import msgspec
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy import text
 
 from service.connections import oauth
 from service.connections import repository as repo
 from service.connections.discovery import MetadataCache
-from service.connections.models import ACTIVE, REAUTHORIZATION_REQUIRED, Connection, OAuthState
+from service.connections.models import ACTIVE, REAUTHORIZATION_REQUIRED, REVOKED, Connection, OAuthState
 from service.connections.providers import ResolvedProvider, UnknownProvider, get_provider, resolve
 from service.crypto.vault import Vault
 from service.db.base import CONNECTION_ID
@@ -55,6 +56,11 @@ class InsufficientScope(Conflict):
 class RefreshFailed(UpstreamError):
     code = "provider_refresh_failed"
     title = "The provider did not refresh the token"
+
+
+class NoRefreshToken(Conflict):
+    code = "no_refresh_token"
+    title = "The connection has no refresh token"
 
 
 class TokenResponse(msgspec.Struct, omit_defaults=True):
@@ -100,6 +106,12 @@ class ConnectionService:
         self.vault = vault
         self.metadata = metadata
         self.margin = refresh_margin_seconds
+        # ``(provider, outcome)`` after each refresh attempt; the app points it at its metrics.
+        self.on_refresh: Callable[[str, str], None] | None = None
+
+    def _refreshed(self, provider: str, outcome: str) -> None:
+        if self.on_refresh is not None:
+            self.on_refresh(provider, outcome)
 
     # ---- providers -------------------------------------------------------------------------------
     async def provider(self, session: AsyncSession, name: str) -> ResolvedProvider:
@@ -197,7 +209,14 @@ class ConnectionService:
             return self._answer(conn)
         return await self._refresh(conn.id)
 
-    async def _refresh(self, connection_id: uuid.UUID) -> TokenResponse:
+    async def refresh_by_id(self, connection_id: uuid.UUID) -> Connection | None:
+        """Refresh now whatever the expiry (operators), through the same row-locked path as the
+        token endpoint. Returns the updated row (never the token); None when there is no such row."""
+        await self._refresh(connection_id, force=True)
+        async with self.sessions() as session:
+            return await session.get(Connection, connection_id, populate_existing=True)
+
+    async def _refresh(self, connection_id: uuid.UUID, *, force: bool = False) -> TokenResponse:
         async with self.sessions() as session:
             await session.execute(text(f"SET LOCAL lock_timeout = '{REFRESH_LOCK_TIMEOUT}'"))
             try:
@@ -214,12 +233,15 @@ class ConnectionService:
                 raise self._reauth(conn)
             if conn.status != ACTIVE:
                 raise NotConnected("The connection was revoked.")
-            if not due:
+            if not due and not force:
                 return self._answer(conn)  # another caller refreshed while we waited for the lock
             refresh_token = self._open(conn, REFRESH_TOKEN)
             expired = (await session.execute(text("SELECT COALESCE(CAST(:e AS timestamptz) <= now(), false)"),
                                              {"e": conn.expires_at})).scalar_one()
             if refresh_token is None:
+                if force:
+                    raise NoRefreshToken("The provider gave this connection no refresh token; it cannot be "
+                                         "refreshed, only reconnected when it expires.")
                 if not expired:
                     return self._answer(conn)
                 await repo.mark_reauthorization_required(session, conn.id)
@@ -232,13 +254,15 @@ class ConnectionService:
                 if exc.error == "invalid_grant":
                     await repo.mark_reauthorization_required(session, conn.id)
                     await session.commit()
+                    self._refreshed(conn.provider, "reauthorization_required")
                     logger.info("connection needs reauthorization", extra={
                         "connection_id": CONNECTION_ID.format(conn.id), "provider": conn.provider,
                         "code": "invalid_grant"})
                     raise self._reauth(conn) from None
                 logger.warning("token refresh failed", extra={"connection_id": CONNECTION_ID.format(conn.id),
                                                               "provider": conn.provider, "code": exc.error})
-                if not expired:
+                self._refreshed(conn.provider, "failed")
+                if not expired and not force:
                     return self._answer(conn)  # still valid for a moment: better than an error
                 raise RefreshFailed("The provider failed to refresh the token; retry later.",
                                     extra={"provider_error": exc.error}) from None
@@ -246,6 +270,7 @@ class ConnectionService:
             values["scopes"] = sorted(set(tokens.scope.split())) if tokens.scope else None
             updated = await repo.store_refreshed(session, conn.id, values)
             await session.commit()
+            self._refreshed(conn.provider, "refreshed")
             logger.info("token refreshed", extra={"connection_id": CONNECTION_ID.format(conn.id),
                                                   "provider": conn.provider})
             return self._answer(updated)
@@ -254,26 +279,48 @@ class ConnectionService:
     async def revoke(self, client: AuthenticatedClient, provider_name: str, *, iss: str, sub: str,
                      account: str | None) -> RevokeResponse:
         await self._pick(client, provider_name, iss, sub, account)  # access checks and not_connected
-        at_provider = False
         async with self.sessions() as session:
             found = await repo.live_connections(session, iss=iss, sub=sub, provider=provider_name, account=account)
-            try:
-                provider: ResolvedProvider | None = await self.provider(session, provider_name)
-            except (UnknownProvider, UpstreamError):
-                provider = None
-            for conn in found:
-                if provider is None:
-                    continue
-                refresh_token = self._open(conn, REFRESH_TOKEN)
-                access_token = self._open(conn, ACCESS_TOKEN)
-                # Revoking the refresh token ends the whole grant (RFC 7009 §2.1); else the access token.
-                if refresh_token is not None:
-                    at_provider = await oauth.revoke(provider, refresh_token, REFRESH_TOKEN) or at_provider
-                elif access_token is not None:
-                    at_provider = await oauth.revoke(provider, access_token, ACCESS_TOKEN) or at_provider
+            at_provider = await self._revoke_at_provider(session, provider_name, found)
             revoked = await repo.mark_revoked(session, [c.id for c in found])
             await session.commit()
         for cid in revoked:
             logger.info("connection revoked", extra={"connection_id": CONNECTION_ID.format(cid),
                                                      "provider": provider_name})
         return RevokeResponse(revoked=[CONNECTION_ID.format(c) for c in revoked], revoked_at_provider=at_provider)
+
+    async def revoke_by_id(self, connection_id: uuid.UUID) -> RevokeResponse | None:
+        """One connection by id (operators): at the provider when it can, locally always. None when
+        there is no such row; ``revoked`` is empty when it was already revoked."""
+        async with self.sessions() as session:
+            conn = await session.get(Connection, connection_id, populate_existing=True)
+            if conn is None:
+                return None
+            found = [conn] if conn.status != REVOKED else []
+            at_provider = await self._revoke_at_provider(session, conn.provider, found)
+            revoked = await repo.mark_revoked(session, [c.id for c in found])
+            await session.commit()
+        for cid in revoked:
+            logger.info("connection revoked", extra={"connection_id": CONNECTION_ID.format(cid),
+                                                     "provider": conn.provider})
+        return RevokeResponse(revoked=[CONNECTION_ID.format(c) for c in revoked], revoked_at_provider=at_provider)
+
+    async def _revoke_at_provider(self, session: AsyncSession, provider_name: str, found: list[Connection]) -> bool:
+        if not found:
+            return False
+        try:
+            provider: ResolvedProvider | None = await self.provider(session, provider_name)
+        except (UnknownProvider, UpstreamError):
+            provider = None
+        at_provider = False
+        for conn in found:
+            if provider is None:
+                continue
+            refresh_token = self._open(conn, REFRESH_TOKEN)
+            access_token = self._open(conn, ACCESS_TOKEN)
+            # Revoking the refresh token ends the whole grant (RFC 7009 §2.1); else the access token.
+            if refresh_token is not None:
+                at_provider = await oauth.revoke(provider, refresh_token, REFRESH_TOKEN) or at_provider
+            elif access_token is not None:
+                at_provider = await oauth.revoke(provider, access_token, ACCESS_TOKEN) or at_provider
+        return at_provider

@@ -276,19 +276,26 @@ class PaymentService:
         provider = self._provider()
         async with self.flows.sessions() as session:
             rows = await repo.unsettled(session, older_than_seconds=older_than_seconds, limit=limit)
-        actions: list[ReconcileAction] = []
-        for flow_id, session_id in rows:
-            checkout = await provider.get_checkout(session_id)
-            flow = await self.flows.read(flow_id)
-            if settlement_of(checkout) is Settlement.OPEN and (flow is None or flow.status != "pending"):
-                checkout = await provider.expire_checkout(session_id)
-            outcome = await self.apply(flow_id, checkout, settlement_of(checkout), settled_by="reconcile")
-            actions.append(
-                ReconcileAction(
-                    flow_id=FLOW_ID.format(flow_id),
-                    session_id=session_id,
-                    provider_status=f"{checkout.status}/{checkout.payment_status}",
-                    outcome=outcome,
-                )
-            )
-        return actions
+        return [await self._reconcile(provider, flow_id, session_id) for flow_id, session_id in rows]
+
+    async def reconcile_one(self, flow_id: uuid.UUID) -> ReconcileAction | None:
+        """Reconcile one payment now (an operator asking), whatever its age. None when the flow has
+        no checkout at the provider yet; a settled payment reports ``already_settled``."""
+        provider = self._provider()
+        payment = await self.payment(flow_id)
+        if payment is None or payment.session_id is None:
+            return None
+        return await self._reconcile(provider, flow_id, payment.session_id)
+
+    async def _reconcile(self, provider: PaymentProvider, flow_id: uuid.UUID, session_id: str) -> ReconcileAction:
+        checkout = await provider.get_checkout(session_id)
+        flow = await self.flows.read(flow_id)
+        if settlement_of(checkout) is Settlement.OPEN and (flow is None or flow.status != "pending"):
+            checkout = await provider.expire_checkout(session_id)
+        outcome = await self.apply(flow_id, checkout, settlement_of(checkout), settled_by="reconcile")
+        return ReconcileAction(
+            flow_id=FLOW_ID.format(flow_id),
+            session_id=session_id,
+            provider_status=f"{checkout.status}/{checkout.payment_status}",
+            outcome=outcome,
+        )

@@ -4,6 +4,7 @@ helpers that make flows, clients and webhook deliveries through the real API."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,10 +13,118 @@ import pytest
 from sqlalchemy import text
 
 from service.admin.tokens import ADMIN_TOKEN_ID, Role, create_token, parse_lifetime
-from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
+from service.connections import oauth as provider_oauth
+from service.connections.providers import ProviderSpec, upsert_provider
+from service.db.base import CONNECTION_ID
+from service.identity.issuers import IssuerConfig, upsert_issuer
+from service.settings import Settings
+from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
+from tests.support.oauth_server import OAuthServer
+from tests.support.stripe_double import API_KEY, WEBHOOK_SECRET, StripeDouble
 
 # A closed loopback port: deliveries to it fail fast and never leave the machine.
 DEAD_HOOK = "http://127.0.0.1:9/hook"
+
+
+PROVIDER_CLIENT = "elicitd-admin-provider"
+PROVIDER_SECRET = "provider-secret-admin-tests"
+
+
+@pytest.fixture(scope="session")
+def oauth() -> Iterator[OAuthServer]:
+    """The admin tests' OAuth server: issuer and third-party provider at once."""
+    with OAuthServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def stripe_double() -> Iterator[StripeDouble]:
+    with StripeDouble() as double:
+        yield double
+
+
+@pytest.fixture(scope="session")
+async def elicitd(make_settings: Callable[..., Settings], stripe_double: StripeDouble,
+                  oauth: OAuthServer) -> AsyncIterator[RunningApp]:
+    """The admin tests' instance: default settings plus payments against the local Stripe double, and
+    the OAuth server registered as a trusted issuer (payment flows need a known subject issuer)."""
+    settings = make_settings(stripe_secret_key=API_KEY, stripe_webhook_secret=WEBHOOK_SECRET,
+                             stripe_api_base=stripe_double.url)
+    async with running_app(settings) as app:
+        async with app.state.sessions() as session:
+            await upsert_issuer(session, app.state.vault, IssuerConfig(issuer=oauth.issuer, client_id="elicitd-login",
+                                                                       display_name="Test ID"))
+            await session.commit()
+        yield app
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def _close_opened_payments(elicitd: RunningApp, stripe_double: StripeDouble) -> AsyncIterator[None]:
+    """The database is shared by the whole pytest session and other modules reconcile every
+    unsettled checkout, which would ask *their* Stripe double about ours: so each admin module
+    closes the checkouts it opened at this double (expired there, then reconciled for real)."""
+    yield
+    async with elicitd.state.sessions() as session:
+        rows = (await session.execute(text("SELECT flow_id, session_id FROM payments WHERE status IN "
+                                           "('open', 'processing') AND session_id IS NOT NULL"))).all()
+    for flow_id, session_id in rows:
+        try:
+            found = stripe_double.session(session_id)
+        except KeyError:
+            continue  # another module's double
+        if found["status"] == "open":
+            stripe_double.expire(session_id)
+        await elicitd.state.payments.reconcile_one(flow_id)
+
+
+async def make_provider(app: RunningApp, server: OAuthServer, name: str | None = None, *,
+                        secret: str = PROVIDER_SECRET) -> str:
+    """A provider row pointing at the OAuth server, made by the domain's own upsert."""
+    name = name or f"p-{uuid.uuid4().hex[:10]}"
+    spec = ProviderSpec(name=name, catalog="oauth2", display_name="Test Files", issuer=server.issuer,
+                        account_endpoint=server.url("/api/me"), account_id_field="id", account_login_field="login",
+                        client_id=PROVIDER_CLIENT, client_secret=secret, default_scopes=("files:read",))
+    async with app.state.sessions() as session:
+        await upsert_provider(session, spec, app.state.vault)
+        await session.commit()
+    server.register_client(PROVIDER_CLIENT, PROVIDER_SECRET)
+    return name
+
+
+async def make_connection(app: RunningApp, server: OAuthServer, provider: str, *,
+                          access_token: str | None = None, refresh_token: str | None = None,
+                          with_refresh: bool = True) -> str:
+    """A connection stored by ``ConnectionService.store_authorization`` (vault-sealed tokens). Without
+    explicit tokens they are minted by the OAuth server for the provider's client, so refresh and
+    revocation work against it for real."""
+    sub = f"u{uuid.uuid4().hex[:10]}"
+    if access_token is None:
+        minted = server.mint(sub, client_id=PROVIDER_CLIENT, scope="files:read")
+        access_token, refresh_token = minted["access_token"], minted.get("refresh_token")
+    tokens = provider_oauth.TokenSet(access_token=access_token, refresh_token=refresh_token if with_refresh else None,
+                                     token_type="Bearer", expires_in=3600, scope="files:read", raw={})
+    service = app.state.connections
+    async with app.state.sessions() as session:
+        resolved = await service.provider(session, provider)
+        done = await service.store_authorization(session, iss=server.issuer, sub=sub, provider=resolved,
+                                                 tokens=tokens, account_id=f"acct-{sub}", account_login=sub,
+                                                 requested=["files:read"], reconnect=None)
+        await session.commit()
+    return CONNECTION_ID.format(done.connection.id)
+
+
+async def make_payment(app: RunningApp, server: OAuthServer) -> str:
+    """A payment flow (API) with its checkout opened at the Stripe double, as the Pay button does."""
+    client = await new_server_client(app)
+    body = {"subject": {"iss": server.issuer, "sub": f"payer-{uuid.uuid4().hex[:8]}"}, "kind": "payment",
+            "params": {"amount": 1999, "currency": "eur", "description": "Order 42"}}
+    async with app.http(client.api_key) as http:
+        response = await http.post("/v1/flows", json=body)
+    assert response.status_code == 201, response.text
+    flow_ref = str(response.json()["flow"]["id"])
+    flow = await app.state.flows.read(uuid.UUID(flow_ref[3:]))
+    assert await app.state.payments.checkout_url(flow)
+    return flow_ref
 
 
 @dataclass

@@ -12,8 +12,20 @@ from typing import Any
 
 import pytest
 
-from tests.admin.conftest import DEAD_HOOK, Token, admin_http, complete_flow, create_flow, hooked_client
+from service.identity.issuers import IssuerConfig, upsert_issuer
+from tests.admin.conftest import (
+    DEAD_HOOK,
+    Token,
+    admin_http,
+    complete_flow,
+    create_flow,
+    hooked_client,
+    make_connection,
+    make_payment,
+    make_provider,
+)
 from tests.support.apps import RunningApp, new_server_client
+from tests.support.oauth_server import OAuthServer
 
 ROLES = ["viewer", "operator", "admin"]
 RANK = {"viewer": 1, "operator": 2, "admin": 3}
@@ -22,6 +34,7 @@ RANK = {"viewer": 1, "operator": 2, "admin": 3}
 @dataclass
 class World:
     app: RunningApp
+    oauth: OAuthServer
 
     async def flow(self) -> str:
         return await create_flow(self.app, await new_server_client(self.app))
@@ -49,12 +62,28 @@ class World:
             await session.commit()
         return "evt_" + row.hex
 
+    async def provider(self) -> str:
+        return await make_provider(self.app, self.oauth)
+
+    async def known_issuer(self) -> str:
+        """The OAuth server itself (its discovery answers); updated in place, never disabled."""
+        return self.oauth.issuer
+
+    async def issuer(self) -> str:
+        url = f"https://id-{uuid.uuid4().hex[:10]}.example.com"
+        async with self.app.state.sessions() as session:
+            await upsert_issuer(session, self.app.state.vault, IssuerConfig(issuer=url, client_id="c"))
+            await session.commit()
+        return url
+
+    async def connection(self) -> str:
+        return await make_connection(self.app, self.oauth, await self.provider())
+
+    async def payment(self) -> str:
+        return await make_payment(self.app, self.oauth)
+
 
 Setup = Callable[[World], Awaitable[str]]
-
-
-async def _async(value: str) -> str:
-    return value
 
 
 @dataclass
@@ -64,10 +93,11 @@ class Route:
     least: str
     ok: int
     setup: Setup | None = None
-    body: Callable[[], Any] | None = None
+    body: Callable[[str | None], Any] | None = None
 
     def path(self, target: str | None) -> str:
-        return "/admin/v1" + (self.template.replace("{x}", target) if target else self.template)
+        return "/admin/v1" + (self.template.replace("{x}", target) if target and "{x}" in self.template
+                              else self.template)
 
 
 ROUTES = [
@@ -76,13 +106,13 @@ ROUTES = [
     Route("POST", "/flows/{x}/cancel", "operator", 200, World.flow),
     Route("POST", "/flows/{x}/expire", "operator", 200, World.flow),
     Route("GET", "/server-clients", "viewer", 200),
-    Route("POST", "/server-clients", "admin", 201, body=lambda: {"name": f"r-{uuid.uuid4().hex[:10]}"}),
+    Route("POST", "/server-clients", "admin", 201, body=lambda _: {"name": f"r-{uuid.uuid4().hex[:10]}"}),
     Route("GET", "/server-clients/{x}", "viewer", 200, World.client),
-    Route("PATCH", "/server-clients/{x}", "admin", 200, World.client, body=lambda: {"flows_per_minute": 100}),
+    Route("PATCH", "/server-clients/{x}", "admin", 200, World.client, body=lambda _: {"flows_per_minute": 100}),
     Route("POST", "/server-clients/{x}/disable", "admin", 200, World.client),
     Route("POST", "/server-clients/{x}/enable", "admin", 200, World.client),
-    Route("POST", "/server-clients/{x}/keys/rotate", "admin", 200, World.client, body=lambda: {"grace_seconds": 60}),
-    Route("PUT", "/server-clients/{x}/webhook", "admin", 200, World.client, body=lambda: {"url": DEAD_HOOK}),
+    Route("POST", "/server-clients/{x}/keys/rotate", "admin", 200, World.client, body=lambda _: {"grace_seconds": 60}),
+    Route("PUT", "/server-clients/{x}/webhook", "admin", 200, World.client, body=lambda _: {"url": DEAD_HOOK}),
     Route("POST", "/server-clients/{x}/webhook/rotate-secret", "admin", 200, World.hooked),
     Route("GET", "/webhooks", "viewer", 200),
     Route("GET", "/webhooks/{x}", "viewer", 200, World.delivery),
@@ -91,13 +121,28 @@ ROUTES = [
     Route("GET", "/audit", "admin", 200),
     Route("GET", "/whoami", "viewer", 200),
     Route("GET", "/providers", "viewer", 200),
-    Route("POST", "/providers/{x}/disable", "admin", 404, lambda _w: _async("no-such-provider")),
-    Route("POST", "/providers/{x}/enable", "admin", 404, lambda _w: _async("no-such-provider")),
+    Route("POST", "/providers", "admin", 201, body=lambda _: {
+        "name": f"p-{uuid.uuid4().hex[:10]}", "catalog": "oauth2", "client_id": "c", "client_secret": "s",
+        "authorization_endpoint": "https://p.example.com/authorize", "token_endpoint": "https://p.example.com/token"}),
+    Route("GET", "/providers/{x}", "viewer", 200, World.provider),
+    Route("PATCH", "/providers/{x}", "admin", 200, World.provider, body=lambda _: {"display_name": "Renamed"}),
+    Route("POST", "/providers/{x}/disable", "admin", 200, World.provider),
+    Route("POST", "/providers/{x}/enable", "admin", 200, World.provider),
+    Route("POST", "/providers/{x}/test-discovery", "operator", 200, World.provider),
     Route("GET", "/issuers", "viewer", 200),
-    Route("POST", "/issuers/disable", "admin", 404, body=lambda: {"issuer": "https://none.example.com"}),
-    Route("POST", "/issuers/enable", "admin", 404, body=lambda: {"issuer": "https://none.example.com"}),
+    Route("POST", "/issuers", "admin", 201,
+          body=lambda _: {"issuer": f"https://id-{uuid.uuid4().hex[:10]}.example.com", "client_id": "c"}),
+    Route("PATCH", "/issuers", "admin", 200, World.known_issuer, body=lambda t: {"issuer": t, "display_name": "Test ID"}),
+    Route("POST", "/issuers/disable", "admin", 200, World.issuer, body=lambda t: {"issuer": t}),
+    Route("POST", "/issuers/enable", "admin", 200, World.issuer, body=lambda t: {"issuer": t}),
+    Route("POST", "/issuers/test-discovery", "operator", 200, World.known_issuer, body=lambda t: {"issuer": t}),
     Route("GET", "/connections", "viewer", 200),
-    Route("GET", "/connections/{x}", "viewer", 404, lambda _w: _async("cn_" + "0" * 32)),
+    Route("GET", "/connections/{x}", "viewer", 200, World.connection),
+    Route("POST", "/connections/{x}/revoke", "operator", 200, World.connection),
+    Route("POST", "/connections/{x}/refresh", "operator", 200, World.connection),
+    Route("GET", "/payments", "viewer", 200),
+    Route("GET", "/payments/{x}", "viewer", 200, World.payment),
+    Route("POST", "/payments/{x}/reconcile", "operator", 200, World.payment),
 ]
 
 
@@ -105,11 +150,12 @@ def _id(route: Route) -> str:
     return f"{route.method} {route.template}"
 
 
-async def _call(app: RunningApp, route: Route, token: Token | None, *, raw_header: str | None = None) -> int:
-    target = await route.setup(World(app)) if route.setup else None
+async def _call(app: RunningApp, oauth: OAuthServer, route: Route, token: Token | None, *,
+                raw_header: str | None = None) -> int:
+    target = await route.setup(World(app, oauth)) if route.setup else None
     kwargs: dict[str, Any] = {}
     if route.body is not None:
-        kwargs["json"] = route.body()
+        kwargs["json"] = route.body(target)
     elif route.method in {"POST", "PUT", "PATCH"}:
         kwargs["json"] = {}
     async with admin_http(app, token) as http:
@@ -120,26 +166,26 @@ async def _call(app: RunningApp, route: Route, token: Token | None, *, raw_heade
 
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("route", ROUTES, ids=_id)
-async def test_each_role_gets_exactly_its_rights(elicitd: RunningApp, tokens: dict[str, Token], route: Route,
-                                                 role: str) -> None:
-    status = await _call(elicitd, route, tokens[role])
+async def test_each_role_gets_exactly_its_rights(elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token],
+                                                 route: Route, role: str) -> None:
+    status = await _call(elicitd, oauth, route, tokens[role])
     expected = route.ok if RANK[role] >= RANK[route.least] else 403
     assert status == expected
 
 
 @pytest.mark.parametrize("caller", ["none", "garbage", "expired", "revoked", "api_key"])
 @pytest.mark.parametrize("route", ROUTES, ids=_id)
-async def test_unauthenticated_callers_get_401(elicitd: RunningApp, tokens: dict[str, Token], route: Route,
-                                               caller: str) -> None:
+async def test_unauthenticated_callers_get_401(elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token],
+                                               route: Route, caller: str) -> None:
     if caller == "none":
-        status = await _call(elicitd, route, None)
+        status = await _call(elicitd, oauth, route, None)
     elif caller == "garbage":
-        status = await _call(elicitd, route, None, raw_header="Bearer eat_0000_not-a-token")
+        status = await _call(elicitd, oauth, route, None, raw_header="Bearer eat_0000_not-a-token")
     elif caller == "api_key":
         client = await new_server_client(elicitd)  # an MCP server's key is not an admin token
-        status = await _call(elicitd, route, None, raw_header=f"Bearer {client.api_key}")
+        status = await _call(elicitd, oauth, route, None, raw_header=f"Bearer {client.api_key}")
     else:
-        status = await _call(elicitd, route, tokens[caller])
+        status = await _call(elicitd, oauth, route, tokens[caller])
     assert status == 401
 
 

@@ -14,8 +14,20 @@ from sqlalchemy import text
 
 from service.db.base import CLIENT_ID
 from service.identity.keys import hash_key
-from tests.admin.conftest import DEAD_HOOK, Token, admin_http, complete_flow, make_token
+from tests.admin.conftest import (
+    DEAD_HOOK,
+    PROVIDER_CLIENT,
+    Token,
+    admin_http,
+    complete_flow,
+    make_connection,
+    make_payment,
+    make_provider,
+    make_token,
+)
 from tests.support.apps import RunningApp, new_server_client
+from tests.support.oauth_server import OAuthServer
+from tests.support.stripe_double import API_KEY, StripeDouble
 
 MARKER = "MARKER-" + uuid.uuid4().hex[:8]
 
@@ -137,3 +149,109 @@ async def test_cli_parity(elicitd: RunningApp, database_url: str, backend: Any) 
         audit = (await http.get("/admin/v1/audit", params={"limit": 500})).json()["items"]
     cli_ops = [a["operation"] for a in audit if a["actor"] == "cli"]
     assert {"cliCreateAdminToken", "adminCancelFlow", "adminSetServerClientWebhook", "cliRevokeAdminToken"} <= set(cli_ops)
+
+
+async def test_no_provider_issuer_or_token_secret_in_admin_responses(
+        elicitd: RunningApp, oauth: OAuthServer, stripe_double: StripeDouble, tokens: dict[str, Token],
+        database_url: str, backend: Any) -> None:
+    marker = "MARKER-" + uuid.uuid4().hex[:8]
+    provider_secret, issuer_secret = f"{marker}-provider-secret", f"{marker}-issuer-secret"
+    access, refresh = f"{marker}-access-token", f"{marker}-refresh-token"
+    name, issuer = f"p-{uuid.uuid4().hex[:10]}", f"https://id-{uuid.uuid4().hex[:10]}.example.com"
+    provider_body = {"name": name, "catalog": "oauth2", "client_id": "c", "client_secret": provider_secret,
+                     "issuer": oauth.issuer}
+    async with admin_http(elicitd, tokens["admin"]) as http:
+        responses = [
+            await http.post("/admin/v1/providers", json=provider_body),
+            await http.patch(f"/admin/v1/providers/{name}", json={"client_secret": provider_secret + "2"}),
+            await http.post("/admin/v1/issuers", json={"issuer": issuer, "client_id": "c",
+                                                       "client_secret": issuer_secret}),
+            await http.patch("/admin/v1/issuers", json={"issuer": issuer, "client_secret": issuer_secret + "2"}),
+        ]
+    # Tokens sealed into a connection by the connections service; a payment row beside them.
+    connection = await make_connection(elicitd, oauth, name, access_token=access, refresh_token=refresh)
+    payment = await make_payment(elicitd, oauth)
+    async with admin_http(elicitd, tokens["admin"]) as http:
+        for path in ("/admin/v1/providers", f"/admin/v1/providers/{name}", "/admin/v1/issuers",
+                     "/admin/v1/connections?limit=500", f"/admin/v1/connections/{connection}",
+                     "/admin/v1/payments?limit=500", f"/admin/v1/payments/{payment}", "/admin/v1/audit?limit=500"):
+            responses.append(await http.get(path))
+        responses.append(await http.post(f"/admin/v1/providers/{name}/disable"))
+        responses.append(await http.post(f"/admin/v1/providers/{name}/test-discovery"))
+        responses.append(await http.post(f"/admin/v1/connections/{connection}/revoke"))
+    for response in responses:
+        assert response.status_code in {200, 201}, (response.url, response.text)
+        assert marker not in response.text, response.url
+    assert '"client_secret_set":true' in responses[0].text.replace(" ", "")
+
+    env = _cli_env(database_url, backend.redis_url)
+    second = await make_connection(elicitd, oauth, await make_provider(elicitd, oauth),
+                                   access_token=access + "b", refresh_token=refresh + "b")
+    outputs = []
+    for args in (("providers", "list"), ("providers", "show", name), ("issuers", "list"),
+                 ("connections", "list", "--limit", "500"), ("connections", "show", second),
+                 ("payments", "show", payment), ("connections", "revoke", second)):
+        code, out, err = await _cli(env, *args, "--json")
+        assert code == 0, (args, err)
+        outputs.append(out)
+        assert marker not in out + err, args
+    assert json.loads(outputs[-1])["connection"]["status"] == "revoked"
+
+
+async def test_cli_parity_providers_issuers_connections_payments(
+        elicitd: RunningApp, oauth: OAuthServer, stripe_double: StripeDouble, database_url: str,
+        backend: Any) -> None:
+    env = {**_cli_env(database_url, backend.redis_url), "PROVIDER_SECRET_FOR_TEST": "cli-provider-secret",
+           "ELICITD_STRIPE_SECRET_KEY": API_KEY, "ELICITD_STRIPE_API_BASE": stripe_double.url}
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    code, out, err = await _cli(env, "providers", "create", name, "--catalog", "oauth2", "--client-id",
+                                PROVIDER_CLIENT, "--client-secret-env", "PROVIDER_SECRET_FOR_TEST",
+                                "--issuer", oauth.issuer, "--scope", "files:read")
+    assert code == 0, err
+    assert out.splitlines()[0].split() == ["NAME", "DISPLAY_NAME", "CATALOG", "CLIENT_ID", "CLIENT_SECRET_SET",
+                                           "ENABLED"]
+    assert name in out and "cli-provider-secret" not in out
+    code, _, err = await _cli(env, "providers", "create", name, "--client-id", "x", "--issuer", oauth.issuer,
+                              "--client-secret-env", "PROVIDER_SECRET_FOR_TEST")
+    assert code == 2 and "exists" in err
+    code, out, _ = await _cli(env, "providers", "update", name, "--display-name", "CLI Files", "--json")
+    assert json.loads(out)["display_name"] == "CLI Files" and json.loads(out)["client_secret_set"] is True
+    code, out, _ = await _cli(env, "providers", "test-discovery", name, "--json")
+    assert json.loads(out)["token_endpoint"] == oauth.token_endpoint
+    code, out, _ = await _cli(env, "providers", "disable", name, "--json")
+    assert json.loads(out)["enabled"] is False
+
+    issuer = f"https://id-{uuid.uuid4().hex[:10]}.example.com"
+    code, out, err = await _cli(env, "issuers", "create", issuer, "--client-id", "login", "--json")
+    assert code == 0, err
+    assert json.loads(out)["client_secret_set"] is False
+    code, out, _ = await _cli(env, "issuers", "update", issuer, "--client-secret-env", "PROVIDER_SECRET_FOR_TEST",
+                              "--scope", "openid", "--scope", "email", "--json")
+    assert (json.loads(out)["client_secret_set"], json.loads(out)["scopes"]) == (True, ["openid", "email"])
+    code, out, _ = await _cli(env, "issuers", "test-discovery", oauth.issuer, "--json")
+    assert json.loads(out)["ok"] is True
+
+    provider = await make_provider(elicitd, oauth)
+    connection = await make_connection(elicitd, oauth, provider)
+    code, out, err = await _cli(env, "connections", "refresh", connection, "--json")
+    assert code == 0, err
+    assert json.loads(out)["refreshed_at"] is not None
+    code, out, _ = await _cli(env, "connections", "revoke", connection)
+    assert out.splitlines()[0].split() == ["ID", "PROVIDER", "ACCOUNT_LOGIN", "STATUS", "REVOKED",
+                                           "REVOKED_AT_PROVIDER"]
+    assert "revoked" in out.splitlines()[1]
+
+    payment = await make_payment(elicitd, oauth)
+    stripe_double.pay(stripe_double.session_for(payment)["id"])
+    code, out, _ = await _cli(env, "payments", "list", "--status", "open", "--json")
+    assert payment in [p["flow_id"] for p in json.loads(out)["items"]]
+    code, out, _ = await _cli(env, "payments", "reconcile", payment, "--json")
+    assert json.loads(out)["outcome"] == "completed"
+    async with elicitd.http() as http:
+        assert (await http.get("/metrics")).status_code == 200
+    admin = await make_token(elicitd, "admin")
+    async with admin_http(elicitd, admin) as http:
+        audit = (await http.get("/admin/v1/audit", params={"limit": 500})).json()["items"]
+    cli_ops = {a["operation"] for a in audit if a["actor"] == "cli"}
+    assert {"adminCreateProvider", "adminUpdateIssuer", "adminRefreshConnection", "adminRevokeConnection",
+            "adminReconcilePayment"} <= cli_ops

@@ -1,0 +1,102 @@
+"""Connections for operators: list, show, revoke (at the provider and here), force a refresh.
+
+Views name safe columns one by one: never a token, only whether a refresh token is held. Revoke
+and refresh go through ``ConnectionService`` (``revoke_by_id``, ``refresh_by_id``), the very code
+behind the MCP-server API, so a forced refresh takes the same row lock as the token endpoint.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import msgspec
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.admin.pagination import keyset, page
+from service.connections.models import Connection
+from service.connections.service import ConnectionService
+from service.db.base import CONNECTION_ID
+from service.errors import NotFound
+
+
+class ConnectionView(msgspec.Struct):
+    id: str
+    provider: str
+    subject: dict[str, str]
+    account_id: str
+    account_login: str | None
+    scopes: list[str]
+    status: str
+    has_refresh_token: bool
+    expires_at: datetime | None
+    refreshed_at: datetime | None
+    revoked_at: datetime | None
+    created_at: datetime
+
+
+class ConnectionPage(msgspec.Struct):
+    items: list[ConnectionView]
+    next_cursor: str | None
+
+
+class ConnectionRevoked(msgspec.Struct):
+    connection: ConnectionView
+    revoked: bool  # false when it was already revoked
+    revoked_at_provider: bool
+
+
+def connection_view(row: Connection) -> ConnectionView:
+    return ConnectionView(id=CONNECTION_ID.format(row.id), provider=row.provider,
+                          subject={"iss": row.subject_iss, "sub": row.subject_sub}, account_id=row.account_id,
+                          account_login=row.account_login, scopes=list(row.scopes or []), status=row.status,
+                          has_refresh_token=row.refresh_token_enc is not None, expires_at=row.expires_at,
+                          refreshed_at=row.refreshed_at, revoked_at=row.revoked_at, created_at=row.created_at)
+
+
+def _id(connection_id: str) -> uuid.UUID:
+    parsed = CONNECTION_ID.parse(connection_id)
+    if parsed is None:
+        raise NotFound("No connection with this id.", extra={"code": "connection_not_found"})
+    return parsed
+
+
+async def list_connections(session: AsyncSession, *, provider: str | None = None, subject_iss: str | None = None,
+                           subject_sub: str | None = None, status: str | None = None, cursor: str | None = None,
+                           limit: int = 50) -> ConnectionPage:
+    stmt = select(Connection)
+    for column, value in ((Connection.provider, provider), (Connection.subject_iss, subject_iss),
+                          (Connection.subject_sub, subject_sub), (Connection.status, status)):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    rows = (await session.execute(keyset(stmt, Connection.id, cursor, limit))).scalars().all()
+    items, next_cursor = page(rows, limit, lambda c: c.id)
+    return ConnectionPage(items=[connection_view(c) for c in items], next_cursor=next_cursor)
+
+
+async def show_connection(session: AsyncSession, connection_id: str) -> ConnectionView:
+    row = await session.get(Connection, _id(connection_id), populate_existing=True)
+    if row is None:
+        raise NotFound("No connection with this id.", extra={"code": "connection_not_found"})
+    return connection_view(row)
+
+
+async def revoke_connection(service: ConnectionService, connection_id: str) -> ConnectionRevoked:
+    parsed = _id(connection_id)
+    outcome = await service.revoke_by_id(parsed)
+    if outcome is None:
+        raise NotFound("No connection with this id.", extra={"code": "connection_not_found"})
+    async with service.sessions() as session:
+        view = await show_connection(session, connection_id)
+    return ConnectionRevoked(connection=view, revoked=bool(outcome.revoked),
+                             revoked_at_provider=outcome.revoked_at_provider)
+
+
+async def refresh_connection(service: ConnectionService, connection_id: str) -> ConnectionView:
+    """409 ``reauthorization_required`` / ``no_refresh_token``, 404 ``not_connected`` when revoked,
+    502 ``provider_refresh_failed``: the token endpoint's own answers."""
+    row = await service.refresh_by_id(_id(connection_id))
+    if row is None:
+        raise NotFound("No connection with this id.", extra={"code": "connection_not_found"})
+    return connection_view(row)
