@@ -119,6 +119,20 @@ async def _admin(url: str, sql: str) -> None:
 
 
 # ---- servers -------------------------------------------------------------------------------------
+# ``--loop``/``--http`` for every server process: what ``elicitd serve`` uses (uvloop + httptools when
+# installed), or ``stdlib`` (asyncio + h11) to measure the difference with ``--server-impl stdlib``.
+SERVER_IMPL = {"mode": "auto"}
+
+
+def server_impl_args() -> list[str]:
+    if SERVER_IMPL["mode"] == "stdlib":
+        return ["--loop", "asyncio", "--http", "h11"]
+    from service.serving import uvicorn_options
+
+    options = uvicorn_options()
+    return ["--loop", options["loop"], "--http", options["http"]]
+
+
 @dataclass
 class Server:
     """One ``python -m uvicorn --factory`` process (with ``--workers N`` its supervisor and workers)."""
@@ -140,7 +154,8 @@ class Server:
         log = (DATA / "logs" / f"{self.name}.log").open("wb")
         cmd = [sys.executable, "-m", "uvicorn", "--factory", self.factory, "--app-dir", str(BENCH_DIR),
                "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers),
-               "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "2"]
+               "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "2",
+               *server_impl_args()]
         self.process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

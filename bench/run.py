@@ -35,6 +35,7 @@ import redis
 
 from bench.harness import (
     DATA,
+    SERVER_IMPL,
     Backends,
     Generator,
     Server,
@@ -43,6 +44,7 @@ from bench.harness import (
     percentile,
     raise_nofile,
     server_env,
+    server_impl_args,
 )
 from service.settings import KeyRing, normalize_database_url
 
@@ -288,10 +290,13 @@ def main() -> None:
     parser.add_argument("--waiters", type=int, default=10_000)
     parser.add_argument("--waiter-batch", type=int, default=100,
                         help="long-polls opened at once; the next batch starts when these are parked")
+    parser.add_argument("--server-impl", choices=["auto", "stdlib"], default="auto",
+                        help="auto: uvloop + httptools when installed (as elicitd serve); stdlib: asyncio + h11")
     parser.add_argument("--phases", default="throughput,wake,waiters",
                         help="comma-separated subset to run (all three by default)")
     args = parser.parse_args()
     phases = set(args.phases.split(","))
+    SERVER_IMPL["mode"] = args.server_impl
 
     # SIGTERM runs the cleanup (servers, embedded backends, the database) like Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -327,7 +332,8 @@ def main() -> None:
                               and results.get("waiters_10k_rss_mb", 1e9) <= 300
                               and results.get("redis_subscriber_connections_of_process") == 1)
     machine["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
-    results.update({"targets": targets, "backends": found.description, "machine": machine})
+    results.update({"targets": targets, "backends": found.description, "machine": machine,
+                    "server_impl": server_impl_args()})
     (DATA / "last.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, separators=(",", ":")), flush=True)
 

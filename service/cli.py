@@ -56,6 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     from service.app import create_app  # noqa: PLC0415
     from service.logs import configure_logging  # noqa: PLC0415
+    from service.serving import uvicorn_options
 
     settings = _settings()
     configure_logging(settings)
@@ -64,7 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
         upgrade(settings.database_url)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False,
-                proxy_headers=True, server_header=False)
+                proxy_headers=True, server_header=False, **uvicorn_options())
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
@@ -129,6 +130,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
     from service.db.migrate import upgrade  # noqa: PLC0415
     from service.embedded import EmbeddedPostgres, EmbeddedRedis  # noqa: PLC0415
     from service.logs import configure_logging  # noqa: PLC0415
+    from service.serving import uvicorn_options
 
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -165,7 +167,7 @@ Create a flow:
     -d '{{"subject": {{"iss": "https://id.example.com", "sub": "u-123"}}, "kind": "external", "url": "http://127.0.0.1:9000/step"}}'
 """, flush=True)
         uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False,
-                    server_header=False)
+                    server_header=False, **uvicorn_options())
     finally:
         if redis is not None:
             redis.stop()
