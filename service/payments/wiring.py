@@ -11,7 +11,6 @@ from service.payments.kind import PaymentKind
 from service.payments.pages import decline_payment, payment_page, return_from_checkout, start_checkout
 from service.payments.provider import PaymentProvider
 from service.payments.service import PaymentService
-from service.payments.stripe_provider import StripeProvider
 from service.payments.webhooks import stripe_webhook
 from service.settings import Settings
 
@@ -20,6 +19,9 @@ def provider_for(settings: Settings) -> PaymentProvider | None:
     """Stripe when a secret key is configured; without one the ``payment`` kind is refused (503)."""
     if not settings.stripe_secret_key:
         return None
+    # Imported here: the Stripe SDK is ~5 MB of modules that an instance without payments never uses.
+    from service.payments.stripe_provider import StripeProvider
+
     return StripeProvider(settings.stripe_secret_key, settings.stripe_webhook_secret, api_base=settings.stripe_api_base)
 
 
