@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import UTC, datetime
+import time
+
+import msgspec
 
 from service.settings import Settings
 
@@ -23,10 +25,30 @@ ALLOWED_FIELDS = frozenset({
 _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
 
+_encode = msgspec.json.Encoder().encode
+
+
 class JsonFormatter(logging.Formatter):
+    """One compact JSON object per record.
+
+    Every request writes a line, so this is on the hot path: the timestamp's seconds part is
+    formatted once per second (``2026-01-02T03:04:05.678+00:00``, as ``isoformat`` writes it) and
+    the line is encoded by msgspec rather than ``json.dumps`` (which builds an encoder per call).
+    """
+
+    _second = -1
+    _second_text = ""
+
+    def _timestamp(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        if second != self._second:
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        return f"{self._second_text}.{int(record.msecs):03d}+00:00"
+
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
-            "ts": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
+            "ts": self._timestamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -36,7 +58,7 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value if isinstance(value, int | float | bool) or value is None else str(value)
         if record.exc_info and record.exc_info[0] is not None:
             line["error_type"] = record.exc_info[0].__name__
-        return json.dumps(line, separators=(",", ":"))
+        return _encode(line).decode()
 
 
 class PlainFormatter(JsonFormatter):
@@ -52,6 +74,10 @@ def configure_logging(settings: Settings) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(settings.log_level)
+    # No line carries a thread or process name: skip collecting them for every record.
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     # Libraries log request URLs and bodies at debug/info; those may carry codes or tokens.
     for noisy in ("httpx", "httpcore", "authlib", "uvicorn.access", "stripe", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

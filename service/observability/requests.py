@@ -60,5 +60,6 @@ class RequestObserver:
                 if status >= 500:
                     span.set_status(Status(StatusCode.ERROR))
                 span.end()
-            logger.info("request", extra={"method": method, "route": route, "status": status,
-                                          "duration_ms": round(seconds * 1000, 2)})
+            if logger.isEnabledFor(logging.INFO):
+                logger.info("request", extra={"method": method, "route": route, "status": status,
+                                              "duration_ms": round(seconds * 1000, 2)})
