@@ -20,6 +20,7 @@ from litestar.exceptions import (
     ValidationException,
 )
 from litestar.response import Template
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 logger = logging.getLogger("elicitd.errors")
@@ -230,6 +231,17 @@ def _validation_detail(exc: ValidationException) -> str:
     return "The request body or parameters are not valid."
 
 
+def handle_database_error(request: Request[Any, Any, Any], exc: DBAPIError) -> Response[Any]:
+    """PostgreSQL refusing a *value* (SQLSTATE class 22: a NUL character, a number out of range) is
+    the caller's bad input, not our failure: 400. The transaction was rolled back, so nothing was
+    written. Anything else is unexpected."""
+    sqlstate = str(getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None) or "")
+    if sqlstate.startswith("22"):
+        return handle_elicitd_error(request, InvalidRequest(
+            "The request holds a value that cannot be stored (for example a NUL character)."))
+    return handle_unexpected(request, exc)
+
+
 def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     # The exception text may hold anything (SQL, provider bodies); only its type is logged.
     logger.error("unhandled error", extra={"error_type": type(exc).__name__, "path": request.url.path})
@@ -258,6 +270,7 @@ def handle_pool_timeout(request: Request[Any, Any, Any], exc: PoolTimeout) -> Re
 EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
     ElicitdError: handle_elicitd_error,
     HTTPException: handle_http_exception,
+    DBAPIError: handle_database_error,
     PoolTimeout: handle_pool_timeout,
     Exception: handle_unexpected,
 }

@@ -77,8 +77,12 @@ def check_external_url(url: str | None) -> str:
     """The caller's own page: https anywhere, plain http only on loopback; no credentials in it."""
     if url is None:
         raise InvalidRequest("An 'external' flow needs 'url': the page your server hosts for this step.")
-    parts = urlsplit(url)
-    host = parts.hostname or ""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        _ = parts.port  # raises on a port out of range or not a number
+    except ValueError as exc:
+        raise InvalidRequest("'url' is not a valid URL.") from exc
     if parts.scheme not in {"https", "http"} or not host:
         raise InvalidRequest("'url' must be an absolute https URL.")
     if parts.scheme == "http" and not is_loopback_host(host):

@@ -182,3 +182,63 @@ async def test_unknown_route_is_problem_json(elicitd: RunningApp) -> None:
         response = await http.get("/v1/nothing-here")
     assert response.status_code == 404
     assert response.json()["code"] == "not_found"
+
+
+@pytest.mark.parametrize("where", ["sub", "message", "url", "context", "params"])
+async def test_nul_characters_are_400_and_store_nothing(elicitd: RunningApp, server_client: ServerClientHandle,
+                                                        subject: Subject, where: str) -> None:
+    body = external_body(subject)
+    if where == "sub":
+        body["subject"]["sub"] = "alice\x00"
+    elif where == "message":
+        body["message"] = "hello\x00"
+    elif where == "url":
+        body["url"] = "https://app.example.com/\x00"
+    elif where == "context":
+        body["context"] = {"nested": ["ok", {"bad": "a\x00b"}]}
+    else:
+        body["params"] = {"k\x00": 1}
+    async with elicitd.http(server_client.api_key) as http:
+        response = await http.post("/v1/flows", json=body)
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith(PROBLEM)
+    assert response.json()["code"] == "invalid_request"
+    from sqlalchemy import text  # noqa: PLC0415
+
+    async with elicitd.state.sessions() as session:
+        count = (await session.execute(text("SELECT count(*) FROM flows WHERE server_client_id = :c"),
+                                       {"c": server_client.id})).scalar_one()
+    assert count == 0
+
+
+async def test_nul_in_complete_and_fail_is_400_and_flow_stays_pending(elicitd: RunningApp,
+                                                                       server_client: ServerClientHandle,
+                                                                       subject: Subject) -> None:
+    async with elicitd.http(server_client.api_key) as http:
+        created = await create_external(http, subject)
+        flow_id = created["flow"]["id"]
+        complete = await http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"a": "\x00"}})
+        fail = await http.post(f"/v1/flows/{flow_id}/fail", json={"code": "x", "message": "bad\x00"})
+    assert (complete.status_code, complete.json()["code"]) == (400, "invalid_request")
+    assert (fail.status_code, fail.json()["code"]) == (400, "invalid_request")
+    assert (await db_flow(elicitd, flow_id))["status"] == "pending"
+
+
+@pytest.mark.parametrize("url", ["https://[::1/x", "https://a.example:99999/x", "https://a.example:port/x"])
+async def test_unparseable_external_urls_are_400(elicitd: RunningApp, server_client: ServerClientHandle,
+                                                 subject: Subject, url: str) -> None:
+    async with elicitd.http(server_client.api_key) as http:
+        response = await http.post("/v1/flows", json=external_body(subject, url=url))
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_request"
+
+
+@pytest.mark.parametrize("params", [{"iss": "https://i\x00", "sub": "u"}, {"iss": "https://i", "sub": "u\x00"},
+                                    {"iss": "https://i", "sub": "u", "account": "a\x00"}])
+async def test_nul_in_connection_queries_is_400(elicitd: RunningApp, server_client: ServerClientHandle,
+                                                params: dict[str, str]) -> None:
+    async with elicitd.http(server_client.api_key) as http:
+        token = await http.get("/v1/connections/github/token", params=params)
+        revoke = await http.delete("/v1/connections/github", params=params)
+    for response in (token, revoke):
+        assert (response.status_code, response.json()["code"]) == (400, "invalid_request")
