@@ -195,6 +195,15 @@ async def find_reusable(session: AsyncSession, *, server_client_id: uuid.UUID, s
     return (await session.execute(stmt)).scalars().first()
 
 
+async def lock_subject(session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str,
+                       subject_sub: str) -> None:
+    """A transaction-scoped advisory lock on (server client, subject), released at commit."""
+    await session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended(:c || chr(31) || :i || chr(31) || :s, 0))"),
+        {"c": str(server_client_id), "i": subject_iss, "s": subject_sub},
+    )
+
+
 async def count_pending_for_subject(session: AsyncSession, *, server_client_id: uuid.UUID,
                                     subject_iss: str, subject_sub: str) -> int:
     row = await session.execute(

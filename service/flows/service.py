@@ -255,7 +255,13 @@ class FlowService:
         stale = await repo.expire_stale_reusable(uow.session, **keys)
         if stale is not None:
             uow.moved.append(stale)
-        # Two attempts cover the one race: the pending twin finishing between insert and read.
+        if client.pending_per_subject:
+            # Count-then-insert is only a quota if no twin request counts at the same time: hold a
+            # transaction-scoped lock on (client, subject) until this transaction commits.
+            await repo.lock_subject(uow.session, server_client_id=client.id, subject_iss=subject.iss,
+                                    subject_sub=subject.sub)
+        rate_checked = False
+        # Retries cover the one race: the pending twin finishing between insert and read.
         for _ in range(3):
             existing = await repo.find_reusable(uow.session, **keys)
             if existing is not None:
@@ -265,7 +271,9 @@ class FlowService:
                     uow.session, server_client_id=client.id, subject_iss=subject.iss, subject_sub=subject.sub)
                 if pending >= client.pending_per_subject:
                     raise RateLimited("Too many pending flows for this subject.", retry_after=30)
-            await self._check_rate(uow.session, client)
+            if not rate_checked:  # one creation counts once, however many attempts it takes
+                await self._check_rate(uow.session, client)
+                rate_checked = True
             values = {
                 "id": uuid7(), **keys, "provider": normalized.provider, "scopes": list(normalized.scopes),
                 "params": normalized.params, "context": context, "message": normalized.message,

@@ -126,3 +126,16 @@ async def test_every_admin_call_is_audited_with_the_token_id(elicitd: RunningApp
             "SELECT count(*) FROM admin_audit_log WHERE admin_token_id IS NULL AND status = 401"))).scalar_one()
     assert not any(viewer.secret in row or tokens["admin"].secret in row for row in rows)
     assert unauthenticated >= 1
+
+
+async def test_pending_per_subject_holds_under_concurrent_creates(elicitd: RunningApp,
+                                                                  tokens: dict[str, Token]) -> None:
+    """Twenty different requests for one subject at once: exactly the quota is created."""
+    created = await _create(elicitd, tokens["admin"])
+    async with admin_http(elicitd, tokens["admin"]) as http:
+        await http.patch(f"/admin/v1/server-clients/{created['client']['id']}", json={"pending_per_subject": 3})
+    import asyncio  # noqa: PLC0415
+
+    async with elicitd.http(created["api_key"]) as http:
+        answers = await asyncio.gather(*(http.post("/v1/flows", json=_flow_body("same")) for _ in range(20)))
+    assert sorted(r.status_code for r in answers) == [201] * 3 + [429] * 17
