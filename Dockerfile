@@ -7,7 +7,7 @@ COPY pyproject.toml README.md ./
 COPY service ./service
 COPY elicitd_client ./elicitd_client
 COPY migrations ./migrations
-RUN pip install --no-compile . && useradd --system --uid 10001 elicitd
+RUN pip install --no-compile ".[server]" && useradd --system --uid 10001 elicitd
 USER elicitd
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2)" || exit 1

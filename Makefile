@@ -12,7 +12,7 @@ CHROMIUM ?= $(or $(ELICITD_CHROMIUM),/usr/bin/chromium)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==26.3
-	$(PY) -m pip install --quiet -e '.[test,dev,mcp]'
+	$(PY) -m pip install --quiet -e '.[server,test,dev,mcp]'
 	touch $(STAMP)
 
 run: $(STAMP)
