@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
+import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import (
     HTTPException,
@@ -19,6 +20,7 @@ from litestar.exceptions import (
     PermissionDeniedException,
     ValidationException,
 )
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.response import Template
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -27,6 +29,34 @@ logger = logging.getLogger("elicitd.errors")
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_BASE = "https://elicitd.dev/problems/"
+
+
+class Problem(msgspec.Struct):
+    """The RFC 9457 body of every API error (for the OpenAPI document)."""
+
+    type: str
+    title: str
+    status: int
+    code: str
+    detail: str
+
+
+_PROBLEM_TEXT = {
+    400: "Invalid request, request state or parameters (`invalid_request`, `invalid_request_state`, …)",
+    401: "Missing or invalid API key (`unauthenticated`)",
+    403: "Not allowed for this server client (`forbidden`, `provider_not_allowed`, `issuer_not_trusted`)",
+    404: "Unknown, or belongs to another server client (`flow_not_found`, `not_connected`)",
+    409: "The flow is no longer pending, or the connection needs reauthorization",
+    413: "The request body exceeds the configured limit (`payload_too_large`)",
+    429: "Over a rate limit or quota (`rate_limited`, with `Retry-After`)",
+    503: "Temporarily unavailable (`unavailable`, with `Retry-After`)",
+}
+
+
+def problem_responses(*statuses: int) -> dict[int, ResponseSpec]:
+    """OpenAPI entries for the problem+json answers a route can give."""
+    return {status: ResponseSpec(data_container=Problem, description=_PROBLEM_TEXT[status],
+                                 media_type=PROBLEM_JSON) for status in statuses}
 
 
 class ElicitdError(Exception):

@@ -12,7 +12,7 @@ from litestar import Controller, Request, delete, get
 from litestar.params import Parameter
 
 from service.connections.service import ConnectionService, RevokeResponse, TokenResponse
-from service.errors import InvalidRequest
+from service.errors import InvalidRequest, problem_responses
 from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient
 
@@ -39,6 +39,7 @@ class ConnectionController(Controller):
     security = [{"apiKey": []}]
 
     @get("/{provider:str}/token", operation_id="getConnectionToken", cache=False,
+         responses=problem_responses(400, 401, 403, 404, 409),
          summary="A valid access token for the subject's connection (refreshed first when near expiry)",
          description="404 `not_connected` when there is no connection; 409 `reauthorization_required` when "
                      "the provider revoked it (create an `oauth_connect` flow to reconnect, the connection id "
@@ -52,6 +53,7 @@ class ConnectionController(Controller):
                                              scopes=(scopes or "").split(), account=account)
 
     @delete("/{provider:str}", operation_id="revokeConnection", status_code=200,
+            responses=problem_responses(400, 401, 403),
             summary="Disconnect: revoke at the provider (RFC 7009) when it can, and locally always")
     async def revoke(self, request: Request[Any, Any, Any], client: AuthenticatedClient, provider: str,
                      iss: Iss, sub: Sub, account: Account = None) -> RevokeResponse:

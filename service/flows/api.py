@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Example
 from litestar.params import Body, Parameter
 
+from service.errors import problem_responses
 from service.flows.repository import Transition
 from service.flows.schemas import (
     CompleteRequest,
@@ -46,6 +48,9 @@ class FlowController(Controller):
     security = [{"apiKey": []}]
 
     @post("/", operation_id="createFlow", summary="Create a flow or reuse the pending equivalent",
+          responses={200: ResponseSpec(data_container=CreateFlowResponse,
+                                       description="The reused pending flow, or `completed` when already satisfied"),
+                     **problem_responses(400, 401, 403, 413, 429)},
           description="Answers 201 with a new flow, 200 with the reused pending flow or with `completed` when the "
                       "request is already satisfied (an active connection covering the scopes). `mcp` is a "
                       "ready 2026-07-28 InputRequiredResult; `legacy` is the 2025-11-25 equivalent.")
@@ -55,13 +60,15 @@ class FlowController(Controller):
         return Response(response, status_code=201 if created else 200)
 
     @post("/resolve", operation_id="resolveFlow", status_code=200, summary="Resolve an MCP client's retry",
+          responses=problem_responses(400, 401, 413),
           description="Unseals `request_state`, applies the client's action and, on `accept`, waits up to "
                       "`wait_seconds` for the flow to finish.")
     async def resolve(self, request: Request[Any, Any, Any], client: AuthenticatedClient,
                       data: Annotated[ResolveRequest, Body(examples=[_RESOLVE_EXAMPLE])]) -> ResolveResponse:
         return await _flows(request).resolve(client, data)
 
-    @get("/{flow_id:str}", operation_id="getFlow", summary="Status of a flow, optionally waiting for it to finish")
+    @get("/{flow_id:str}", operation_id="getFlow", summary="Status of a flow, optionally waiting for it to finish",
+         responses=problem_responses(400, 401, 404))
     async def status(self, request: Request[Any, Any, Any], client: AuthenticatedClient, flow_id: str,
                      wait_seconds: Annotated[float, Parameter(ge=0, le=300, default=0,
                                                               description="Long-poll up to this many seconds")] = 0,
@@ -69,6 +76,7 @@ class FlowController(Controller):
         return await _flows(request).status(client, flow_id, wait_seconds)
 
     @post("/{flow_id:str}/complete", operation_id="completeExternalFlow", status_code=200,
+          responses=problem_responses(400, 401, 404, 409, 413),
           summary="Complete an `external` flow with the caller's result")
     async def complete(self, request: Request[Any, Any, Any], client: AuthenticatedClient, flow_id: str,
                        data: CompleteRequest) -> StatusResponse:
@@ -76,6 +84,7 @@ class FlowController(Controller):
         return await _flows(request).finish_external(client, flow_id, change)
 
     @post("/{flow_id:str}/fail", operation_id="failExternalFlow", status_code=200,
+          responses=problem_responses(400, 401, 404, 409, 413),
           summary="Fail an `external` flow with a code the MCP server can act on")
     async def fail(self, request: Request[Any, Any, Any], client: AuthenticatedClient, flow_id: str,
                    data: FailRequest) -> StatusResponse:

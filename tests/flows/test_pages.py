@@ -84,3 +84,15 @@ async def test_health_and_ready(elicitd: RunningApp) -> None:
                                     ("/v1/flows/{flow_id}/complete", "post", "completeExternalFlow"),
                                     ("/v1/flows/{flow_id}/fail", "post", "failExternalFlow")]:
         assert paths[path][method]["operationId"] == operation
+
+
+async def test_openapi_documents_problem_answers(elicitd: RunningApp) -> None:
+    async with elicitd.http() as http:
+        schema = (await http.get("/schema/openapi.json")).json()
+    create = schema["paths"]["/v1/flows"]["post"]["responses"]
+    assert {"200", "201", "400", "401", "403", "413", "429"} <= set(create)
+    assert "application/problem+json" in create["401"]["content"]
+    problem = schema["components"]["schemas"]["Problem"]
+    assert set(problem["properties"]) == {"type", "title", "status", "code", "detail"}
+    token = schema["paths"]["/v1/connections/{provider}/token"]["get"]["responses"]
+    assert {"200", "404", "409"} <= set(token)
