@@ -3,12 +3,19 @@
 Only fields on an allow-list ever reach a log line: a secret cannot leak through a stray
 ``extra=`` because unknown keys are dropped, and messages are constant strings (values go in
 fields). Exception *types* are logged, never their text, which may hold provider responses.
+
+Third-party loggers (httpx, authlib, stripe, uvicorn, …) write free text we do not control: a
+warning can quote a callback URL with ``code`` and ``state`` in its query string, or an
+``Authorization`` header. Their messages pass through ``redact_foreign``: every query string and
+fragment, every ``Bearer`` credential and every ``name=value`` / ``"name": value`` pair whose name
+is sensitive is replaced before the line is written.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 
@@ -26,6 +33,26 @@ _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asc
 
 
 _encode = msgspec.json.Encoder().encode
+
+REDACTED = "[redacted]"
+# A query string or fragment glued to a URL or path: ``…/cb?code=x&state=y`` or ``…/cb#access_token=x``.
+_QUERY = re.compile(r"(?<=[^\s\"'<>(\[{,;=])[?#][^\s\"'<>]+")
+_BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[^\s\"',;]+", re.IGNORECASE)
+# ``code=…``, ``client_secret: …``, ``"refresh_token": "…"``, ``x-api-key=…`` (any name ending so).
+_SECRET_PAIR = re.compile(
+    r"\b((?:[\w-]*[_-])?(?:code|state|token|secret|password|key))(\"?\s*[=:]\s*\"?)[^\s\"'&,;})\]]+",
+    re.IGNORECASE)
+
+
+def is_ours(name: str) -> bool:
+    return name == "elicitd" or name.startswith("elicitd.")
+
+
+def redact_foreign(message: str) -> str:
+    """Strip what may be a credential from free text written by code we do not control."""
+    message = _QUERY.sub("?" + REDACTED, message)
+    message = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", message)
+    return _SECRET_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", message)
 
 
 class JsonFormatter(logging.Formatter):
@@ -51,7 +78,7 @@ class JsonFormatter(logging.Formatter):
             "ts": self._timestamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": record.getMessage() if is_ours(record.name) else redact_foreign(record.getMessage()),
         }
         for key, value in vars(record).items():
             if key in ALLOWED_FIELDS and key not in _STANDARD:

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.db.base import FLOW_ID, uuid7
+from service.db.base import CLIENT_ID, FLOW_ID, uuid7
 from service.errors import FlowNotFound, FlowNotPending, Forbidden, InvalidRequest, InvalidRequestState, RateLimited
 from service.flows import repository as repo
 from service.flows.kinds import KindHandler, NormalizedFlow
@@ -36,6 +36,7 @@ from service.flows.schemas import (
 )
 from service.flows.states import Action, Actor, FlowStatus, Outcome, is_terminal, outcome_for_action
 from service.identity.keys import AuthenticatedClient
+from service.observability.context import tag
 from service.settings import Settings
 from service.signals.bus import WaiterHub
 
@@ -96,8 +97,11 @@ class FlowService:
         if not flows:
             return
         for flow in flows:
-            logger.info("flow transition", extra={"flow_id": FLOW_ID.format(flow.id), "kind": flow.kind,
-                                                 "outcome": flow.status, "server_client": str(flow.server_client_id)})
+            extra: dict[str, Any] = {"flow_id": FLOW_ID.format(flow.id), "kind": flow.kind, "outcome": flow.status,
+                                     "server_client": CLIENT_ID.format(flow.server_client_id)}
+            if flow.completed_at is not None:  # created → terminal, by the database clock
+                extra["duration_ms"] = round((flow.completed_at - flow.created_at).total_seconds() * 1000, 1)
+            logger.info("flow transition", extra=extra)
             for listener in self.listeners:
                 listener(flow)
         await self.hub.publish(f.id for f in flows)
@@ -106,6 +110,12 @@ class FlowService:
         """One terminal transition in its own unit of work (None when the flow was not pending)."""
         async with self.unit_of_work() as uow:
             return await uow.transition(flow_id, change, **kwargs)
+
+    @staticmethod
+    def _tag(flow: Flow, outcome: str) -> None:
+        """Name the flow in this request's log line (``service.observability.context``)."""
+        tag(flow_id=FLOW_ID.format(flow.id), server_client=CLIENT_ID.format(flow.server_client_id), kind=flow.kind,
+            outcome=outcome)
 
     # ---- views -----------------------------------------------------------------------------------
     def url_for(self, flow: Flow) -> str:
@@ -231,9 +241,11 @@ class FlowService:
             normalized = await handler.normalize(uow.session, client, request)
             satisfied = await handler.satisfied(uow.session, client, request, normalized)
             if satisfied is not None:
+                tag(server_client=CLIENT_ID.format(client.id), kind=normalized.kind, outcome="satisfied")
                 return False, self._satisfied_response(request, normalized, satisfied.result)
             flow, created = await self._create_or_reuse(uow, client, request.subject, normalized, ttl,
                                                         request.context)
+        self._tag(flow, "created" if created else "reused")
         response = CreateFlowResponse(status=flow.status, flow=self.view(flow),
                                       mcp=self.mcp_input_required(flow, ask=True), legacy=self.legacy(flow))
         return created, response
@@ -326,6 +338,7 @@ class FlowService:
         return self._resolved(flow, outcome_for_action(action, FlowStatus(flow.status)))
 
     def _resolved(self, flow: Flow, outcome: Outcome, *, ask: bool = False) -> ResolveResponse:
+        self._tag(flow, outcome.value)
         mcp = self.mcp_input_required(flow, ask=ask) if outcome is Outcome.INPUT_REQUIRED else None
         result = flow.result if outcome is Outcome.COMPLETED else None
         return ResolveResponse(outcome=outcome.value, flow=self.view(flow), result=result, mcp=mcp)
@@ -341,6 +354,7 @@ class FlowService:
             if waited is None:
                 raise FlowNotFound("No flow with this id belongs to this server client.")
             flow = waited
+        self._tag(flow, flow.status)
         return StatusResponse(flow=self.view(flow), result=flow.result if flow.status == "completed" else None)
 
     # ---- external kind -----------------------------------------------------------------------------
@@ -353,6 +367,7 @@ class FlowService:
         if moved is None:
             current = await self.read(flow.id)
             raise FlowNotPending(f"The flow is {current.status if current else 'gone'}; it cannot change again.")
+        self._tag(moved, moved.status)
         return StatusResponse(flow=self.view(moved), result=moved.result if moved.status == "completed" else None)
 
     # ---- sweeping --------------------------------------------------------------------------------

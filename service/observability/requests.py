@@ -1,8 +1,11 @@
 """One JSON log event, one metrics sample and (when tracing is on) one span per HTTP request.
 
 It wraps the whole ASGI handler, outside routing, so it also sees requests that match no route
-(``route="unmatched"``). The route is the *template* (``/v1/flows/{flow_id:str}``): the log line
-and metric labels never carry ids, query strings or bodies, which may hold codes or tokens.
+(``route="unmatched"``). The route is the *template* (``/v1/flows/{flow_id:str}``): metric labels
+never carry ids, and neither the log line nor a label ever carries a query string or body, which
+may hold codes or tokens. When the request concerns a flow, ``FlowService`` tags it
+(``service.observability.context``) and the log line carries the flow id, server client, kind and
+outcome as separate fields.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from service.observability.context import close_request, open_request
 from service.observability.metrics import Metrics
 from service.observability.tracing import Tracing
 
@@ -41,6 +45,7 @@ class RequestObserver:
                 status = int(message["status"])
             await send(message)
 
+        fields, context_token = open_request()
         span = None
         if self.tracing.tracer is not None:
             span = self.tracing.tracer.start_span(f"HTTP {method}", kind=SpanKind.SERVER,
@@ -60,6 +65,7 @@ class RequestObserver:
                 if status >= 500:
                     span.set_status(Status(StatusCode.ERROR))
                 span.end()
+            close_request(context_token)
             if logger.isEnabledFor(logging.INFO):
-                logger.info("request", extra={"method": method, "route": route, "status": status,
+                logger.info("request", extra={**fields, "method": method, "route": route, "status": status,
                                               "duration_ms": round(seconds * 1000, 2)})

@@ -54,6 +54,17 @@ async def outbox(app: RunningApp, flow_id: str) -> Any:
                                       {"f": uuid.UUID(flow_id[3:])})).one()
 
 
+async def delivered_row(app: RunningApp, flow_id: str, timeout: float = 15.0) -> Any:
+    """The outbox row once its delivery is recorded: the receiver sees the POST before the worker
+    writes ``delivered_at`` (after the answer), so reading the row at once races that write."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (row := await outbox(app, flow_id)).delivered_at is None:
+        if asyncio.get_running_loop().time() > deadline:
+            return row
+        await asyncio.sleep(0.05)
+    return row
+
+
 async def test_signed_delivery_verifies_with_the_documented_recipe(make_settings: Callable[..., Settings]) -> None:
     verify = documented_verifier()
     async with receiving() as receiver, running_app(fast(make_settings)) as app:
@@ -104,7 +115,7 @@ async def test_retries_after_receiver_errors_then_delivers(make_settings: Callab
         flow_id = await create_flow(app, client)
         assert (await complete_flow(app, client, flow_id)).status_code == 200
         await eventually(lambda: len(receiver.ok()) == 1)
-        row = await outbox(app, flow_id)
+        row = await delivered_row(app, flow_id)
     assert [r.status for r in receiver.received] == [500, 500, 204]
     assert len({r.body for r in receiver.received}) == 1  # the same bytes on every retry
     assert row.attempts == 3
@@ -128,7 +139,7 @@ async def test_delivery_resumes_after_a_restart(make_settings: Callable[..., Set
         failing = False
         async with running_app(settings) as second:
             await eventually(lambda: len(receiver.ok()) == 1)
-            row = await outbox(second, flow_id)
+            row = await delivered_row(second, flow_id)
     assert row.delivered_at is not None
     assert row.attempts == attempts_before + 1
 
