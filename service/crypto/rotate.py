@@ -3,7 +3,10 @@
 Rotation runs while the service runs. Each batch is one short transaction that locks its rows
 with ``FOR UPDATE SKIP LOCKED`` (so it never waits on, or blocks, a request touching other rows)
 and writes each row back with a conditional ``UPDATE … WHERE key_id = <old> AND blob = <old>``:
-a value the service replaced meanwhile is left alone, never overwritten with a stale one.
+a value the service replaced meanwhile is left alone, never overwritten with a stale one. Rows
+skipped because a request held them (a token refresh holds its connection's row during the provider
+call) are then waited for one at a time, up to ``LOCK_WAIT``: a rotation run during normal traffic
+still finishes every row instead of leaving some under the old key.
 
 Every encrypted column is listed in ``ENCRYPTED_COLUMNS``. A domain that stores vault values
 appends an :class:`EncryptedColumn` for each (at import of its models module, or here) naming the
@@ -20,12 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.crypto.aead import SealError
 from service.crypto.vault import Vault
 
 DEFAULT_BATCH = 200
+LOCK_WAIT = "30s"  # longest wait for a row a request holds (refresh lock timeout is 20 s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +97,7 @@ async def _rotate_column(sessions: async_sessionmaker[AsyncSession], vault: Vaul
     c = column
     purpose_sql = c.purpose_sql or "CAST(:purpose AS text)"
     # Identifiers come from the registry (code), never from input; values are bound parameters.
-    select_sql = text(f"""
+    select_template = f"""
         SELECT {c.id_column} AS id, {c.key_id_column} AS key_id, {c.blob_column} AS blob,
                {c.owner_sql} AS owner, {purpose_sql} AS purpose
         FROM {c.table}
@@ -100,20 +105,35 @@ async def _rotate_column(sessions: async_sessionmaker[AsyncSession], vault: Vaul
           AND NOT ({c.id_column} = ANY(:skip))
         ORDER BY {c.id_column}
         LIMIT :batch
-        FOR UPDATE SKIP LOCKED
-    """)
+        FOR UPDATE /*locking*/
+    """
+    # First skip rows a request holds (never block, never be blocked); then wait for those, one
+    # row per transaction so the waiting transaction holds no other lock (no deadlock possible).
+    skip_locked = text(select_template.replace("/*locking*/", "SKIP LOCKED"))
+    wait_locked = text(select_template.replace("/*locking*/", ""))
     update_sql = text(f"""
         UPDATE {c.table} SET {c.key_id_column} = :new_key_id, {c.blob_column} = :new_blob
         WHERE {c.id_column} = :id AND {c.key_id_column} = :old_key_id AND {c.blob_column} = :old_blob
     """)
     failed: list[Any] = []
     rotated = 0
+    waiting = False
     while True:
         async with sessions() as session:
-            rows = (await session.execute(select_sql, {"current": vault.current_key_id, "skip": failed,
-                                                       "batch": batch, "purpose": c.purpose})).all()
-            if not rows:
+            params = {"current": vault.current_key_id, "skip": failed, "batch": 1 if waiting else batch,
+                      "purpose": c.purpose}
+            if waiting:
+                await session.execute(text(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'"))
+            try:
+                rows = (await session.execute(wait_locked if waiting else skip_locked, params)).all()
+            except DBAPIError:  # still held after LOCK_WAIT: reported as remaining
                 break
+            if not rows:
+                if waiting:
+                    break
+                waiting = True
+                continue
+            waiting = False
             for row in rows:
                 try:
                     plaintext = vault.decrypt(row.key_id, row.blob, owner=row.owner, purpose=row.purpose)
