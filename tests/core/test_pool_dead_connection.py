@@ -1,0 +1,48 @@
+"""A pooled connection the server closed is replaced at checkout: no request fails for it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import asyncpg
+from sqlalchemy import text
+
+from service.flows.schemas import Subject
+from service.settings import Settings
+from tests.flows.helpers import create_external
+from tests.support.apps import new_server_client, running_app
+
+
+def _asyncpg_url(settings: Settings) -> str:
+    return settings.database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+async def test_connection_terminated_by_the_server_is_replaced_without_a_failed_request(
+        make_settings: Callable[..., Settings], subject: Subject) -> None:
+    # One pooled connection, used one request at a time, so every request reuses it.
+    settings = make_settings(db_pool_size=1, background_tasks=False, api_key_cache_seconds=0)
+    async with running_app(settings) as app:
+        client = await new_server_client(app)
+        async with app.http(client.api_key) as http:
+            created = await create_external(http, subject)
+            flow_id = created["flow"]["id"]
+            async with app.state.sessions() as session:
+                pid = (await session.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+            admin = await asyncpg.connect(_asyncpg_url(settings))
+            try:
+                assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid) is True
+                for _ in range(100):
+                    if not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid):
+                        break
+                    await asyncio.sleep(0.02)
+                await asyncio.sleep(0.1)  # the app's loop reads the closed socket
+                answers = [await http.get(f"/v1/flows/{flow_id}") for _ in range(3)]
+                after = await admin.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'elicitd' AND datname = "
+                    "current_database() AND pid <> $1", pid)
+            finally:
+                await admin.close()
+    assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
+    assert all(a.json()["flow"]["id"] == flow_id for a in answers)
+    assert after >= 1  # a new connection took the terminated one's place
