@@ -27,7 +27,7 @@ from service.connections.repository import purge_states as purge_oauth_states
 from service.connections.service import ConnectionService
 from service.consent.wiring import install as install_consent
 from service.crypto.vault import Vault
-from service.db.engine import make_engine, make_sessionmaker
+from service.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker
 from service.errors import EXCEPTION_HANDLERS
 from service.flows.api import FlowController
 from service.flows.kinds import default_handlers
@@ -59,7 +59,7 @@ def create_app(settings: Settings) -> Litestar:
                     poll_interval=settings.poll_interval_seconds,
                     safety_poll_interval=max(settings.poll_interval_seconds * 10, 30.0), finished=finished)
     flows = FlowService(settings=settings, sessions=sessions, hub=hub, codec=RequestStateCodec(settings.keys),
-                        handlers=default_handlers())
+                        handlers=default_handlers(), read_sessions=make_read_sessionmaker(engine))
     flows_ref.append(flows)
     state = State({
         "settings": settings,

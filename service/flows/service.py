@@ -74,9 +74,12 @@ class UnitOfWork:
 
 class FlowService:
     def __init__(self, *, settings: Settings, sessions: async_sessionmaker[AsyncSession], hub: WaiterHub,
-                 codec: RequestStateCodec, handlers: dict[str, KindHandler]) -> None:
+                 codec: RequestStateCodec, handlers: dict[str, KindHandler],
+                 read_sessions: async_sessionmaker[AsyncSession] | None = None) -> None:
         self.settings = settings
         self.sessions = sessions
+        # ``read()``'s lone SELECT runs in autocommit sessions when given: no BEGIN/ROLLBACK round trips.
+        self.read_sessions = read_sessions or sessions
         self.hub = hub
         self.codec = codec
         self.handlers = handlers
@@ -168,7 +171,7 @@ class FlowService:
     # ---- reads -----------------------------------------------------------------------------------
     async def read(self, flow_id: uuid.UUID) -> Flow | None:
         """Read a flow, expiring it first if the database clock says its time is up."""
-        async with self.sessions() as session:
+        async with self.read_sessions() as session:
             found = await repo.get(session, flow_id)
             if found is None:
                 return None
