@@ -26,6 +26,7 @@ from service.connections import repository as repo
 from service.connections.discovery import MetadataCache
 from service.connections.models import ACTIVE, REAUTHORIZATION_REQUIRED, REVOKED, Connection, OAuthState
 from service.connections.providers import ResolvedProvider, UnknownProvider, get_provider, resolve
+from service.crypto.aead import SealError
 from service.crypto.vault import Vault
 from service.db.base import CONNECTION_ID
 from service.errors import (
@@ -139,12 +140,20 @@ class ConnectionService:
 
     def _open(self, conn: Connection, purpose: str) -> str | None:
         owner = CONNECTION_ID.format(conn.id)
-        if purpose == ACCESS_TOKEN and conn.access_token_enc is not None and conn.access_token_key_id:
-            return self.vault.decrypt_text(conn.access_token_key_id, conn.access_token_enc, owner=owner,
-                                           purpose=purpose)
-        if purpose == REFRESH_TOKEN and conn.refresh_token_enc is not None and conn.refresh_token_key_id:
-            return self.vault.decrypt_text(conn.refresh_token_key_id, conn.refresh_token_enc, owner=owner,
-                                           purpose=purpose)
+        try:
+            if purpose == ACCESS_TOKEN and conn.access_token_enc is not None and conn.access_token_key_id:
+                return self.vault.decrypt_text(conn.access_token_key_id, conn.access_token_enc, owner=owner,
+                                               purpose=purpose)
+            if purpose == REFRESH_TOKEN and conn.refresh_token_enc is not None and conn.refresh_token_key_id:
+                return self.vault.decrypt_text(conn.refresh_token_key_id, conn.refresh_token_enc, owner=owner,
+                                               purpose=purpose)
+        except SealError as exc:
+            # Its key left the ring, or the value was altered or moved: nothing usable is stored, and
+            # the way out for the user is to connect again.
+            logger.error("stored token cannot be decrypted", extra={"connection_id": owner})
+            raise ReauthorizationRequired("The stored credentials for this connection cannot be read; "
+                                          "connect the account again.",
+                                          extra={"connection_id": owner}) from exc
         return None
 
     # ---- completing an authorization -------------------------------------------------------------

@@ -218,3 +218,21 @@ async def test_reconnect_in_browser_keeps_the_connection_id(env: Env, client: Se
     assert token.status_code == 200
     assert token.json()["connection_id"] == connection
     assert accepted_by_provider(env, token.json()["access_token"])
+
+
+async def test_an_unreadable_stored_token_asks_for_reconnection_not_a_500(env: Env,
+                                                                          client: ServerClientHandle) -> None:
+    """A ciphertext moved from another connection's row does not open here (owner is bound)."""
+    sub, other = new_sub("moved"), new_sub("donor")
+    connection, minted = await plant_connection(env, sub)
+    await plant_connection(env, other)
+    async with env.app.state.sessions() as session:
+        await session.execute(text(
+            "UPDATE connections SET access_token_enc = (SELECT access_token_enc FROM connections "
+            "WHERE subject_sub = :other) WHERE subject_sub = :sub"), {"other": other, "sub": sub})
+        await session.commit()
+    response = await get_token(env, client, sub)
+    assert response.status_code == 409
+    assert response.json()["code"] == "reauthorization_required"
+    assert response.json()["connection_id"] == connection
+    assert minted["access_token"] not in response.text
