@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -49,6 +49,15 @@ class Waiter:
         self.flow_id = flow_id
         self._woken = False
         self._future: asyncio.Future[bool] | None = None
+
+    # The waiter is its own context manager (``with hub.register(flow_id) as waiter``): no
+    # generator-based context manager kept alive per parked request.
+    def __enter__(self) -> Waiter:
+        self._hub._add(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hub._remove(self)
 
     async def wait(self, timeout: float) -> bool:
         """True when woken (something may have changed), False on timeout."""
@@ -88,7 +97,8 @@ class WaiterHub:
         self.poll_interval = poll_interval
         self.safety_poll_interval = safety_poll_interval
         self._finished = finished
-        self._waiters: dict[uuid.UUID, set[Waiter]] = {}
+        # A list per flow: almost always one waiter, and a one-item list is a third of a set.
+        self._waiters: dict[uuid.UUID, list[Waiter]] = {}
         self._healthy = False
         self._publisher: aioredis.Redis | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -120,18 +130,24 @@ class WaiterHub:
             self.wake_all()
 
     # ---- waiters ---------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def register(self, flow_id: uuid.UUID) -> Iterator[Waiter]:
-        waiter = Waiter(self, flow_id)
-        self._waiters.setdefault(flow_id, set()).add(waiter)
-        try:
-            yield waiter
-        finally:
-            group = self._waiters.get(flow_id)
-            if group is not None:
-                group.discard(waiter)
-                if not group:
-                    del self._waiters[flow_id]
+    def register(self, flow_id: uuid.UUID) -> Waiter:
+        """``with hub.register(flow_id) as waiter``: registered on entry, removed on exit."""
+        return Waiter(self, flow_id)
+
+    def _add(self, waiter: Waiter) -> None:
+        group = self._waiters.get(waiter.flow_id)
+        if group is None:
+            self._waiters[waiter.flow_id] = [waiter]
+        else:
+            group.append(waiter)
+
+    def _remove(self, waiter: Waiter) -> None:
+        group = self._waiters.get(waiter.flow_id)
+        if group is not None:
+            with contextlib.suppress(ValueError):
+                group.remove(waiter)
+            if not group:
+                del self._waiters[waiter.flow_id]
 
     def wake(self, flow_id: uuid.UUID) -> None:
         for waiter in self._waiters.get(flow_id, ()):
