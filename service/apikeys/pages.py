@@ -13,12 +13,12 @@ from litestar import Request, Response, post
 
 from service.apikeys.providers import ApiKeyProvider, get_api_key_provider
 from service.apikeys.service import ApiKeyService, EntryRejected, validate_entry
-from service.consent.pages import client_names, pending_flow
+from service.consent.pages import client_names
 from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
 from service.flows.states import Actor
-from service.identity.browser import BrowserIdentity, check_csrf, require_subject
+from service.identity.browser import BrowserIdentity, checked_post, require_subject
 
 Req = Request[Any, Any, Any]
 
@@ -81,14 +81,10 @@ async def api_key_page(request: Req, flow: Flow) -> Response[Any]:
     summary="Submit an API key (form POST, CSRF-protected); the key is stored encrypted, never echoed",
 )
 async def submit_api_key(request: Req, flow_ref: str) -> Response[Any]:
-    found = await pending_flow(request, flow_ref, "api_key")
-    if isinstance(found, Response):
-        return found
-    identity = await require_subject(request, found)
-    if isinstance(identity, Response):
-        return identity
-    form = await request.form()
-    check_csrf(request, identity, _field(form, "csrf_token"))
+    checked = await checked_post(request, flow_ref, "api_key")
+    if isinstance(checked, Response):
+        return checked
+    found, identity, form = checked.flow, checked.identity, checked.form
     provider = await _provider(request, found)
     if provider is None:
         return page(
@@ -99,10 +95,10 @@ async def submit_api_key(request: Req, flow_ref: str) -> Response[Any]:
             text="This service is not set up on elicitd any more.",
             flow_id=flow_ref,
         )
-    values = {f.name: _field(form, f"field_{f.name}") for f in provider.config.fields}
+    values = {f.name: form.get(f"field_{f.name}") for f in provider.config.fields}
     service: ApiKeyService = request.app.state.apikeys
     try:
-        key, fields = validate_entry(provider.config, _field(form, "secret"), values)
+        key, fields = validate_entry(provider.config, form.get("secret"), values)
         await service.live_check(provider, key, fields)
     except EntryRejected as rejected:
         async with request.app.state.flows.unit_of_work() as uow:
@@ -116,6 +112,3 @@ async def submit_api_key(request: Req, flow_ref: str) -> Response[Any]:
     return page(request, "api_key_done.html", flow_id=flow_ref, client=display_name, provider=provider)
 
 
-def _field(form: Any, name: str) -> str | None:
-    value = form.get(name)
-    return value if isinstance(value, str) else None

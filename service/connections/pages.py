@@ -29,7 +29,7 @@ from service.flows.pages import PAGE_HEADERS, page, status_page
 from service.flows.repository import Transition
 from service.flows.service import FlowService
 from service.flows.states import Actor, FlowStatus
-from service.identity.browser import BrowserIdentity, check_csrf, redirect, require_subject
+from service.identity.browser import checked_post, redirect, require_subject
 from service.identity.models import ServerClient
 
 logger = logging.getLogger("elicitd.connections.pages")
@@ -65,16 +65,6 @@ def problem_page(request: Req, status: int, heading: str, text: str, flow: Flow 
                 flow_id=FLOW_ID.format(flow.id) if flow is not None else "-")
 
 
-async def pending_flow(request: Req, flow_ref: str) -> Flow | Response[Any]:
-    flow_id = FLOW_ID.parse(flow_ref)
-    flow = None if flow_id is None else await _flows(request).read(flow_id)
-    if flow is None or flow.kind != KIND:
-        return status_page(request, None, 404)
-    if flow.status != "pending":
-        return status_page(request, flow, 410 if flow.status == "expired" else 200)
-    return flow
-
-
 def _origin(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
@@ -108,26 +98,13 @@ async def connect_page(request: Req, flow: Flow) -> Response[Any]:
     return Template(template_name="connect.html", context=context, headers=headers)
 
 
-async def _checked(request: Req, flow_ref: str) -> tuple[Flow, BrowserIdentity] | Response[Any]:
-    found = await pending_flow(request, flow_ref)
-    if isinstance(found, Response):
-        return found
-    identity = await require_subject(request, found)
-    if isinstance(identity, Response):
-        return identity
-    form = await request.form()
-    submitted = form.get("csrf_token")
-    check_csrf(request, identity, submitted if isinstance(submitted, str) else None)
-    return found, identity
-
-
 @post("/connect/{flow_ref:str}/continue", operation_id="connectContinue", tags=["browser"], status_code=303,
       summary="Start the provider authorization (form POST from the connect page, CSRF-protected)")
 async def connect_continue(request: Req, flow_ref: str) -> Response[Any]:
-    checked = await _checked(request, flow_ref)
+    checked = await checked_post(request, flow_ref, KIND)
     if isinstance(checked, Response):
         return checked
-    flow, identity = checked
+    flow, identity = checked.flow, checked.identity
     service = _connections(request)
     state, verifier, state_id = oauth.new_state(), oauth.new_verifier(), uuid7()
     async with _flows(request).unit_of_work() as uow:
@@ -148,10 +125,10 @@ async def connect_continue(request: Req, flow_ref: str) -> Response[Any]:
 @post("/connect/{flow_ref:str}/decline", operation_id="connectDecline", tags=["browser"], status_code=200,
       summary="Decline the connection (form POST from the connect page, CSRF-protected)")
 async def connect_decline(request: Req, flow_ref: str) -> Response[Any]:
-    checked = await _checked(request, flow_ref)
+    checked = await checked_post(request, flow_ref, KIND)
     if isinstance(checked, Response):
         return checked
-    flow, _ = checked
+    flow = checked.flow
     moved = await _flows(request).finish(flow.id, Transition(FlowStatus.DECLINED, Actor.BROWSER,
                                                              error_code="declined"))
     return await _final_page(request, moved or flow)

@@ -18,8 +18,7 @@ from service.db.base import FLOW_ID
 from service.errors import Conflict, InvalidRequest
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
-from service.flows.service import FlowService
-from service.identity.browser import check_csrf, require_subject
+from service.identity.browser import checked_post, require_subject
 from service.identity.models import ServerClient
 
 Req = Request[Any, Any, Any]
@@ -34,18 +33,6 @@ async def client_names(request: Req, flow: Flow) -> tuple[str, str]:
             )
         ).first()
     return (row[0], row[1]) if row is not None else ("An unknown service", "unknown")
-
-
-async def pending_flow(request: Req, flow_ref: str, kind: str) -> Flow | Response[Any]:
-    """The pending flow of this kind, or the page to show instead (unknown, finished, expired)."""
-    flows: FlowService = request.app.state.flows
-    flow_id = FLOW_ID.parse(flow_ref)
-    flow = None if flow_id is None else await flows.read(flow_id)
-    if flow is None or flow.kind != kind:
-        return status_page(request, None, 404)
-    if flow.status != "pending":
-        return status_page(request, flow, 410 if flow.status == "expired" else 200)
-    return flow
 
 
 async def consent_page(request: Req, flow: Flow) -> Response[Any]:
@@ -89,21 +76,16 @@ async def jwks(request: Req) -> Response[Any]:
     summary="Approve or decline a consent (form POST from the consent page, CSRF-protected)",
 )
 async def decide(request: Req, flow_ref: str) -> Response[Any]:
-    found = await pending_flow(request, flow_ref, "consent")
-    if isinstance(found, Response):
-        return found
-    flow = found
-    identity = await require_subject(request, flow)
-    if isinstance(identity, Response):
-        return identity
-    form = await request.form()
-    check_csrf(request, identity, _field(form, "csrf_token"))
-    decision = _field(form, "decision")
+    checked = await checked_post(request, flow_ref, "consent")
+    if isinstance(checked, Response):
+        return checked
+    flow, form = checked.flow, checked.form
+    decision = form.get("decision")
     consent: ConsentService = request.app.state.consent
     display_name, name = await client_names(request, flow)
     if decision == "approve":
         view = view_of(flow)
-        if _field(form, "text_sha256") != view.digest:
+        if form.get("text_sha256") != view.digest:
             raise Conflict(
                 "The text of this request is not the one that was shown. Reload the page and review it again.",
                 extra={"code": "consent_text_changed"},
@@ -127,6 +109,3 @@ async def decide(request: Req, flow_ref: str) -> Response[Any]:
     )
 
 
-def _field(form: Any, name: str) -> str | None:
-    value = form.get(name)
-    return value if isinstance(value, str) else None

@@ -48,6 +48,18 @@ def status_page(request: Request[Any, Any, Any], flow: Flow | None, status: int 
     return page(request, "flow_status.html", status, heading=heading, text=text, flow_id=FLOW_ID.format(flow.id))
 
 
+async def pending_flow(request: Request[Any, Any, Any], flow_ref: str, kind: str) -> Flow | Response[Any]:
+    """The pending flow of this kind, or the page to show instead (unknown, finished, expired)."""
+    flows: FlowService = request.app.state.flows
+    flow_id = FLOW_ID.parse(flow_ref)
+    flow = None if flow_id is None else await flows.read(flow_id)
+    if flow is None or flow.kind != kind:
+        return status_page(request, None, 404)
+    if flow.status != "pending":
+        return status_page(request, flow, 410 if flow.status == "expired" else 200)
+    return flow
+
+
 @get("/f/{flow_ref:str}", operation_id="openFlowPage", tags=["browser"], include_in_schema=True,
      summary="The elicitation URL: the browser side of a flow")
 async def open_flow(request: Request[Any, Any, Any], flow_ref: str) -> Response[Any]:

@@ -33,7 +33,7 @@ from litestar.response import Template
 from service.db.base import FLOW_ID
 from service.errors import Forbidden
 from service.flows.models import Flow
-from service.flows.pages import PAGE_HEADERS, page
+from service.flows.pages import PAGE_HEADERS, page, pending_flow
 from service.flows.service import FlowService
 from service.flows.states import Actor
 from service.identity import sessions as store
@@ -199,3 +199,27 @@ def check_csrf(request: Request[Any, Any, Any], identity: BrowserIdentity, submi
         raise CsrfFailed
     if submitted is None or not hmac.compare_digest(submitted.encode(), identity.csrf_token.encode()):
         raise CsrfFailed
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedPost:
+    """A form POST on a flow page that passed every check: the flow is pending and of the expected
+    kind, the browser is signed in as its subject, and the CSRF token matched."""
+
+    flow: Flow
+    identity: BrowserIdentity
+    form: dict[str, str]
+
+
+async def checked_post(request: Request[Any, Any, Any], flow_ref: str, kind: str) -> CheckedPost | Response[Any]:
+    """The checks every flow page's POST needs, in the one safe order; a Response is sent as is."""
+    found = await pending_flow(request, flow_ref, kind)
+    if isinstance(found, Response):
+        return found
+    identity = await require_subject(request, found)
+    if isinstance(identity, Response):
+        return identity
+    raw = await request.form()
+    form = {key: value for key, value in raw.items() if isinstance(value, str)}
+    check_csrf(request, identity, form.get("csrf_token"))
+    return CheckedPost(flow=found, identity=identity, form=form)

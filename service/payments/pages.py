@@ -13,13 +13,13 @@ from typing import Any
 from litestar import Request, Response, get, post
 from litestar.response import Redirect
 
-from service.consent.pages import client_names, pending_flow
+from service.consent.pages import client_names
 from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.pages import PAGE_HEADERS, page, status_page
 from service.flows.repository import Transition
 from service.flows.states import Actor, FlowStatus
-from service.identity.browser import BrowserIdentity, check_csrf, require_subject
+from service.identity.browser import BrowserIdentity, checked_post, require_subject
 from service.payments.kind import format_amount, parse_params
 from service.payments.models import Payment
 from service.payments.service import PaymentService
@@ -74,14 +74,10 @@ async def payment_page(request: Req, flow: Flow) -> Response[Any]:
     summary="Go to the payment provider's checkout (form POST, CSRF-protected)",
 )
 async def start_checkout(request: Req, flow_ref: str) -> Response[Any]:
-    found = await pending_flow(request, flow_ref, "payment")
-    if isinstance(found, Response):
-        return found
-    identity = await require_subject(request, found)
-    if isinstance(identity, Response):
-        return identity
-    form = await request.form()
-    check_csrf(request, identity, _field(form, "csrf_token"))
+    checked = await checked_post(request, flow_ref, "payment")
+    if isinstance(checked, Response):
+        return checked
+    found, identity = checked.flow, checked.identity
     url = await _payments(request).checkout_url(found)
     if url is None:
         return await _after_return(request, found, identity)
@@ -135,14 +131,10 @@ async def _after_return(request: Req, flow: Flow, identity: BrowserIdentity) -> 
     summary="Decline the payment (form POST, CSRF-protected)",
 )
 async def decline_payment(request: Req, flow_ref: str) -> Response[Any]:
-    found = await pending_flow(request, flow_ref, "payment")
-    if isinstance(found, Response):
-        return found
-    identity = await require_subject(request, found)
-    if isinstance(identity, Response):
-        return identity
-    form = await request.form()
-    check_csrf(request, identity, _field(form, "csrf_token"))
+    checked = await checked_post(request, flow_ref, "payment")
+    if isinstance(checked, Response):
+        return checked
+    found = checked.flow
     moved = await request.app.state.flows.finish(
         found.id, Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined")
     )
@@ -153,6 +145,3 @@ async def decline_payment(request: Req, flow_ref: str) -> Response[Any]:
     return status_page(request, current, 200)
 
 
-def _field(form: Any, name: str) -> str | None:
-    value = form.get(name)
-    return value if isinstance(value, str) else None
