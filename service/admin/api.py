@@ -109,9 +109,11 @@ class AdminWebhooksController(Controller):
      summary="Counts by status and kind; completion rate and median time-to-complete per provider")
 async def admin_stats(request: Request[Any, Any, Any],
                       window: Annotated[str, Parameter(default="24h", description="e.g. 1h, 24h, 7d")] = "24h",
+                      server_client: Annotated[str | None, Parameter(
+                          description="Only this server client's flows and webhook backlog (sc_…)")] = None,
                       ) -> Stats:
     async with unit(request) as session:
-        return await flows.stats(session, flows.parse_window(window))
+        return await flows.stats(session, flows.parse_window(window), server_client=server_client)
 
 
 @get("/audit", operation_id="adminListAudit", tags=["admin: audit"], opt=ADMIN,

@@ -221,7 +221,7 @@ async def _stats(state: Any, args: argparse.Namespace) -> Any:
     from service.admin import flows
 
     async with state.sessions() as session:
-        return await flows.stats(session, flows.parse_window(args.window))
+        return await flows.stats(session, flows.parse_window(args.window), server_client=args.server_client)
 
 
 async def _audit(state: Any, args: argparse.Namespace) -> Any:
@@ -336,6 +336,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
                  _command(_stats, ["provider", "created", "completed", "completion_rate",
                                    "median_seconds_to_complete"], rows=_stats_rows))
     stats.add_argument("--window", default="24h")
+    stats.add_argument("--server-client", help="only this server client's flows and webhook backlog (sc_…)")
     audit = leaf(groups, "audit", "adminListAudit",
                  _command(_audit, ["id", "at", "admin_token_id", "actor", "operation", "target", "status"],
                           rows=_items), paged=True)
