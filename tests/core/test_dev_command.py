@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import asyncpg
@@ -17,11 +19,16 @@ import httpx
 from service.embedded import free_port
 from tests.support import backends
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def test_dev_serves_on_embedded_backends_and_prints_how_to_call_it(tmp_path: Path) -> None:
+
+def test_dev_serves_on_embedded_backends_and_prints_how_to_call_it() -> None:
+    # Under the repository like `make run`'s .data/: pytest's own temporary directories are private
+    # to root, and the embedded PostgreSQL runs as its own system user.
+    data = ROOT / ".data" / "test" / f"dev-{uuid.uuid4().hex[:8]}"
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ELICITD_")}
-    env["ELICITD_DATA_DIR"] = str(tmp_path / "data")
+    env["ELICITD_DATA_DIR"] = str(data)
     process = subprocess.Popen([sys.executable, "-m", "service.cli", "dev", "--port", str(port)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     output: list[str] = []
@@ -40,7 +47,7 @@ def test_dev_serves_on_embedded_backends_and_prints_how_to_call_it(tmp_path: Pat
         key = re.search(r"dev API key:\s+(elk_\S+)", text)
         assert key is not None
         assert "curl -s -X POST" in text
-        assert (tmp_path / "data" / "dev-api-key").read_text().strip() == key.group(1)
+        assert (data / "dev-api-key").read_text().strip() == key.group(1)
         ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).json()
         assert ready == {"status": "ready", "postgres": "ok", "redis": "ok", "wakeups": "redis"}
         created = httpx.post(f"http://127.0.0.1:{port}/v1/flows", timeout=10,
@@ -54,6 +61,7 @@ def test_dev_serves_on_embedded_backends_and_prints_how_to_call_it(tmp_path: Pat
             process.wait(30)
         except subprocess.TimeoutExpired:
             process.kill()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def test_migrate_builds_the_schema_in_an_empty_database(backend: backends.Backends) -> None:
