@@ -223,8 +223,9 @@ async def test_tracing_is_off_by_default(make_settings: Callable[..., Settings])
 def test_metric_names_match_the_reference() -> None:
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "operating.md").read_text()
-    documented = set(re.findall(r"`(elicitd_[a-z_]+)`", doc))
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Metrics reference", 1)[1].split("\n### ", 1)[0]
+    documented = set(re.findall(r"`(elicitd_[a-z_]+)`", section))
     assert {"elicitd_http_requests_total", "elicitd_http_request_duration_seconds", "elicitd_flows_finished_total",
             "elicitd_flow_time_to_complete_seconds", "elicitd_waiters", "elicitd_redis_fallback",
             "elicitd_webhook_backlog", "elicitd_webhook_deliveries_total", "elicitd_token_refreshes_total",

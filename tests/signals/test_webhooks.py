@@ -22,7 +22,7 @@ from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
 
 FAST = {"WEBHOOK_BACKOFF_SECONDS": "0.2", "WEBHOOK_BACKOFF_MAX_SECONDS": "0.5",
         "WEBHOOK_POLL_INTERVAL_SECONDS": "0.1"}
-DOC = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
+DOC = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def documented_verifier() -> Callable[..., bool]:
