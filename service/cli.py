@@ -52,16 +52,16 @@ def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_js
 
 # ---- serve / dev / migrate -------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> None:
-    import uvicorn  # noqa: PLC0415
+    import uvicorn
 
-    from service.app import create_app  # noqa: PLC0415
-    from service.logs import configure_logging  # noqa: PLC0415
+    from service.app import create_app
+    from service.logs import configure_logging
     from service.serving import uvicorn_options
 
     settings = _settings()
     configure_logging(settings)
     if args.migrate:
-        from service.db.migrate import upgrade  # noqa: PLC0415
+        from service.db.migrate import upgrade
 
         upgrade(settings.database_url)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False,
@@ -69,8 +69,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
-    from service.db.migrate import upgrade  # noqa: PLC0415
-    from service.settings import normalize_database_url  # noqa: PLC0415
+    from service.db.migrate import upgrade
+    from service.settings import normalize_database_url
 
     url = os.environ.get("ELICITD_DATABASE_URL")
     if not url:
@@ -89,7 +89,7 @@ def _dev_keys() -> str:
 
 def _dev_signing_key() -> str:
     """The consent-receipt signing key of this dev instance (its public half is at /.well-known/jwks.json)."""
-    from service.consent.receipts import ReceiptSigner  # noqa: PLC0415
+    from service.consent.receipts import ReceiptSigner
 
     path = DATA_DIR / "dev-signing-key.pem"
     if not path.exists():
@@ -99,9 +99,9 @@ def _dev_signing_key() -> str:
 
 
 async def _ensure_dev_client(settings: Settings) -> str:
-    from service.db.engine import make_engine, make_sessionmaker  # noqa: PLC0415
-    from service.identity.clients import create_server_client, find_by_name  # noqa: PLC0415
-    from service.identity.keys import add_key  # noqa: PLC0415
+    from service.db.engine import make_engine, make_sessionmaker
+    from service.identity.clients import create_server_client, find_by_name
+    from service.identity.keys import add_key
 
     key_file = DATA_DIR / "dev-api-key"
     engine = make_engine(settings)
@@ -124,12 +124,12 @@ async def _ensure_dev_client(settings: Settings) -> str:
 
 def cmd_dev(args: argparse.Namespace) -> None:
     """Embedded PostgreSQL and Redis unless URLs are configured; migrate; a dev client; serve."""
-    import uvicorn  # noqa: PLC0415
+    import uvicorn
 
-    from service.app import create_app  # noqa: PLC0415
-    from service.db.migrate import upgrade  # noqa: PLC0415
-    from service.embedded import EmbeddedPostgres, EmbeddedRedis  # noqa: PLC0415
-    from service.logs import configure_logging  # noqa: PLC0415
+    from service.app import create_app
+    from service.db.migrate import upgrade
+    from service.embedded import EmbeddedPostgres, EmbeddedRedis
+    from service.logs import configure_logging
     from service.serving import uvicorn_options
 
     DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -175,9 +175,9 @@ Create a flow:
 
 # ---- servers -----------------------------------------------------------------------------------------
 async def _servers_create(args: argparse.Namespace) -> dict[str, Any]:
-    from service.db.engine import make_engine, make_sessionmaker  # noqa: PLC0415
-    from service.db.base import CLIENT_ID  # noqa: PLC0415
-    from service.identity.clients import create_server_client  # noqa: PLC0415
+    from service.db.base import CLIENT_ID
+    from service.db.engine import make_engine, make_sessionmaker
+    from service.identity.clients import create_server_client
 
     settings = _settings()
     engine = make_engine(settings)

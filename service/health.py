@@ -32,9 +32,8 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[Readiness]:
     except Exception:  # any failure means "not ready"; the reason is in the server log, not here
         postgres = "down"
     hub = state.hub
-    if not hub.redis_configured:
-        redis = "not_configured"
-    else:
+    redis = "not_configured"
+    if hub.redis_configured:
         redis = "ok" if await hub.ping() else "down"
     wakeups = "redis" if hub.healthy else "polling"
     ready = postgres == "ok"

@@ -112,7 +112,7 @@ class Settings:
         return replace(self, **changes)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:  # noqa: PLR0912 - a branch per setting
         """Read and validate ``ELICITD_*``; every problem is reported with the variable's name."""
         env = os.environ if env is None else env
 

@@ -38,7 +38,7 @@ async def database_url(backend: backends.Backends) -> AsyncIterator[str]:
 
 
 def _sa(url: str) -> str:
-    from service.settings import normalize_database_url  # noqa: PLC0415
+    from service.settings import normalize_database_url
 
     return normalize_database_url(url)
 

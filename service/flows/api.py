@@ -55,7 +55,8 @@ class FlowController(Controller):
                       "request is already satisfied (an active connection covering the scopes). `mcp` is a "
                       "ready 2026-07-28 InputRequiredResult; `legacy` is the 2025-11-25 equivalent.")
     async def create(self, request: Request[Any, Any, Any], client: AuthenticatedClient,
-                     data: Annotated[CreateFlowRequest, Body(examples=[_CREATE_EXAMPLE])]) -> Response[CreateFlowResponse]:
+                     data: Annotated[CreateFlowRequest, Body(examples=[_CREATE_EXAMPLE])],
+                     ) -> Response[CreateFlowResponse]:
         created, response = await _flows(request).create(client, data)
         return Response(response, status_code=201 if created else 200)
 

@@ -134,7 +134,7 @@ async def test_pending_per_subject_holds_under_concurrent_creates(elicitd: Runni
     created = await _create(elicitd, tokens["admin"])
     async with admin_http(elicitd, tokens["admin"]) as http:
         await http.patch(f"/admin/v1/server-clients/{created['client']['id']}", json={"pending_per_subject": 3})
-    import asyncio  # noqa: PLC0415
+    import asyncio
 
     async with elicitd.http(created["api_key"]) as http:
         answers = await asyncio.gather(*(http.post("/v1/flows", json=_flow_body("same")) for _ in range(20)))

@@ -27,7 +27,7 @@ async def test_missing_or_wrong_api_key_is_401_without_detail(elicitd: RunningAp
 
 
 async def test_revoked_key_and_disabled_client_are_401(elicitd: RunningApp, subject: Subject) -> None:
-    from sqlalchemy import text  # noqa: PLC0415
+    from sqlalchemy import text
 
     revoked = await new_server_client(elicitd)
     disabled = await new_server_client(elicitd)
@@ -203,7 +203,7 @@ async def test_nul_characters_are_400_and_store_nothing(elicitd: RunningApp, ser
     assert response.status_code == 400
     assert response.headers["content-type"].startswith(PROBLEM)
     assert response.json()["code"] == "invalid_request"
-    from sqlalchemy import text  # noqa: PLC0415
+    from sqlalchemy import text
 
     async with elicitd.state.sessions() as session:
         count = (await session.execute(text("SELECT count(*) FROM flows WHERE server_client_id = :c"),

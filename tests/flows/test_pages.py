@@ -45,8 +45,8 @@ async def test_finished_and_expired_pages(elicitd: RunningApp, server_client: Se
 async def test_kind_without_a_page_says_so(elicitd: RunningApp, server_client: ServerClientHandle,
                                            subject: Subject) -> None:
     """A kind whose browser side is not installed says so on its URL: no fake completion."""
-    from service.db.base import FLOW_ID, uuid7  # noqa: PLC0415
-    from service.flows import repository  # noqa: PLC0415
+    from service.db.base import FLOW_ID, uuid7
+    from service.flows import repository
 
     flow_id = uuid7()
     async with elicitd.state.sessions() as session:

@@ -93,7 +93,7 @@ class LogCapture(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
-        from service.logs import JsonFormatter  # noqa: PLC0415
+        from service.logs import JsonFormatter
 
         self.setFormatter(JsonFormatter())
         self.lines: list[str] = []

@@ -35,7 +35,7 @@ class Backends:
 
 def _docker_answers() -> bool:
     try:
-        import docker  # noqa: PLC0415
+        import docker
 
         docker.from_env(timeout=2).ping()
         return True
@@ -51,8 +51,8 @@ def discover() -> Iterator[Backends]:
         yield Backends(db_env, redis_env, "environment")
         return
     if _docker_answers():
-        from testcontainers.postgres import PostgresContainer  # noqa: PLC0415
-        from testcontainers.redis import RedisContainer  # noqa: PLC0415
+        from testcontainers.postgres import PostgresContainer
+        from testcontainers.redis import RedisContainer
 
         with PostgresContainer("postgres:17-alpine", driver=None) as pg, RedisContainer("redis:7-alpine") as rd:
             host, port = rd.get_container_host_ip(), rd.get_exposed_port(6379)
