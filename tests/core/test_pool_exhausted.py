@@ -15,7 +15,7 @@ from tests.support.apps import new_server_client, running_app
 
 async def test_full_pool_answers_503_with_retry_after_then_recovers(
         make_settings: Callable[..., Settings], subject: Subject) -> None:
-    # Pool of one plus one overflow; the background sweeper/dispatcher would compete for it.
+    # A pool of one connection; the background sweeper/dispatcher would compete for it.
     settings = make_settings(db_pool_size=1, db_pool_timeout_seconds=0.2, background_tasks=False,
                              api_key_cache_seconds=0)
     async with running_app(settings) as app:
@@ -25,7 +25,7 @@ async def test_full_pool_answers_503_with_retry_after_then_recovers(
             flow_id = created["flow"]["id"]
             async with contextlib.AsyncExitStack() as held:
                 # Check out every connection the pool may hand out, and keep them checked out.
-                for _ in range(2):
+                for _ in range(app.state.engine.pool.size()):
                     session = await held.enter_async_context(app.state.sessions())
                     await session.execute(text("SELECT 1"))
                 busy = await http.get(f"/v1/flows/{flow_id}")
