@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
@@ -29,6 +30,9 @@ logger = logging.getLogger("elicitd.signals")
 
 # Given the ids this process waits on, return those that are terminal or due to expire.
 FinishedLookup = Callable[[list[uuid.UUID]], Awaitable[Iterable[uuid.UUID]]]
+
+
+TIMEOUT_SLOT_SECONDS = 0.05
 
 
 def _settle(future: asyncio.Future[bool], woken: bool) -> None:
@@ -69,11 +73,11 @@ class Waiter:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         self._future = future
-        timer = loop.call_later(timeout, _settle, future, False)
+        slot = self._hub._arm(loop, future, timeout)
         try:
             return await future
         finally:
-            timer.cancel()
+            self._hub._disarm(slot, future)
             self._future = None
             self._woken = False
 
@@ -103,6 +107,9 @@ class WaiterHub:
         self._publisher: aioredis.Redis | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        # Timeouts of parked waits, by 50 ms slot: one loop timer per slot rather than one timer
+        # handle (with its context copy and libuv timer, ~0.6 KB) per parked request.
+        self._timeouts: dict[int, dict[int, asyncio.Future[bool]]] = {}
         self.published = 0
         self.publish_failures = 0
         self.received = 0
@@ -148,6 +155,25 @@ class WaiterHub:
                 group.remove(waiter)
             if not group:
                 del self._waiters[waiter.flow_id]
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[bool], timeout: float) -> int:
+        """Settle ``future`` with False at most ``TIMEOUT_SLOT_SECONDS`` after ``timeout``."""
+        slot = math.ceil((loop.time() + timeout) / TIMEOUT_SLOT_SECONDS)
+        group = self._timeouts.get(slot)
+        if group is None:
+            group = self._timeouts[slot] = {}
+            loop.call_at(slot * TIMEOUT_SLOT_SECONDS, self._expire, slot)
+        group[id(future)] = future
+        return slot
+
+    def _disarm(self, slot: int, future: asyncio.Future[bool]) -> None:
+        group = self._timeouts.get(slot)
+        if group is not None:
+            group.pop(id(future), None)
+
+    def _expire(self, slot: int) -> None:
+        for future in (self._timeouts.pop(slot, None) or {}).values():
+            _settle(future, False)
 
     def wake(self, flow_id: uuid.UUID) -> None:
         for waiter in self._waiters.get(flow_id, ()):
