@@ -81,7 +81,7 @@ async def receiving(receiver: Receiver | None = None) -> AsyncIterator[Receiver]
             await asyncio.wait_for(task, 10)
 
 
-async def eventually(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+async def eventually(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
         if asyncio.get_running_loop().time() > deadline:

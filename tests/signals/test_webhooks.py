@@ -54,7 +54,7 @@ async def outbox(app: RunningApp, flow_id: str) -> Any:
                                       {"f": uuid.UUID(flow_id[3:])})).one()
 
 
-async def delivered_row(app: RunningApp, flow_id: str, timeout: float = 15.0) -> Any:
+async def delivered_row(app: RunningApp, flow_id: str, timeout: float = 30.0) -> Any:
     """The outbox row once its delivery is recorded: the receiver sees the POST before the worker
     writes ``delivered_at`` (after the answer), so reading the row at once races that write."""
     deadline = asyncio.get_running_loop().time() + timeout
