@@ -34,12 +34,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check service tests bench examples
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format --check service
+	$(VENV)/bin/ruff format --check service elicitd_client
 
 types: $(STAMP)
 	$(VENV)/bin/mypy
 
-check: lint types test
+check: format lint types test
 
 bench: $(STAMP)
 	$(PY) bench/run.py

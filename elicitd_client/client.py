@@ -22,8 +22,14 @@ from elicitd_client.types import CreatedFlow, FlowStatus, Resolution, Subject, T
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 # Transport failures where the request either never arrived or its answer was lost mid-way.
-RETRY_ERRORS: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadError,
-                                             httpx.WriteError, httpx.RemoteProtocolError, httpx.PoolTimeout)
+RETRY_ERRORS: tuple[type[Exception], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+    httpx.PoolTimeout,
+)
 
 
 def _subject(subject: Subject | Mapping[str, str]) -> dict[str, str]:
@@ -39,8 +45,17 @@ class ElicitdClient:
     ...     flow = await elicitd.create_flow(subject, "oauth_connect", provider="github", scopes=["repo"])
     """
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0, retries: int = 3,
-                 backoff: float = 0.2, max_backoff: float = 5.0, http: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff = backoff
@@ -48,8 +63,11 @@ class ElicitdClient:
         self.timeout = timeout
         self._owns_http = http is None
         self._http = http or httpx.AsyncClient(timeout=timeout)
-        self._headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json",
-                         "User-Agent": "elicitd-client/0.1"}
+        self._headers = {
+            "Authorization": f"Bearer {api_key}",
+            "Accept": "application/json",
+            "User-Agent": "elicitd-client/0.1",
+        }
 
     def __repr__(self) -> str:  # the API key stays out of reprs and logs
         return f"ElicitdClient({self.base_url!r})"
@@ -57,8 +75,9 @@ class ElicitdClient:
     async def __aenter__(self) -> ElicitdClient:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -72,8 +91,15 @@ class ElicitdClient:
         base = min(self.backoff * (2**attempt), self.max_backoff)
         return float(base / 2 + random.random() * base / 2)  # noqa: S311 (jitter, not security)
 
-    async def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
-                      wait_seconds: float = 0) -> tuple[int, Any]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        wait_seconds: float = 0,
+    ) -> tuple[int, Any]:
         """Send one API call with retries; return ``(status, json)`` or raise an ``ElicitdError``."""
         timeout = httpx.Timeout(self.timeout + wait_seconds, connect=min(self.timeout, 10.0))
         last = "no attempt made"
@@ -83,8 +109,9 @@ class ElicitdClient:
                 await asyncio.sleep(self._delay(attempt - 1, retry_after))
                 retry_after = None
             try:
-                response = await self._http.request(method, self.base_url + path, json=json, params=params,
-                                                    headers=self._headers, timeout=timeout)
+                response = await self._http.request(
+                    method, self.base_url + path, json=json, params=params, headers=self._headers, timeout=timeout
+                )
             except RETRY_ERRORS as exc:
                 last = f"{type(exc).__name__} talking to elicitd"
                 continue
@@ -109,30 +136,53 @@ class ElicitdClient:
         return body
 
     # ---- flows -------------------------------------------------------------------------------------
-    async def create_flow(self, subject: Subject | Mapping[str, str], kind: str, *, provider: str | None = None,
-                          scopes: Sequence[str] = (), message: str | None = None, ttl_seconds: int | None = None,
-                          context: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,
-                          url: str | None = None, account: str | None = None) -> CreatedFlow:
+    async def create_flow(
+        self,
+        subject: Subject | Mapping[str, str],
+        kind: str,
+        *,
+        provider: str | None = None,
+        scopes: Sequence[str] = (),
+        message: str | None = None,
+        ttl_seconds: int | None = None,
+        context: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        url: str | None = None,
+        account: str | None = None,
+    ) -> CreatedFlow:
         """Create a flow or reuse the subject's pending equivalent (same id, same URL).
 
         ``status == "completed"`` means nothing needs asking (an ``oauth_connect`` whose connection
         already covers the scopes)."""
         body: dict[str, Any] = {"subject": _subject(subject), "kind": kind, "scopes": list(scopes)}
-        optional = {"provider": provider, "message": message, "ttl_seconds": ttl_seconds, "url": url,
-                    "account": account, "context": dict(context) if context else None,
-                    "params": dict(params) if params else None}
+        optional = {
+            "provider": provider,
+            "message": message,
+            "ttl_seconds": ttl_seconds,
+            "url": url,
+            "account": account,
+            "context": dict(context) if context else None,
+            "params": dict(params) if params else None,
+        }
         body.update({key: value for key, value in optional.items() if value is not None})
         status, data = await self.request("POST", "/v1/flows", json=body)
         return CreatedFlow.from_json(data, created=status == 201)
 
-    async def resolve(self, subject: Subject | Mapping[str, str], request_state: str,
-                      input_responses: Mapping[str, Mapping[str, Any]] | None = None,
-                      wait_seconds: float = 0) -> Resolution:
+    async def resolve(
+        self,
+        subject: Subject | Mapping[str, str],
+        request_state: str,
+        input_responses: Mapping[str, Mapping[str, Any]] | None = None,
+        wait_seconds: float = 0,
+    ) -> Resolution:
         """Resolve an MCP client's retry: apply its action and, on ``accept``, wait up to
         ``wait_seconds`` for the flow to finish."""
-        body = {"subject": _subject(subject), "request_state": request_state,
-                "input_responses": {key: dict(value) for key, value in (input_responses or {}).items()},
-                "wait_seconds": wait_seconds}
+        body = {
+            "subject": _subject(subject),
+            "request_state": request_state,
+            "input_responses": {key: dict(value) for key, value in (input_responses or {}).items()},
+            "wait_seconds": wait_seconds,
+        }
         _, data = await self.request("POST", "/v1/flows/resolve", json=body, wait_seconds=wait_seconds)
         return Resolution.from_json(data)
 
@@ -164,8 +214,14 @@ class ElicitdClient:
         return FlowStatus.from_json(data)
 
     # ---- connections -------------------------------------------------------------------------------
-    async def token(self, provider: str, subject: Subject | Mapping[str, str], *,
-                    scopes: Sequence[str] = (), account: str | None = None) -> Token:
+    async def token(
+        self,
+        provider: str,
+        subject: Subject | Mapping[str, str],
+        *,
+        scopes: Sequence[str] = (),
+        account: str | None = None,
+    ) -> Token:
         """A valid access token for the subject's connection (refreshed by elicitd when near expiry).
 
         Raises ``NotConnected`` (start an ``oauth_connect`` flow) or ``ReauthorizationRequired``."""
@@ -177,8 +233,9 @@ class ElicitdClient:
         _, data = await self.request("GET", f"/v1/connections/{provider}/token", params=params)
         return Token.from_json(data)
 
-    async def revoke(self, provider: str, subject: Subject | Mapping[str, str], *,
-                     account: str | None = None) -> dict[str, Any]:
+    async def revoke(
+        self, provider: str, subject: Subject | Mapping[str, str], *, account: str | None = None
+    ) -> dict[str, Any]:
         """Forget the subject's connection (and revoke it at the provider when it can). Returns
         elicitd's answer (``revoked`` connection ids, ``revoked_at_provider``)."""
         params: dict[str, Any] = _subject(subject)

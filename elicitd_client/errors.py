@@ -19,8 +19,9 @@ class ElicitdError(Exception):
 
     default_code = "error"
 
-    def __init__(self, detail: str, *, code: str | None = None, status: int = 0,
-                 problem: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, detail: str, *, code: str | None = None, status: int = 0, problem: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.code = code or self.default_code
@@ -111,13 +112,31 @@ class RateLimited(ElicitdError):
 
 _BY_CODE: dict[str, type[ElicitdError]] = {
     cls.default_code: cls
-    for cls in (Unauthenticated, Forbidden, InvalidRequest, InvalidRequestState, RequestStateExpired, NotFound,
-                FlowNotFound, NotConnected, Conflict, FlowNotPending, ReauthorizationRequired, InsufficientScope,
-                RateLimited,
-                ElicitdUnavailable)
+    for cls in (
+        Unauthenticated,
+        Forbidden,
+        InvalidRequest,
+        InvalidRequestState,
+        RequestStateExpired,
+        NotFound,
+        FlowNotFound,
+        NotConnected,
+        Conflict,
+        FlowNotPending,
+        ReauthorizationRequired,
+        InsufficientScope,
+        RateLimited,
+        ElicitdUnavailable,
+    )
 }
-_BY_STATUS: dict[int, type[ElicitdError]] = {400: InvalidRequest, 401: Unauthenticated, 403: Forbidden,
-                                             404: NotFound, 409: Conflict, 429: RateLimited}
+_BY_STATUS: dict[int, type[ElicitdError]] = {
+    400: InvalidRequest,
+    401: Unauthenticated,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    429: RateLimited,
+}
 
 
 def error_from_problem(status: int, problem: dict[str, Any]) -> ElicitdError:

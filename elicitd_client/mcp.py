@@ -118,7 +118,7 @@ class _Round:
         if not value or not value.startswith(_STATE_PREFIX + "."):
             return None
         try:
-            body = value[len(_STATE_PREFIX) + 1:]
+            body = value[len(_STATE_PREFIX) + 1 :]
             document = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
             states = {str(k): (str(v[0]), str(v[1])) for k, v in document["s"].items()}
             return cls(started=float(document["t"]), rounds=int(document["n"]), states=states)
@@ -131,8 +131,10 @@ def verified_subject(ctx: Context[Any, Any]) -> Subject:
     token = get_access_token()
     issuer = (token.claims or {}).get("iss") if token is not None else None
     if token is None or not token.subject or not isinstance(issuer, str) or not issuer:
-        raise SubjectUnavailable("elicitd needs the verified user: configure the MCP server's token verifier to set "
-                                 "AccessToken.subject and claims['iss']")
+        raise SubjectUnavailable(
+            "elicitd needs the verified user: configure the MCP server's token verifier to set "
+            "AccessToken.subject and claims['iss']"
+        )
     return Subject(iss=issuer, sub=token.subject)
 
 
@@ -142,18 +144,29 @@ def _url_capable(ctx: Context[Any, Any]) -> bool:
 
 
 def missing_url_capability() -> MCPError:
-    data = MissingRequiredClientCapabilityErrorData(required_capabilities=ClientCapabilities(
-        elicitation=ElicitationCapability(url=UrlElicitationCapability())))
-    return MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, "This tool needs a client that supports URL elicitation",
-                    data.model_dump(by_alias=True, mode="json", exclude_none=True))
+    data = MissingRequiredClientCapabilityErrorData(
+        required_capabilities=ClientCapabilities(elicitation=ElicitationCapability(url=UrlElicitationCapability()))
+    )
+    return MCPError(
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        "This tool needs a client that supports URL elicitation",
+        data.model_dump(by_alias=True, mode="json", exclude_none=True),
+    )
 
 
 class Elicitd:
     """The MCP-side helper. One per server process; safe to share between concurrent calls."""
 
-    def __init__(self, client: ElicitdClient, *, wait_seconds: float = 15.0, budget_seconds: float = 50.0,
-                 max_rounds: int = 10, legacy: Literal["push", "error"] = "push",
-                 subject: Callable[[Context[Any, Any]], Subject] = verified_subject) -> None:
+    def __init__(
+        self,
+        client: ElicitdClient,
+        *,
+        wait_seconds: float = 15.0,
+        budget_seconds: float = 50.0,
+        max_rounds: int = 10,
+        legacy: Literal["push", "error"] = "push",
+        subject: Callable[[Context[Any, Any]], Subject] = verified_subject,
+    ) -> None:
         self.client = client
         self.wait_seconds = wait_seconds
         self.budget_seconds = budget_seconds
@@ -193,28 +206,57 @@ class Elicitd:
         return wrapper
 
     # ---- the helpers -------------------------------------------------------------------------------
-    async def require_token(self, ctx: Context[Any, Any], *, provider: str, scopes: Sequence[str] = (),
-                            message: str | None = None, account: str | None = None,
-                            kind: Literal["oauth_connect", "api_key"] = "oauth_connect") -> Token:
+    async def require_token(
+        self,
+        ctx: Context[Any, Any],
+        *,
+        provider: str,
+        scopes: Sequence[str] = (),
+        message: str | None = None,
+        account: str | None = None,
+        kind: Literal["oauth_connect", "api_key"] = "oauth_connect",
+    ) -> Token:
         """The user's access token for ``provider`` covering ``scopes``; connects first if needed."""
-        need = _Need(kind, _drop_none({"provider": provider, "scopes": sorted(set(scopes)), "message": message,
-                                       "account": account}))
+        need = _Need(
+            kind,
+            _drop_none({"provider": provider, "scopes": sorted(set(scopes)), "message": message, "account": account}),
+        )
         await self._obtain(ctx, need)
         return await self.client.token(provider, self._subject(ctx), scopes=sorted(set(scopes)), account=account)
 
-    async def require_consent(self, ctx: Context[Any, Any], *, title: str, description: str,
-                              details: Mapping[str, str] | None = None, message: str | None = None) -> Consent:
+    async def require_consent(
+        self,
+        ctx: Context[Any, Any],
+        *,
+        title: str,
+        description: str,
+        details: Mapping[str, str] | None = None,
+        message: str | None = None,
+    ) -> Consent:
         """The user's approval of exactly ``description``; returns the signed receipt."""
-        params = _drop_none({"title": title, "description": description,
-                             "details": dict(details) if details else None})
+        params = _drop_none({"title": title, "description": description, "details": dict(details) if details else None})
         done = await self._obtain(ctx, _Need("consent", _drop_none({"params": params, "message": message})))
         return Consent(kind=done.kind, result=done.result, flow=done.flow)
 
-    async def require_payment(self, ctx: Context[Any, Any], *, amount: int, currency: str, description: str,
-                              idempotency_key: str | None = None, message: str | None = None) -> Payment:
+    async def require_payment(
+        self,
+        ctx: Context[Any, Any],
+        *,
+        amount: int,
+        currency: str,
+        description: str,
+        idempotency_key: str | None = None,
+        message: str | None = None,
+    ) -> Payment:
         """A completed payment of ``amount`` (minor units) in ``currency``."""
-        params = _drop_none({"amount": amount, "currency": currency.lower(), "description": description,
-                             "idempotency_key": idempotency_key})
+        params = _drop_none(
+            {
+                "amount": amount,
+                "currency": currency.lower(),
+                "description": description,
+                "idempotency_key": idempotency_key,
+            }
+        )
         done = await self._obtain(ctx, _Need("payment", _drop_none({"params": params, "message": message})))
         return Payment(kind=done.kind, result=done.result, flow=done.flow)
 
@@ -245,19 +287,29 @@ class Elicitd:
         key = _KEY_PREFIX + flow_id
         responses = {k: _response_json(v) for k, v in (ctx.input_responses or {}).items() if k == key}
         try:
-            resolution = await self.client.resolve(subject, state, responses,
-                                                   wait_seconds=max(0.0, min(self.wait_seconds, remaining)))
+            resolution = await self.client.resolve(
+                subject, state, responses, wait_seconds=max(0.0, min(self.wait_seconds, remaining))
+            )
         except InvalidRequestState:
             logger.info("request state no longer valid; starting over", extra={"kind": need.kind})
             return self._first_round(need, await self._create(need, subject), current)
         self._check_flow(need, resolution.flow)
-        logger.info("elicitation round", extra={"kind": need.kind, "outcome": resolution.outcome,
-                                                "state_only": resolution.state_only, "round": current.rounds + 1})
+        logger.info(
+            "elicitation round",
+            extra={
+                "kind": need.kind,
+                "outcome": resolution.outcome,
+                "state_only": resolution.state_only,
+                "round": current.rounds + 1,
+            },
+        )
         if resolution.outcome == "input_required" and resolution.mcp is not None:
             elapsed = time.time() - current.started
             if current.rounds + 1 > self.max_rounds or elapsed >= self.budget_seconds:
-                raise ElicitationPending("Still waiting for you to finish in the browser. Call the tool again "
-                                         "once you are done.", flow=resolution.flow)
+                raise ElicitationPending(
+                    "Still waiting for you to finish in the browser. Call the tool again once you are done.",
+                    flow=resolution.flow,
+                )
             raise self._input_required(need, resolution.flow.id, resolution.mcp, current)
         if resolution.outcome == "expired":
             return self._first_round(need, await self._create(need, subject), current)
@@ -283,8 +335,9 @@ class Elicitd:
         if resolution.outcome == "declined":
             raise ElicitationDeclined(_declined_text(need), flow=flow)
         if resolution.outcome == "cancelled":
-            raise ElicitationCancelled("The request was dismissed. Call the tool again to continue where you "
-                                       "left off.", flow=flow)
+            raise ElicitationCancelled(
+                "The request was dismissed. Call the tool again to continue where you left off.", flow=flow
+            )
         code = flow.error.code if flow.error is not None else resolution.outcome
         raise ElicitationFailed(f"The {_noun(need)} did not complete ({code}).", code=code, flow=flow)
 
@@ -293,8 +346,7 @@ class Elicitd:
         """Defence in depth: the flow a state resolved to must be the one this requirement asked for."""
         provider = need.create.get("provider")
         if flow.kind != need.kind or (provider is not None and flow.provider != provider):
-            raise ElicitationFailed("The request state belongs to another request.", code="state_mismatch",
-                                    flow=flow)
+            raise ElicitationFailed("The request state belongs to another request.", code="state_mismatch", flow=flow)
 
     # ---- 2025-11-25 ----------------------------------------------------------------------------------
     async def _legacy(self, ctx: Context[Any, Any], need: _Need, subject: Subject) -> Completed:
@@ -304,8 +356,9 @@ class Elicitd:
         elicitation = created.elicitation or {}
         flow_id = created.flow.id
         self._remember_session(flow_id, ctx.session)
-        params = ElicitRequestURLParams(message=str(elicitation.get("message", "")), url=created.flow.url,
-                                        elicitation_id=flow_id)
+        params = ElicitRequestURLParams(
+            message=str(elicitation.get("message", "")), url=created.flow.url, elicitation_id=flow_id
+        )
         if self.legacy == "error" or created.request_state is None:
             raise UrlElicitationRequiredError([params])
         answer = await ctx.elicit_url(params.message, params.url, flow_id)
@@ -314,11 +367,19 @@ class Elicitd:
         responses: dict[str, dict[str, Any]] | None = {_KEY_PREFIX + flow_id: {"action": answer.action}}
         while True:
             remaining = self.budget_seconds - (time.time() - started)
-            resolution = await self.client.resolve(subject, state, responses,
-                                                   wait_seconds=max(0.0, min(self.wait_seconds, remaining)))
+            resolution = await self.client.resolve(
+                subject, state, responses, wait_seconds=max(0.0, min(self.wait_seconds, remaining))
+            )
             responses = None
-            logger.info("elicitation round", extra={"kind": need.kind, "outcome": resolution.outcome,
-                                                    "state_only": resolution.state_only, "legacy": True})
+            logger.info(
+                "elicitation round",
+                extra={
+                    "kind": need.kind,
+                    "outcome": resolution.outcome,
+                    "state_only": resolution.state_only,
+                    "legacy": True,
+                },
+            )
             if resolution.outcome != "input_required" or resolution.mcp is None:
                 return self._finished(need, resolution)
             if time.time() - started >= self.budget_seconds or not resolution.state_only:
@@ -350,8 +411,9 @@ class Elicitd:
 
 
 def _response_json(value: Any) -> dict[str, Any]:
-    dumped = value.model_dump(by_alias=True, mode="json", exclude_none=True) if hasattr(value, "model_dump") \
-        else dict(value)
+    dumped = (
+        value.model_dump(by_alias=True, mode="json", exclude_none=True) if hasattr(value, "model_dump") else dict(value)
+    )
     return {key: dumped[key] for key in ("action", "content") if key in dumped}
 
 
@@ -360,14 +422,20 @@ def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _noun(need: _Need) -> str:
-    return {"oauth_connect": f"connection to {need.create.get('provider')}", "api_key": "API key entry",
-            "consent": "approval", "payment": "payment"}.get(need.kind, "step")
+    return {
+        "oauth_connect": f"connection to {need.create.get('provider')}",
+        "api_key": "API key entry",
+        "consent": "approval",
+        "payment": "payment",
+    }.get(need.kind, "step")
 
 
 def _declined_text(need: _Need) -> str:
-    return {"oauth_connect": f"The user declined to connect {need.create.get('provider')}.",
-            "consent": "The user did not approve this action.",
-            "payment": "The user declined the payment."}.get(need.kind, "The user declined.")
+    return {
+        "oauth_connect": f"The user declined to connect {need.create.get('provider')}.",
+        "consent": "The user did not approve this action.",
+        "payment": "The user declined the payment.",
+    }.get(need.kind, "The user declined.")
 
 
 __all__ = [

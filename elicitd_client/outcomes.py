@@ -27,8 +27,11 @@ class InputRequired(MCPError):
     """Carry a ready ``InputRequiredResult`` out of the tool body (2026-07-28 only)."""
 
     def __init__(self, result: InputRequiredResult) -> None:
-        super().__init__(INTERNAL_ERROR, "elicitd needs client input but the tool cannot return it: call "
-                                         "Elicitd.install(server) or decorate the tool with @elicitd.tool")
+        super().__init__(
+            INTERNAL_ERROR,
+            "elicitd needs client input but the tool cannot return it: call "
+            "Elicitd.install(server) or decorate the tool with @elicitd.tool",
+        )
         self.result = result
 
 

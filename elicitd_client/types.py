@@ -106,8 +106,15 @@ class CreatedFlow:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], *, created: bool) -> CreatedFlow:
-        return cls(created=created, status=str(data.get("status", "")), flow=Flow.from_json(data.get("flow") or {}),
-                   result=data.get("result"), mcp=data.get("mcp"), legacy=data.get("legacy"), raw=data)
+        return cls(
+            created=created,
+            status=str(data.get("status", "")),
+            flow=Flow.from_json(data.get("flow") or {}),
+            result=data.get("result"),
+            mcp=data.get("mcp"),
+            legacy=data.get("legacy"),
+            raw=data,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +138,13 @@ class Resolution:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Resolution:
-        return cls(outcome=str(data.get("outcome", "")), flow=Flow.from_json(data.get("flow") or {}),
-                   result=data.get("result"), mcp=data.get("mcp"), raw=data)
+        return cls(
+            outcome=str(data.get("outcome", "")),
+            flow=Flow.from_json(data.get("flow") or {}),
+            result=data.get("result"),
+            mcp=data.get("mcp"),
+            raw=data,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,9 @@ class InvalidWebhook(Exception):
     """The delivery is not from elicitd, was altered, or is too old/new."""
 
 
-def verify_webhook(secret: str, body: bytes, signature: str | None, *, tolerance_seconds: float = 300,
-                   now: float | None = None) -> dict[str, Any]:
+def verify_webhook(
+    secret: str, body: bytes, signature: str | None, *, tolerance_seconds: float = 300, now: float | None = None
+) -> dict[str, Any]:
     """Return the event (``{"id", "type", "created_at", "data": {"flow_id", "status", ...}}``)."""
     if not signature:
         raise InvalidWebhook("missing signature")

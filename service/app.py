@@ -55,30 +55,45 @@ def create_app(settings: Settings) -> Litestar:
     async def finished(ids: list) -> list:  # type: ignore[type-arg]
         return await flows_ref[0].finished_among(ids)
 
-    hub = WaiterHub(redis_url=settings.redis_url, channel=settings.redis_channel,
-                    poll_interval=settings.poll_interval_seconds,
-                    safety_poll_interval=max(settings.poll_interval_seconds * 10, 30.0), finished=finished)
-    flows = FlowService(settings=settings, sessions=sessions, hub=hub, codec=RequestStateCodec(settings.keys),
-                        handlers=default_handlers(), read_sessions=make_read_sessionmaker(engine))
+    hub = WaiterHub(
+        redis_url=settings.redis_url,
+        channel=settings.redis_channel,
+        poll_interval=settings.poll_interval_seconds,
+        safety_poll_interval=max(settings.poll_interval_seconds * 10, 30.0),
+        finished=finished,
+    )
+    flows = FlowService(
+        settings=settings,
+        sessions=sessions,
+        hub=hub,
+        codec=RequestStateCodec(settings.keys),
+        handlers=default_handlers(),
+        read_sessions=make_read_sessionmaker(engine),
+    )
     flows_ref.append(flows)
-    state = State({
-        "settings": settings,
-        "engine": engine,
-        "sessions": sessions,
-        "hub": hub,
-        "flows": flows,
-        "authenticator": ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds),
-        "kind_pages": {},
-        "vault": Vault(settings.keys),
-        "issuers": IssuerDirectory(sessions, Vault(settings.keys)),
-    })
+    state = State(
+        {
+            "settings": settings,
+            "engine": engine,
+            "sessions": sessions,
+            "hub": hub,
+            "flows": flows,
+            "authenticator": ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds),
+            "kind_pages": {},
+            "vault": Vault(settings.keys),
+            "issuers": IssuerDirectory(sessions, Vault(settings.keys)),
+        }
+    )
     state.connections = ConnectionService(sessions=sessions, vault=state.vault, metadata=MetadataCache())
     flows.handlers["oauth_connect"] = OAuthConnectKind()
     state.kind_pages["oauth_connect"] = connect_page
     ops = Operations.install(settings, state)
 
-    kind_routes = [*install_consent(state, flows, settings), *install_payments(state, flows, settings),
-                   *install_apikeys(state, flows, settings)]
+    kind_routes = [
+        *install_consent(state, flows, settings),
+        *install_payments(state, flows, settings),
+        *install_apikeys(state, flows, settings),
+    ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -129,10 +144,12 @@ def create_app(settings: Settings) -> Litestar:
             description="Durable state for MCP URL-mode elicitation.",
             path="/schema",
             render_plugins=[SwaggerRenderPlugin()],
-            components=Components(security_schemes={
-                "apiKey": SecurityScheme(type="http", scheme="bearer", description="A server client's API key"),
-                "adminToken": ADMIN_SECURITY_SCHEME,
-            }),
+            components=Components(
+                security_schemes={
+                    "apiKey": SecurityScheme(type="http", scheme="bearer", description="A server client's API key"),
+                    "adminToken": ADMIN_SECURITY_SCHEME,
+                }
+            ),
         ),
         debug=False,
         logging_config=None,

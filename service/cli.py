@@ -24,8 +24,13 @@ from service.settings import KeyRing, Settings
 DATA_DIR = Path(os.environ.get("ELICITD_DATA_DIR", ".data"))
 
 # Modules with a ``register(subparsers)`` function adding their own subcommands.
-_COMMAND_GROUPS: list[str] = ["service.identity.cli", "service.admin.cli", "service.payments.cli",
-                              "service.apikeys.cli", "service.connections.cli"]
+_COMMAND_GROUPS: list[str] = [
+    "service.identity.cli",
+    "service.admin.cli",
+    "service.payments.cli",
+    "service.apikeys.cli",
+    "service.connections.cli",
+]
 
 
 def _settings() -> Settings:
@@ -64,8 +69,16 @@ def cmd_serve(args: argparse.Namespace) -> None:
         from service.db.migrate import upgrade
 
         upgrade(settings.database_url)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False,
-                proxy_headers=True, server_header=False, **uvicorn_options())
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        proxy_headers=True,
+        server_header=False,
+        **uvicorn_options(),
+    )
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
@@ -154,20 +167,30 @@ def cmd_dev(args: argparse.Namespace) -> None:
         upgrade(settings.database_url)
         key = asyncio.run(_ensure_dev_client(settings))
         base = settings.public_url
-        print(f"""
+        print(
+            f"""
 elicitd is serving at {base}
   API docs:      {base}/schema
   readiness:     {base}/readyz
   dev API key:   {key}
-  (stored in {DATA_DIR / 'dev-api-key'}; the database and Redis live under {DATA_DIR}/)
+  (stored in {DATA_DIR / "dev-api-key"}; the database and Redis live under {DATA_DIR}/)
 
 Create a flow:
   curl -s -X POST {base}/v1/flows \\
     -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\
     -d '{{"subject": {{"iss": "https://id.example.com", "sub": "u-123"}}, "kind": "external", "url": "http://127.0.0.1:9000/step"}}'
-""", flush=True)
-        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False,
-                    server_header=False, **uvicorn_options())
+""",
+            flush=True,
+        )
+        uvicorn.run(
+            create_app(settings),
+            host=args.host,
+            port=args.port,
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            **uvicorn_options(),
+        )
     finally:
         if redis is not None:
             redis.stop()
@@ -184,11 +207,19 @@ async def _servers_create(args: argparse.Namespace) -> dict[str, Any]:
     try:
         async with make_sessionmaker(engine)() as session:
             created = await create_server_client(
-                session, args.name, display_name=args.display_name,
-                allowed_providers=args.provider or [], trusted_issuers=args.issuer or [])
+                session,
+                args.name,
+                display_name=args.display_name,
+                allowed_providers=args.provider or [],
+                trusted_issuers=args.issuer or [],
+            )
             await session.commit()
-            return {"id": CLIENT_ID.format(created.client.id), "name": created.client.name,
-                    "display_name": created.client.display_name, "api_key": created.api_key}
+            return {
+                "id": CLIENT_ID.format(created.client.id),
+                "name": created.client.name,
+                "display_name": created.client.display_name,
+                "api_key": created.api_key,
+            }
     finally:
         await engine.dispose()
 

@@ -59,8 +59,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigurationError(f"ELICITD_CONFIG_FILE: {file} must hold a table at the top level")
     unknown = set(data) - set(SECTIONS)
     if unknown:
-        raise ConfigurationError(f"ELICITD_CONFIG_FILE: unknown sections {sorted(unknown)}; "
-                                 f"known: {sorted(SECTIONS)}")
+        raise ConfigurationError(f"ELICITD_CONFIG_FILE: unknown sections {sorted(unknown)}; known: {sorted(SECTIONS)}")
     return data
 
 
@@ -70,8 +69,12 @@ def _applier(name: str) -> SectionApplier:
     return applier
 
 
-async def apply_config(sessions: async_sessionmaker[AsyncSession], vault: Vault, data: Mapping[str, Any],
-                       env: Mapping[str, str] | None = None) -> dict[str, int]:
+async def apply_config(
+    sessions: async_sessionmaker[AsyncSession],
+    vault: Vault,
+    data: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+) -> dict[str, int]:
     """Apply every section in one transaction; returns entries applied per section."""
     env = os.environ if env is None else env
     counts: dict[str, int] = {}
@@ -83,6 +86,7 @@ async def apply_config(sessions: async_sessionmaker[AsyncSession], vault: Vault,
     return counts
 
 
-async def apply_config_file(path: str | Path, sessions: async_sessionmaker[AsyncSession], vault: Vault,
-                            env: Mapping[str, str] | None = None) -> dict[str, int]:
+async def apply_config_file(
+    path: str | Path, sessions: async_sessionmaker[AsyncSession], vault: Vault, env: Mapping[str, str] | None = None
+) -> dict[str, int]:
     return await apply_config(sessions, vault, load_config_file(path), env)

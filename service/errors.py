@@ -55,8 +55,10 @@ _PROBLEM_TEXT = {
 
 def problem_responses(*statuses: int) -> dict[int, ResponseSpec]:
     """OpenAPI entries for the problem+json answers a route can give."""
-    return {status: ResponseSpec(data_container=Problem, description=_PROBLEM_TEXT[status],
-                                 media_type=PROBLEM_JSON) for status in statuses}
+    return {
+        status: ResponseSpec(data_container=Problem, description=_PROBLEM_TEXT[status], media_type=PROBLEM_JSON)
+        for status in statuses
+    }
 
 
 class ElicitdError(Exception):
@@ -66,8 +68,9 @@ class ElicitdError(Exception):
     status: ClassVar[int] = 500
     title: ClassVar[str] = "Internal error"
 
-    def __init__(self, detail: str | None = None, *, extra: dict[str, Any] | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, detail: str | None = None, *, extra: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(detail or self.title)
         self.detail = detail or self.title
         self.extra = extra or {}
@@ -167,8 +170,9 @@ class RateLimited(ElicitdError):
     title = "Too many requests"
 
     def __init__(self, detail: str, *, retry_after: int) -> None:
-        super().__init__(detail, headers={"Retry-After": str(max(1, retry_after))},
-                         extra={"retry_after": max(1, retry_after)})
+        super().__init__(
+            detail, headers={"Retry-After": str(max(1, retry_after))}, extra={"retry_after": max(1, retry_after)}
+        )
 
 
 class UpstreamError(ElicitdError):
@@ -244,8 +248,9 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
     headers = dict(exc.headers or {})
     if _wants_html(request):
         return _html_response(status, title, detail, headers)
-    return _problem_response(status, {"type": PROBLEM_BASE + code, "title": title, "status": status,
-                                      "code": code, "detail": detail}, headers)
+    return _problem_response(
+        status, {"type": PROBLEM_BASE + code, "title": title, "status": status, "code": code, "detail": detail}, headers
+    )
 
 
 def _validation_detail(exc: ValidationException) -> str:
@@ -267,8 +272,9 @@ def handle_database_error(request: Request[Any, Any, Any], exc: DBAPIError) -> R
     written. Anything else is unexpected."""
     sqlstate = str(getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None) or "")
     if sqlstate.startswith("22"):
-        return handle_elicitd_error(request, InvalidRequest(
-            "The request holds a value that cannot be stored (for example a NUL character)."))
+        return handle_elicitd_error(
+            request, InvalidRequest("The request holds a value that cannot be stored (for example a NUL character).")
+        )
     return handle_unexpected(request, exc)
 
 

@@ -23,11 +23,30 @@ import msgspec
 
 from service.settings import Settings
 
-ALLOWED_FIELDS = frozenset({
-    "flow_id", "kind", "outcome", "server_client", "provider", "path", "method", "status", "duration_ms",
-    "error_type", "code", "event", "count", "connection_id", "attempt", "delivery_id", "admin_token_id",
-    "route", "role", "issuer",
-})
+ALLOWED_FIELDS = frozenset(
+    {
+        "flow_id",
+        "kind",
+        "outcome",
+        "server_client",
+        "provider",
+        "path",
+        "method",
+        "status",
+        "duration_ms",
+        "error_type",
+        "code",
+        "event",
+        "count",
+        "connection_id",
+        "attempt",
+        "delivery_id",
+        "admin_token_id",
+        "route",
+        "role",
+        "issuer",
+    }
+)
 
 _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
@@ -40,8 +59,8 @@ _QUERY = re.compile(r"(?<=[^\s\"'<>(\[{,;=])[?#][^\s\"'<>]+")
 _BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[^\s\"',;]+", re.IGNORECASE)
 # ``code=…``, ``client_secret: …``, ``"refresh_token": "…"``, ``x-api-key=…`` (any name ending so).
 _SECRET_PAIR = re.compile(
-    r"\b((?:[\w-]*[_-])?(?:code|state|token|secret|password|key))(\"?\s*[=:]\s*\"?)[^\s\"'&,;})\]]+",
-    re.IGNORECASE)
+    r"\b((?:[\w-]*[_-])?(?:code|state|token|secret|password|key))(\"?\s*[=:]\s*\"?)[^\s\"'&,;})\]]+", re.IGNORECASE
+)
 
 
 def is_ours(name: str) -> bool:

@@ -193,8 +193,11 @@ def _kind_settings(get: Any) -> dict[str, Any]:
             raise ConfigurationError(f"ELICITD_SIGNING_KEY_FILE: cannot read {path!r}") from exc
     if signing:
         values["signing_key"] = signing
-    for attr, name in (("stripe_secret_key", "STRIPE_SECRET_KEY"), ("stripe_webhook_secret", "STRIPE_WEBHOOK_SECRET"),
-                       ("stripe_api_base", "STRIPE_API_BASE")):
+    for attr, name in (
+        ("stripe_secret_key", "STRIPE_SECRET_KEY"),
+        ("stripe_webhook_secret", "STRIPE_WEBHOOK_SECRET"),
+        ("stripe_api_base", "STRIPE_API_BASE"),
+    ):
         if raw := get(name):
             values[attr] = raw
     return values

@@ -44,16 +44,34 @@ class AdminFlowsController(Controller):
     tags = ["admin: flows"]
 
     @get("/", operation_id="adminListFlows", summary="List flows, newest first, with filters and a cursor")
-    async def list_flows(self, request: Request[Any, Any, Any], status: str | None = None, kind: str | None = None,
-                         server_client: str | None = None, provider: str | None = None,
-                         subject_iss: str | None = None, subject_sub: str | None = None,
-                         created_after: datetime | None = None, created_before: datetime | None = None,
-                         expires_after: datetime | None = None, expires_before: datetime | None = None,
-                         cursor: Cursor = None, limit: Limit = 50) -> FlowPage:
-        filters = flows.FlowFilters(status=status, kind=kind, server_client=server_client, provider=provider,
-                                    subject_iss=subject_iss, subject_sub=subject_sub, created_after=created_after,
-                                    created_before=created_before, expires_after=expires_after,
-                                    expires_before=expires_before)
+    async def list_flows(
+        self,
+        request: Request[Any, Any, Any],
+        status: str | None = None,
+        kind: str | None = None,
+        server_client: str | None = None,
+        provider: str | None = None,
+        subject_iss: str | None = None,
+        subject_sub: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        expires_after: datetime | None = None,
+        expires_before: datetime | None = None,
+        cursor: Cursor = None,
+        limit: Limit = 50,
+    ) -> FlowPage:
+        filters = flows.FlowFilters(
+            status=status,
+            kind=kind,
+            server_client=server_client,
+            provider=provider,
+            subject_iss=subject_iss,
+            subject_sub=subject_sub,
+            created_after=created_after,
+            created_before=created_before,
+            expires_after=expires_after,
+            expires_before=expires_before,
+        )
         async with unit(request) as session:
             return await flows.list_flows(session, filters, cursor=cursor, limit=limit)
 
@@ -62,19 +80,29 @@ class AdminFlowsController(Controller):
         async with unit(request) as session:
             return await flows.show_flow(flow_service(request), session, flow_id)
 
-    @post("/{flow_id:str}/cancel", operation_id="adminCancelFlow", status_code=200, opt=OPERATOR,
-          summary="Cancel a pending flow (409 flow_not_pending when it already finished)")
+    @post(
+        "/{flow_id:str}/cancel",
+        operation_id="adminCancelFlow",
+        status_code=200,
+        opt=OPERATOR,
+        summary="Cancel a pending flow (409 flow_not_pending when it already finished)",
+    )
     async def cancel_flow(self, request: Request[Any, Any, Any], flow_id: str) -> AdminFlow:
         token = ADMIN_TOKEN_ID.format(principal_of(request).token_id)
-        return flow_view(await flows.finish_flow(flow_service(request), flow_id, FlowStatus.CANCELLED,
-                                                 admin_token=token))
+        return flow_view(
+            await flows.finish_flow(flow_service(request), flow_id, FlowStatus.CANCELLED, admin_token=token)
+        )
 
-    @post("/{flow_id:str}/expire", operation_id="adminExpireFlow", status_code=200, opt=OPERATOR,
-          summary="Expire a pending flow now")
+    @post(
+        "/{flow_id:str}/expire",
+        operation_id="adminExpireFlow",
+        status_code=200,
+        opt=OPERATOR,
+        summary="Expire a pending flow now",
+    )
     async def expire_flow(self, request: Request[Any, Any, Any], flow_id: str) -> AdminFlow:
         token = ADMIN_TOKEN_ID.format(principal_of(request).token_id)
-        return flow_view(await flows.finish_flow(flow_service(request), flow_id, FlowStatus.EXPIRED,
-                                                 admin_token=token))
+        return flow_view(await flows.finish_flow(flow_service(request), flow_id, FlowStatus.EXPIRED, admin_token=token))
 
 
 class AdminWebhooksController(Controller):
@@ -82,22 +110,32 @@ class AdminWebhooksController(Controller):
     tags = ["admin: webhooks"]
 
     @get("/", operation_id="adminListWebhookDeliveries", summary="Completion-webhook deliveries, newest first")
-    async def list_deliveries(self, request: Request[Any, Any, Any],
-                              delivery_state: Annotated[str | None, Parameter(query="state")] = None,
-                              server_client: str | None = None, flow_id: str | None = None,
-                              cursor: Cursor = None, limit: Limit = 50) -> WebhookPage:
+    async def list_deliveries(
+        self,
+        request: Request[Any, Any, Any],
+        delivery_state: Annotated[str | None, Parameter(query="state")] = None,
+        server_client: str | None = None,
+        flow_id: str | None = None,
+        cursor: Cursor = None,
+        limit: Limit = 50,
+    ) -> WebhookPage:
         async with unit(request) as session:
-            return await deliveries.list_deliveries(session, state=delivery_state, server_client=server_client,
-                                                    flow=flow_id,
-                                                    cursor=cursor, limit=limit)
+            return await deliveries.list_deliveries(
+                session, state=delivery_state, server_client=server_client, flow=flow_id, cursor=cursor, limit=limit
+            )
 
     @get("/{delivery_id:str}", operation_id="adminGetWebhookDelivery", summary="One webhook delivery")
     async def show_delivery(self, request: Request[Any, Any, Any], delivery_id: str) -> WebhookDeliveryView:
         async with unit(request) as session:
             return await deliveries.show_delivery(session, delivery_id)
 
-    @post("/{delivery_id:str}/replay", operation_id="adminReplayWebhookDelivery", status_code=200, opt=OPERATOR,
-          summary="Deliver an event again (after delivery or abandonment), with a fresh retry window")
+    @post(
+        "/{delivery_id:str}/replay",
+        operation_id="adminReplayWebhookDelivery",
+        status_code=200,
+        opt=OPERATOR,
+        summary="Deliver an event again (after delivery or abandonment), with a fresh retry window",
+    )
     async def replay(self, request: Request[Any, Any, Any], delivery_id: str) -> ReplayResult:
         async with unit(request) as session:
             view = await deliveries.replay(session, delivery_id)
@@ -105,21 +143,33 @@ class AdminWebhooksController(Controller):
         return ReplayResult(delivery=view)
 
 
-@get("/stats", operation_id="adminStats", tags=["admin: stats"],
-     summary="Counts by status and kind; completion rate and median time-to-complete per provider")
-async def admin_stats(request: Request[Any, Any, Any],
-                      window: Annotated[str, Parameter(default="24h", description="e.g. 1h, 24h, 7d")] = "24h",
-                      server_client: Annotated[str | None, Parameter(
-                          description="Only this server client's flows and webhook backlog (sc_…)")] = None,
-                      ) -> Stats:
+@get(
+    "/stats",
+    operation_id="adminStats",
+    tags=["admin: stats"],
+    summary="Counts by status and kind; completion rate and median time-to-complete per provider",
+)
+async def admin_stats(
+    request: Request[Any, Any, Any],
+    window: Annotated[str, Parameter(default="24h", description="e.g. 1h, 24h, 7d")] = "24h",
+    server_client: Annotated[
+        str | None, Parameter(description="Only this server client's flows and webhook backlog (sc_…)")
+    ] = None,
+) -> Stats:
     async with unit(request) as session:
         return await flows.stats(session, flows.parse_window(window), server_client=server_client)
 
 
-@get("/audit", operation_id="adminListAudit", tags=["admin: audit"], opt=ADMIN,
-     summary="The admin audit log, newest first")
-async def admin_audit(request: Request[Any, Any, Any], admin_token_id: str | None = None, cursor: Cursor = None,
-                      limit: Limit = 50) -> AuditPage:
+@get(
+    "/audit",
+    operation_id="adminListAudit",
+    tags=["admin: audit"],
+    opt=ADMIN,
+    summary="The admin audit log, newest first",
+)
+async def admin_audit(
+    request: Request[Any, Any, Any], admin_token_id: str | None = None, cursor: Cursor = None, limit: Limit = 50
+) -> AuditPage:
     async with unit(request) as session:
         return await list_audit(session, admin_token_id=admin_token_id, cursor=cursor, limit=limit)
 
@@ -127,16 +177,27 @@ async def admin_audit(request: Request[Any, Any, Any], admin_token_id: str | Non
 @get("/whoami", operation_id="adminWhoAmI", tags=["admin: audit"], summary="The calling token's id and role")
 async def admin_whoami(request: Request[Any, Any, Any]) -> dict[str, str]:
     principal = principal_of(request)
-    return {"admin_token_id": ADMIN_TOKEN_ID.format(principal.token_id), "name": principal.name,
-            "role": principal.role.label}
+    return {
+        "admin_token_id": ADMIN_TOKEN_ID.format(principal.token_id),
+        "name": principal.name,
+        "role": principal.role.label,
+    }
 
 
 def admin_router(extra: list[Any] | None = None) -> Router:
     """``extra`` takes controllers of other domains (connections, providers, payments)."""
     return Router(
         path="/admin/v1",
-        route_handlers=[AdminFlowsController, AdminServerClientsController, AdminWebhooksController, admin_stats,
-                        admin_audit, admin_whoami, *DIRECTORY_CONTROLLERS, *(extra or [])],
+        route_handlers=[
+            AdminFlowsController,
+            AdminServerClientsController,
+            AdminWebhooksController,
+            admin_stats,
+            admin_audit,
+            admin_whoami,
+            *DIRECTORY_CONTROLLERS,
+            *(extra or []),
+        ],
         guards=[admin_guard],
         middleware=[AdminAuditMiddleware],
         security=[{"adminToken": []}],

@@ -32,13 +32,21 @@ class AdminServerClientsController(Controller):
     tags = ["admin: server clients"]
 
     @get("/", operation_id="adminListServerClients", summary="Server clients, newest first")
-    async def list_clients(self, request: Request[Any, Any, Any], cursor: str | None = None,
-                           limit: Annotated[int, Parameter(ge=1, le=500)] = 50) -> ServerClientPage:
+    async def list_clients(
+        self,
+        request: Request[Any, Any, Any],
+        cursor: str | None = None,
+        limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
+    ) -> ServerClientPage:
         async with unit(request) as session:
             return await clients.list_clients(session, cursor=cursor, limit=limit)
 
-    @post("/", operation_id="adminCreateServerClient", opt=ADMIN,
-          summary="Register an MCP server; its API key is in this response only")
+    @post(
+        "/",
+        operation_id="adminCreateServerClient",
+        opt=ADMIN,
+        summary="Register an MCP server; its API key is in this response only",
+    )
     async def create(self, request: Request[Any, Any, Any], data: CreateServerClient) -> CreatedServerClient:
         async with unit(request) as session:
             return await clients.create(session, data)
@@ -48,45 +56,74 @@ class AdminServerClientsController(Controller):
         async with unit(request) as session:
             return await clients.show(session, client_id)
 
-    @patch("/{client_id:str}", operation_id="adminUpdateServerClient", opt=ADMIN,
-           summary="Change display name, allowed providers, trusted issuers or rate limits")
-    async def update(self, request: Request[Any, Any, Any], client_id: str,
-                     data: UpdateServerClient) -> ServerClientView:
+    @patch(
+        "/{client_id:str}",
+        operation_id="adminUpdateServerClient",
+        opt=ADMIN,
+        summary="Change display name, allowed providers, trusted issuers or rate limits",
+    )
+    async def update(
+        self, request: Request[Any, Any, Any], client_id: str, data: UpdateServerClient
+    ) -> ServerClientView:
         async with unit(request) as session:
             view = await clients.update_client(session, client_id, data)
         request.app.state.authenticator.forget()
         return view
 
-    @post("/{client_id:str}/disable", operation_id="adminDisableServerClient", status_code=200, opt=ADMIN,
-          summary="Disable a server client: its API keys stop working")
+    @post(
+        "/{client_id:str}/disable",
+        operation_id="adminDisableServerClient",
+        status_code=200,
+        opt=ADMIN,
+        summary="Disable a server client: its API keys stop working",
+    )
     async def disable(self, request: Request[Any, Any, Any], client_id: str) -> ServerClientView:
         async with unit(request) as session:
             view = await clients.set_disabled(session, client_id, True)
         request.app.state.authenticator.forget()
         return view
 
-    @post("/{client_id:str}/enable", operation_id="adminEnableServerClient", status_code=200, opt=ADMIN,
-          summary="Enable a disabled server client")
+    @post(
+        "/{client_id:str}/enable",
+        operation_id="adminEnableServerClient",
+        status_code=200,
+        opt=ADMIN,
+        summary="Enable a disabled server client",
+    )
     async def enable(self, request: Request[Any, Any, Any], client_id: str) -> ServerClientView:
         async with unit(request) as session:
             return await clients.set_disabled(session, client_id, False)
 
-    @post("/{client_id:str}/keys/rotate", operation_id="adminRotateServerClientKey", status_code=200, opt=ADMIN,
-          summary="Issue a new API key; older keys keep working for `grace_seconds`")
+    @post(
+        "/{client_id:str}/keys/rotate",
+        operation_id="adminRotateServerClientKey",
+        status_code=200,
+        opt=ADMIN,
+        summary="Issue a new API key; older keys keep working for `grace_seconds`",
+    )
     async def rotate_key(self, request: Request[Any, Any, Any], client_id: str, data: RotateKey) -> RotatedKey:
         async with unit(request) as session:
             rotated = await clients.rotate_key(session, client_id, timedelta(seconds=data.grace_seconds))
         request.app.state.authenticator.forget()
         return rotated
 
-    @put("/{client_id:str}/webhook", operation_id="adminSetServerClientWebhook", opt=ADMIN,
-         summary="Set (or clear with null) the completion webhook; a new signing secret is shown once")
+    @put(
+        "/{client_id:str}/webhook",
+        operation_id="adminSetServerClientWebhook",
+        opt=ADMIN,
+        summary="Set (or clear with null) the completion webhook; a new signing secret is shown once",
+    )
     async def set_webhook(self, request: Request[Any, Any, Any], client_id: str, data: SetWebhook) -> WebhookSecret:
         async with unit(request) as session:
             return await clients.set_webhook(session, request.app.state.vault, client_id, data.url)
 
-    @post("/{client_id:str}/webhook/rotate-secret", operation_id="adminRotateWebhookSecret", status_code=200,
-          opt=ADMIN, summary="Replace the webhook signing secret; the new one is shown once")
+    @post(
+        "/{client_id:str}/webhook/rotate-secret",
+        operation_id="adminRotateWebhookSecret",
+        status_code=200,
+        opt=ADMIN,
+        summary="Replace the webhook signing secret; the new one is shown once",
+    )
     async def rotate_webhook_secret(self, request: Request[Any, Any, Any], client_id: str) -> WebhookSecret:
         async with unit(request) as session:
             return await clients.rotate_webhook_secret(session, request.app.state.vault, client_id)

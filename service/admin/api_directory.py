@@ -51,8 +51,13 @@ class AdminProvidersController(Controller):
         async with unit(request) as session:
             return [directory.provider_view(p) for p in await providers.list_providers(session)]
 
-    @post("/", operation_id="adminCreateProvider", status_code=201, opt=ADMIN,
-          summary="Create a provider from a catalog entry; the client secret is write-only (409 if the name exists)")
+    @post(
+        "/",
+        operation_id="adminCreateProvider",
+        status_code=201,
+        opt=ADMIN,
+        summary="Create a provider from a catalog entry; the client secret is write-only (409 if the name exists)",
+    )
     async def create(self, request: Request[Any, Any, Any], data: CreateProvider) -> ProviderView:
         async with unit(request) as session:
             view = await directory.create_provider(session, request.app.state.vault, data)
@@ -64,26 +69,45 @@ class AdminProvidersController(Controller):
         async with unit(request) as session:
             return directory.provider_view(await directory.get_provider(session, name))
 
-    @patch("/{name:str}", operation_id="adminUpdateProvider", opt=ADMIN,
-           summary="Change fields of a provider; a secret not given is kept")
+    @patch(
+        "/{name:str}",
+        operation_id="adminUpdateProvider",
+        opt=ADMIN,
+        summary="Change fields of a provider; a secret not given is kept",
+    )
     async def update(self, request: Request[Any, Any, Any], name: str, data: UpdateProvider) -> ProviderView:
         async with unit(request) as session:
             view = await directory.update_provider(session, request.app.state.vault, name, data)
         _forget_providers(request)
         return view
 
-    @post("/{name:str}/disable", operation_id="adminDisableProvider", status_code=200, opt=ADMIN,
-          summary="Disable a provider: no new connect flows")
+    @post(
+        "/{name:str}/disable",
+        operation_id="adminDisableProvider",
+        status_code=200,
+        opt=ADMIN,
+        summary="Disable a provider: no new connect flows",
+    )
     async def disable(self, request: Request[Any, Any, Any], name: str) -> ProviderView:
         return await _set_provider(request, name, False)
 
-    @post("/{name:str}/enable", operation_id="adminEnableProvider", status_code=200, opt=ADMIN,
-          summary="Enable a provider")
+    @post(
+        "/{name:str}/enable",
+        operation_id="adminEnableProvider",
+        status_code=200,
+        opt=ADMIN,
+        summary="Enable a provider",
+    )
     async def enable(self, request: Request[Any, Any, Any], name: str) -> ProviderView:
         return await _set_provider(request, name, True)
 
-    @post("/{name:str}/test-discovery", operation_id="adminTestProviderDiscovery", status_code=200, opt=OPERATOR,
-          summary="Fetch the provider's metadata now and show the endpoints a connect would use")
+    @post(
+        "/{name:str}/test-discovery",
+        operation_id="adminTestProviderDiscovery",
+        status_code=200,
+        opt=OPERATOR,
+        summary="Fetch the provider's metadata now and show the endpoints a connect would use",
+    )
     async def test_discovery(self, request: Request[Any, Any, Any], name: str) -> DiscoveryReport:
         async with unit(request) as session:
             return await directory.check_provider_discovery(session, request.app.state.vault, name)
@@ -105,24 +129,38 @@ class AdminIssuersController(Controller):
         async with unit(request) as session:
             return [directory.issuer_view(i) for i in await issuers.list_issuers(session)]
 
-    @post("/", operation_id="adminCreateIssuer", status_code=201, opt=ADMIN,
-          summary="Trust an OIDC issuer; the client secret is write-only (409 if it is registered)")
+    @post(
+        "/",
+        operation_id="adminCreateIssuer",
+        status_code=201,
+        opt=ADMIN,
+        summary="Trust an OIDC issuer; the client secret is write-only (409 if it is registered)",
+    )
     async def create(self, request: Request[Any, Any, Any], data: CreateIssuer) -> IssuerView:
         async with unit(request) as session:
             view = await directory.create_issuer(session, request.app.state.vault, data)
         request.app.state.issuers.forget(view.issuer)
         return view
 
-    @patch("/", operation_id="adminUpdateIssuer", opt=ADMIN,
-           summary="Change fields of the issuer named by `issuer`; a secret not given is kept")
+    @patch(
+        "/",
+        operation_id="adminUpdateIssuer",
+        opt=ADMIN,
+        summary="Change fields of the issuer named by `issuer`; a secret not given is kept",
+    )
     async def update(self, request: Request[Any, Any, Any], data: UpdateIssuer) -> IssuerView:
         async with unit(request) as session:
             view = await directory.update_issuer(session, request.app.state.vault, data)
         request.app.state.issuers.forget(view.issuer)
         return view
 
-    @post("/disable", operation_id="adminDisableIssuer", status_code=200, opt=ADMIN,
-          summary="Disable an issuer (its browser sessions end at once)")
+    @post(
+        "/disable",
+        operation_id="adminDisableIssuer",
+        status_code=200,
+        opt=ADMIN,
+        summary="Disable an issuer (its browser sessions end at once)",
+    )
     async def disable(self, request: Request[Any, Any, Any], data: IssuerRef) -> dict[str, bool]:
         return await _set_issuer(request, data.issuer, False)
 
@@ -130,8 +168,13 @@ class AdminIssuersController(Controller):
     async def enable(self, request: Request[Any, Any, Any], data: IssuerRef) -> dict[str, bool]:
         return await _set_issuer(request, data.issuer, True)
 
-    @post("/test-discovery", operation_id="adminTestIssuerDiscovery", status_code=200, opt=OPERATOR,
-          summary="Fetch the issuer's OpenID configuration now and show the endpoints a login would use")
+    @post(
+        "/test-discovery",
+        operation_id="adminTestIssuerDiscovery",
+        status_code=200,
+        opt=OPERATOR,
+        summary="Fetch the issuer's OpenID configuration now and show the endpoints a login would use",
+    )
     async def test_discovery(self, request: Request[Any, Any, Any], data: IssuerRef) -> DiscoveryReport:
         async with unit(request) as session:
             return await directory.check_issuer_discovery(session, request.app.state.issuers, data.issuer)
@@ -149,27 +192,49 @@ class AdminConnectionsController(Controller):
     tags = ["admin: connections"]
 
     @get("/", operation_id="adminListConnections", summary="Connections, newest first (never their tokens)")
-    async def list_connections(self, request: Request[Any, Any, Any], provider: str | None = None,
-                               subject_iss: str | None = None, subject_sub: str | None = None,
-                               status: str | None = None, cursor: str | None = None,
-                               limit: Limit = 50) -> connections.ConnectionPage:
+    async def list_connections(
+        self,
+        request: Request[Any, Any, Any],
+        provider: str | None = None,
+        subject_iss: str | None = None,
+        subject_sub: str | None = None,
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: Limit = 50,
+    ) -> connections.ConnectionPage:
         async with unit(request) as session:
-            return await connections.list_connections(session, provider=provider, subject_iss=subject_iss,
-                                                      subject_sub=subject_sub, status=status, cursor=cursor,
-                                                      limit=limit)
+            return await connections.list_connections(
+                session,
+                provider=provider,
+                subject_iss=subject_iss,
+                subject_sub=subject_sub,
+                status=status,
+                cursor=cursor,
+                limit=limit,
+            )
 
     @get("/{connection_id:str}", operation_id="adminGetConnection", summary="One connection (never its tokens)")
     async def show(self, request: Request[Any, Any, Any], connection_id: str) -> connections.ConnectionView:
         async with unit(request) as session:
             return await connections.show_connection(session, connection_id)
 
-    @post("/{connection_id:str}/revoke", operation_id="adminRevokeConnection", status_code=200, opt=OPERATOR,
-          summary="Revoke at the provider (RFC 7009) when it can, and here always")
+    @post(
+        "/{connection_id:str}/revoke",
+        operation_id="adminRevokeConnection",
+        status_code=200,
+        opt=OPERATOR,
+        summary="Revoke at the provider (RFC 7009) when it can, and here always",
+    )
     async def revoke(self, request: Request[Any, Any, Any], connection_id: str) -> connections.ConnectionRevoked:
         return await connections.revoke_connection(request.app.state.connections, connection_id)
 
-    @post("/{connection_id:str}/refresh", operation_id="adminRefreshConnection", status_code=200, opt=OPERATOR,
-          summary="Refresh the access token now, under the same row lock as the token endpoint")
+    @post(
+        "/{connection_id:str}/refresh",
+        operation_id="adminRefreshConnection",
+        status_code=200,
+        opt=OPERATOR,
+        summary="Refresh the access token now, under the same row lock as the token endpoint",
+    )
     async def refresh(self, request: Request[Any, Any, Any], connection_id: str) -> connections.ConnectionView:
         return await connections.refresh_connection(request.app.state.connections, connection_id)
 
@@ -179,23 +244,36 @@ class AdminPaymentsController(Controller):
     tags = ["admin: payments"]
 
     @get("/", operation_id="adminListPayments", summary="Payments, newest first, by status and provider")
-    async def list_payments(self, request: Request[Any, Any, Any], status: str | None = None,
-                            provider: str | None = None, cursor: str | None = None,
-                            limit: Limit = 50) -> payments.PaymentPage:
+    async def list_payments(
+        self,
+        request: Request[Any, Any, Any],
+        status: str | None = None,
+        provider: str | None = None,
+        cursor: str | None = None,
+        limit: Limit = 50,
+    ) -> payments.PaymentPage:
         async with unit(request) as session:
-            return await payments.list_payments(session, status=status, provider=provider, cursor=cursor,
-                                                limit=limit)
+            return await payments.list_payments(session, status=status, provider=provider, cursor=cursor, limit=limit)
 
     @get("/{flow_id:str}", operation_id="adminGetPayment", summary="One payment with the provider events received")
     async def show(self, request: Request[Any, Any, Any], flow_id: str) -> payments.PaymentDetail:
         async with unit(request) as session:
             return await payments.show_payment(session, flow_id)
 
-    @post("/{flow_id:str}/reconcile", operation_id="adminReconcilePayment", status_code=200, opt=OPERATOR,
-          summary="Ask the payment provider about this checkout now and apply its answer")
+    @post(
+        "/{flow_id:str}/reconcile",
+        operation_id="adminReconcilePayment",
+        status_code=200,
+        opt=OPERATOR,
+        summary="Ask the payment provider about this checkout now and apply its answer",
+    )
     async def reconcile(self, request: Request[Any, Any, Any], flow_id: str) -> payments.Reconciled:
         return await payments.reconcile_payment(request.app.state, flow_id)
 
 
-DIRECTORY_CONTROLLERS = [AdminProvidersController, AdminIssuersController, AdminConnectionsController,
-                         AdminPaymentsController]
+DIRECTORY_CONTROLLERS = [
+    AdminProvidersController,
+    AdminIssuersController,
+    AdminConnectionsController,
+    AdminPaymentsController,
+]

@@ -17,15 +17,20 @@ AUDIT_ID = PrefixedId("au")
 
 def audit_view(row: AdminAuditEntry) -> AuditEntryView:
     return AuditEntryView(
-        id=AUDIT_ID.format(row.id), at=row.at,
+        id=AUDIT_ID.format(row.id),
+        at=row.at,
         admin_token_id=None if row.admin_token_id is None else ADMIN_TOKEN_ID.format(row.admin_token_id),
-        actor=row.actor, role=row.role, operation=row.operation, method=row.method, route=row.route,
-        target=row.target, status=row.status,
+        actor=row.actor,
+        role=row.role,
+        operation=row.operation,
+        method=row.method,
+        route=row.route,
+        target=row.target,
+        status=row.status,
     )
 
 
-async def list_audit(session: AsyncSession, *, admin_token_id: str | None, cursor: str | None,
-                     limit: int) -> AuditPage:
+async def list_audit(session: AsyncSession, *, admin_token_id: str | None, cursor: str | None, limit: int) -> AuditPage:
     stmt = select(AdminAuditEntry)
     if admin_token_id is not None:
         token_id = ADMIN_TOKEN_ID.parse(admin_token_id)

@@ -51,8 +51,13 @@ async def _audited(handler: Handler, args: argparse.Namespace) -> Any:
             return result
         finally:
             async with state.sessions() as session:
-                await write_audit(session, actor="cli", operation=args.operation, target=getattr(args, "target", None),
-                                  detail={"result": outcome})
+                await write_audit(
+                    session,
+                    actor="cli",
+                    operation=args.operation,
+                    target=getattr(args, "target", None),
+                    detail={"result": outcome},
+                )
                 await session.commit()
 
 
@@ -62,8 +67,13 @@ def _builtins(value: Any) -> Any:
     return msgspec.to_builtins(value) if isinstance(value, msgspec.Struct) else value
 
 
-def _command(handler: Handler, columns: list[str] | None, *, rows: Callable[[Any], Any] | None = None,
-             after: Callable[[Any], None] | None = None) -> Callable[[argparse.Namespace], None]:
+def _command(
+    handler: Handler,
+    columns: list[str] | None,
+    *,
+    rows: Callable[[Any], Any] | None = None,
+    after: Callable[[Any], None] | None = None,
+) -> Callable[[argparse.Namespace], None]:
     def run(args: argparse.Namespace) -> None:
         result = _builtins(asyncio.run(_audited(handler, args)))
         shown = rows(result) if rows is not None else result
@@ -77,6 +87,7 @@ def _command(handler: Handler, columns: list[str] | None, *, rows: Callable[[Any
                 print(f"(more: --cursor {result['next_cursor']})")
         if after is not None and not args.json:
             after(result)
+
     return run
 
 
@@ -84,6 +95,7 @@ def _once(label: str, key: str) -> Callable[[Any], None]:
     def show(result: Any) -> None:
         if result.get(key):
             print(f"{label} (shown once, store it now): {result[key]}")
+
     return show
 
 
@@ -92,8 +104,9 @@ async def _tokens_create(state: Any, args: argparse.Namespace) -> dict[str, Any]
     from service.admin import tokens
 
     async with state.sessions() as session:
-        created = await tokens.create_token(session, name=args.name, role=tokens.Role.parse(args.role),
-                                            lifetime=tokens.parse_lifetime(args.expires_in))
+        created = await tokens.create_token(
+            session, name=args.name, role=tokens.Role.parse(args.role), lifetime=tokens.parse_lifetime(args.expires_in)
+        )
         await session.commit()
     return {**_token_row(created.token), "token": created.secret}
 
@@ -101,9 +114,16 @@ async def _tokens_create(state: Any, args: argparse.Namespace) -> dict[str, Any]
 def _token_row(row: Any) -> dict[str, Any]:
     from service.admin.tokens import ADMIN_TOKEN_ID
 
-    return {"id": ADMIN_TOKEN_ID.format(row.id), "name": row.name, "role": row.role, "prefix": row.prefix,
-            "created_at": row.created_at, "expires_at": row.expires_at, "revoked_at": row.revoked_at,
-            "last_used_at": row.last_used_at}
+    return {
+        "id": ADMIN_TOKEN_ID.format(row.id),
+        "name": row.name,
+        "role": row.role,
+        "prefix": row.prefix,
+        "created_at": row.created_at,
+        "expires_at": row.expires_at,
+        "revoked_at": row.revoked_at,
+        "last_used_at": row.last_used_at,
+    }
 
 
 async def _tokens_list(state: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -129,10 +149,18 @@ def _when(raw: str | None) -> datetime | None:
 async def _flows_list(state: Any, args: argparse.Namespace) -> Any:
     from service.admin import flows
 
-    filters = flows.FlowFilters(status=args.status, kind=args.kind, server_client=args.client, provider=args.provider,
-                                subject_iss=args.iss, subject_sub=args.sub, created_after=_when(args.created_after),
-                                created_before=_when(args.created_before), expires_after=_when(args.expires_after),
-                                expires_before=_when(args.expires_before))
+    filters = flows.FlowFilters(
+        status=args.status,
+        kind=args.kind,
+        server_client=args.client,
+        provider=args.provider,
+        subject_iss=args.iss,
+        subject_sub=args.sub,
+        created_after=_when(args.created_after),
+        created_before=_when(args.created_before),
+        expires_after=_when(args.expires_after),
+        expires_before=_when(args.expires_before),
+    )
     async with state.sessions() as session:
         return await flows.list_flows(session, filters, cursor=args.cursor, limit=args.limit)
 
@@ -151,6 +179,7 @@ def _finish(status: str) -> Handler:
         from service.flows.states import FlowStatus
 
         return flow_view(await flows.finish_flow(state.flows, args.target, FlowStatus(status), admin_token=None))
+
     return run
 
 
@@ -166,25 +195,37 @@ def _clients(op: str) -> Handler:
             if op == "show":
                 return await clients.show(session, args.target)
             if op == "create":
-                data = msgspec.convert({"name": args.target, "display_name": args.display_name,
-                                        "allowed_providers": args.provider or [], "trusted_issuers": args.issuer or [],
-                                        "flows_per_minute": args.flows_per_minute,
-                                        "pending_per_subject": args.pending_per_subject}, CreateServerClient)
+                data = msgspec.convert(
+                    {
+                        "name": args.target,
+                        "display_name": args.display_name,
+                        "allowed_providers": args.provider or [],
+                        "trusted_issuers": args.issuer or [],
+                        "flows_per_minute": args.flows_per_minute,
+                        "pending_per_subject": args.pending_per_subject,
+                    },
+                    CreateServerClient,
+                )
                 result: Any = await clients.create(session, data)
             elif op in {"disable", "enable"}:
                 result = await clients.set_disabled(session, args.target, op == "disable")
             elif op == "rotate-key":
-                result = await clients.rotate_key(session, args.target, timedelta(
-                    seconds=0 if args.grace in {"0", "0s"} else parse_lifetime(args.grace).total_seconds()))
+                result = await clients.rotate_key(
+                    session,
+                    args.target,
+                    timedelta(seconds=0 if args.grace in {"0", "0s"} else parse_lifetime(args.grace).total_seconds()),
+                )
             elif op == "set-webhook":
                 result = await clients.set_webhook(session, state.vault, args.target, None if args.clear else args.url)
             elif op == "rotate-webhook-secret":
                 result = await clients.rotate_webhook_secret(session, state.vault, args.target)
             else:
-                result = await clients.update_client(session, args.target,
-                                                     msgspec.convert(_update_fields(op, args), UpdateServerClient))
+                result = await clients.update_client(
+                    session, args.target, msgspec.convert(_update_fields(op, args), UpdateServerClient)
+                )
             await session.commit()
             return result
+
     return run
 
 
@@ -207,13 +248,20 @@ def _webhooks(op: str) -> Handler:
 
         async with state.sessions() as session:
             if op == "list":
-                return await deliveries.list_deliveries(session, state=args.state, server_client=args.client,
-                                                        flow=args.flow, cursor=args.cursor, limit=args.limit)
+                return await deliveries.list_deliveries(
+                    session,
+                    state=args.state,
+                    server_client=args.client,
+                    flow=args.flow,
+                    cursor=args.cursor,
+                    limit=args.limit,
+                )
             if op == "show":
                 return await deliveries.show_delivery(session, args.target)
             result = await deliveries.replay(session, args.target)
             await session.commit()
             return result
+
     return run
 
 
@@ -250,12 +298,20 @@ def _stats_rows(result: Any) -> Any:
 
 
 def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subcommands
-    admin = subparsers.add_parser("admin", help="operate elicitd: tokens, flows, clients, webhooks, stats, "
-                                  "providers, issuers, connections, payments")
+    admin = subparsers.add_parser(
+        "admin",
+        help="operate elicitd: tokens, flows, clients, webhooks, stats, providers, issuers, connections, payments",
+    )
     groups = admin.add_subparsers(dest="admin_group", required=True)
 
-    def leaf(group: Any, name: str, operation: str, run: Callable[[argparse.Namespace], None],
-             target: str | None = None, paged: bool = False) -> Any:
+    def leaf(
+        group: Any,
+        name: str,
+        operation: str,
+        run: Callable[[argparse.Namespace], None],
+        target: str | None = None,
+        paged: bool = False,
+    ) -> Any:
         parser = group.add_parser(name)
         if target:
             parser.add_argument("target", metavar=target)
@@ -267,78 +323,151 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
         return parser
 
     tokens = groups.add_parser("tokens", help="admin tokens").add_subparsers(dest="admin_cmd", required=True)
-    create = leaf(tokens, "create", "cliCreateAdminToken",
-                  _command(_tokens_create, ["id", "name", "role", "expires_at"], after=_once("Admin token", "token")))
+    create = leaf(
+        tokens,
+        "create",
+        "cliCreateAdminToken",
+        _command(_tokens_create, ["id", "name", "role", "expires_at"], after=_once("Admin token", "token")),
+    )
     create.add_argument("--name", required=True)
     create.add_argument("--role", choices=["viewer", "operator", "admin"], required=True)
     create.add_argument("--expires-in", default="90d", help="lifetime: 90d, 12h, 30m (at most 366d)")
-    leaf(tokens, "list", "cliListAdminTokens",
-         _command(_tokens_list, ["id", "name", "role", "prefix", "expires_at", "revoked_at", "last_used_at"]))
-    leaf(tokens, "revoke", "cliRevokeAdminToken", _command(_tokens_revoke, ["id", "name", "role", "revoked_at"]),
-         target="TOKEN_ID")
+    leaf(
+        tokens,
+        "list",
+        "cliListAdminTokens",
+        _command(_tokens_list, ["id", "name", "role", "prefix", "expires_at", "revoked_at", "last_used_at"]),
+    )
+    leaf(
+        tokens,
+        "revoke",
+        "cliRevokeAdminToken",
+        _command(_tokens_revoke, ["id", "name", "role", "revoked_at"]),
+        target="TOKEN_ID",
+    )
 
     flows = groups.add_parser("flows", help="flows").add_subparsers(dest="admin_cmd", required=True)
     lister = leaf(flows, "list", "adminListFlows", _command(_flows_list, _FLOW_COLUMNS, rows=_items), paged=True)
-    for option in ("status", "kind", "client", "provider", "iss", "sub", "created-after", "created-before",
-                   "expires-after", "expires-before"):
+    for option in (
+        "status",
+        "kind",
+        "client",
+        "provider",
+        "iss",
+        "sub",
+        "created-after",
+        "created-before",
+        "expires-after",
+        "expires-before",
+    ):
         lister.add_argument(f"--{option}")
     leaf(flows, "show", "adminGetFlow", _command(_flows_show, None), target="FLOW_ID")
     leaf(flows, "cancel", "adminCancelFlow", _command(_finish("cancelled"), _FLOW_COLUMNS), target="FLOW_ID")
     leaf(flows, "expire", "adminExpireFlow", _command(_finish("expired"), _FLOW_COLUMNS), target="FLOW_ID")
 
     clients = groups.add_parser("clients", help="server clients").add_subparsers(dest="admin_cmd", required=True)
-    made = leaf(clients, "create", "adminCreateServerClient",
-                _command(_clients("create"), _CLIENT_COLUMNS, rows=_client, after=_once("API key", "api_key")),
-                target="NAME")
+    made = leaf(
+        clients,
+        "create",
+        "adminCreateServerClient",
+        _command(_clients("create"), _CLIENT_COLUMNS, rows=_client, after=_once("API key", "api_key")),
+        target="NAME",
+    )
     made.add_argument("--display-name")
     made.add_argument("--provider", action="append")
     made.add_argument("--issuer", action="append")
     made.add_argument("--flows-per-minute", type=int)
     made.add_argument("--pending-per-subject", type=int)
-    leaf(clients, "list", "adminListServerClients", _command(_clients("list"), _CLIENT_COLUMNS, rows=_items),
-         paged=True)
+    leaf(
+        clients, "list", "adminListServerClients", _command(_clients("list"), _CLIENT_COLUMNS, rows=_items), paged=True
+    )
     leaf(clients, "show", "adminGetServerClient", _command(_clients("show"), None), target="CLIENT_ID")
-    leaf(clients, "disable", "adminDisableServerClient", _command(_clients("disable"), _CLIENT_COLUMNS),
-         target="CLIENT_ID")
-    leaf(clients, "enable", "adminEnableServerClient", _command(_clients("enable"), _CLIENT_COLUMNS),
-         target="CLIENT_ID")
-    rotate = leaf(clients, "rotate-key", "adminRotateServerClientKey",
-                  _command(_clients("rotate-key"), _CLIENT_COLUMNS, rows=_client, after=_once("API key", "api_key")),
-                  target="CLIENT_ID")
+    leaf(
+        clients,
+        "disable",
+        "adminDisableServerClient",
+        _command(_clients("disable"), _CLIENT_COLUMNS),
+        target="CLIENT_ID",
+    )
+    leaf(
+        clients, "enable", "adminEnableServerClient", _command(_clients("enable"), _CLIENT_COLUMNS), target="CLIENT_ID"
+    )
+    rotate = leaf(
+        clients,
+        "rotate-key",
+        "adminRotateServerClientKey",
+        _command(_clients("rotate-key"), _CLIENT_COLUMNS, rows=_client, after=_once("API key", "api_key")),
+        target="CLIENT_ID",
+    )
     rotate.add_argument("--grace", default="24h", help="how long older keys keep working (0 = now)")
     for name, operation in (("set-providers", "adminUpdateServerClient"), ("set-issuers", "adminUpdateServerClient")):
         leaf(clients, name, operation, _command(_clients(name), _CLIENT_COLUMNS), target="CLIENT_ID").add_argument(
-            "values", nargs="*", help="the complete list (none = every provider / issuer)")
-    limits = leaf(clients, "set-limits", "adminUpdateServerClient", _command(_clients("set-limits"), _CLIENT_COLUMNS),
-                  target="CLIENT_ID")
+            "values", nargs="*", help="the complete list (none = every provider / issuer)"
+        )
+    limits = leaf(
+        clients,
+        "set-limits",
+        "adminUpdateServerClient",
+        _command(_clients("set-limits"), _CLIENT_COLUMNS),
+        target="CLIENT_ID",
+    )
     limits.add_argument("--flows-per-minute", help="a number, or 'none'")
     limits.add_argument("--pending-per-subject", help="a number, or 'none'")
-    hook = leaf(clients, "set-webhook", "adminSetServerClientWebhook",
-                _command(_clients("set-webhook"), _CLIENT_COLUMNS, rows=_client,
-                         after=_once("Webhook signing secret", "webhook_secret")), target="CLIENT_ID")
+    hook = leaf(
+        clients,
+        "set-webhook",
+        "adminSetServerClientWebhook",
+        _command(
+            _clients("set-webhook"),
+            _CLIENT_COLUMNS,
+            rows=_client,
+            after=_once("Webhook signing secret", "webhook_secret"),
+        ),
+        target="CLIENT_ID",
+    )
     hook.add_argument("url", nargs="?")
     hook.add_argument("--clear", action="store_true")
-    leaf(clients, "rotate-webhook-secret", "adminRotateWebhookSecret",
-         _command(_clients("rotate-webhook-secret"), _CLIENT_COLUMNS, rows=_client,
-                  after=_once("Webhook signing secret", "webhook_secret")), target="CLIENT_ID")
+    leaf(
+        clients,
+        "rotate-webhook-secret",
+        "adminRotateWebhookSecret",
+        _command(
+            _clients("rotate-webhook-secret"),
+            _CLIENT_COLUMNS,
+            rows=_client,
+            after=_once("Webhook signing secret", "webhook_secret"),
+        ),
+        target="CLIENT_ID",
+    )
 
     hooks = groups.add_parser("webhooks", help="completion webhooks").add_subparsers(dest="admin_cmd", required=True)
-    hook_list = leaf(hooks, "list", "adminListWebhookDeliveries", _command(_webhooks("list"), _HOOK_COLUMNS,
-                                                                             rows=_items), paged=True)
+    hook_list = leaf(
+        hooks, "list", "adminListWebhookDeliveries", _command(_webhooks("list"), _HOOK_COLUMNS, rows=_items), paged=True
+    )
     hook_list.add_argument("--state", choices=["pending", "in_flight", "delivered", "abandoned"])
     hook_list.add_argument("--client")
     hook_list.add_argument("--flow")
     leaf(hooks, "show", "adminGetWebhookDelivery", _command(_webhooks("show"), _HOOK_COLUMNS), target="EVENT_ID")
-    leaf(hooks, "replay", "adminReplayWebhookDelivery", _command(_webhooks("replay"), _HOOK_COLUMNS),
-         target="EVENT_ID")
+    leaf(hooks, "replay", "adminReplayWebhookDelivery", _command(_webhooks("replay"), _HOOK_COLUMNS), target="EVENT_ID")
 
-    stats = leaf(groups, "stats", "adminStats",
-                 _command(_stats, ["provider", "created", "completed", "completion_rate",
-                                   "median_seconds_to_complete"], rows=_stats_rows))
+    stats = leaf(
+        groups,
+        "stats",
+        "adminStats",
+        _command(
+            _stats,
+            ["provider", "created", "completed", "completion_rate", "median_seconds_to_complete"],
+            rows=_stats_rows,
+        ),
+    )
     stats.add_argument("--window", default="24h")
     stats.add_argument("--server-client", help="only this server client's flows and webhook backlog (sc_…)")
-    audit = leaf(groups, "audit", "adminListAudit",
-                 _command(_audit, ["id", "at", "admin_token_id", "actor", "operation", "target", "status"],
-                          rows=_items), paged=True)
+    audit = leaf(
+        groups,
+        "audit",
+        "adminListAudit",
+        _command(_audit, ["id", "at", "admin_token_id", "actor", "operation", "target", "status"], rows=_items),
+        paged=True,
+    )
     audit.add_argument("--token", help="only this admin token's calls")
     register_directory(groups, leaf, _command)

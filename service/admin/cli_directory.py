@@ -27,9 +27,19 @@ _CONNECTION_COLUMNS = ["id", "provider", "account_login", "status", "expires_at"
 _PAYMENT_COLUMNS = ["flow_id", "provider", "amount", "currency", "status", "settled_by", "updated_at"]
 
 # option → field, for providers and issuers (``--scope`` repeats).
-_PROVIDER_OPTIONS = ["catalog", "display_name", "issuer", "discovery_url", "authorization_endpoint",
-                     "token_endpoint", "revocation_endpoint", "account_endpoint", "account_id_field",
-                     "account_login_field", "token_auth_method"]
+_PROVIDER_OPTIONS = [
+    "catalog",
+    "display_name",
+    "issuer",
+    "discovery_url",
+    "authorization_endpoint",
+    "token_endpoint",
+    "revocation_endpoint",
+    "account_endpoint",
+    "account_id_field",
+    "account_login_field",
+    "token_auth_method",
+]
 _ISSUER_OPTIONS = ["display_name", "authorization_endpoint", "token_endpoint", "jwks_uri"]
 
 
@@ -84,11 +94,16 @@ def _providers(op: str) -> Any:
                 return await directory.check_provider_discovery(session, state.vault, args.target)
             if op == "create":
                 body = {**_body(args, _PROVIDER_OPTIONS, "default_scopes"), "name": args.target}
-                result: Any = await directory.create_provider(session, state.vault,
-                                                              _convert(body, directory.CreateProvider))
+                result: Any = await directory.create_provider(
+                    session, state.vault, _convert(body, directory.CreateProvider)
+                )
             elif op == "update":
-                result = await directory.update_provider(session, state.vault, args.target, _convert(
-                    _body(args, _PROVIDER_OPTIONS, "default_scopes"), directory.UpdateProvider))
+                result = await directory.update_provider(
+                    session,
+                    state.vault,
+                    args.target,
+                    _convert(_body(args, _PROVIDER_OPTIONS, "default_scopes"), directory.UpdateProvider),
+                )
             else:
                 if not await providers.set_enabled(session, args.target, op == "enable"):
                     from service.errors import NotFound
@@ -97,6 +112,7 @@ def _providers(op: str) -> Any:
                 result = directory.provider_view(await directory.get_provider(session, args.target))
             await session.commit()
             return result
+
     return run
 
 
@@ -112,8 +128,9 @@ def _issuers(op: str) -> Any:
                 return await directory.check_issuer_discovery(session, state.issuers, args.target)
             if op == "create":
                 body = {**_body(args, _ISSUER_OPTIONS, "scopes"), "issuer": args.target}
-                result: Any = await directory.create_issuer(session, state.vault,
-                                                            _convert(body, directory.CreateIssuer))
+                result: Any = await directory.create_issuer(
+                    session, state.vault, _convert(body, directory.CreateIssuer)
+                )
             elif op == "update":
                 body = {**_body(args, _ISSUER_OPTIONS, "scopes"), "issuer": args.target}
                 result = await directory.update_issuer(session, state.vault, _convert(body, directory.UpdateIssuer))
@@ -125,6 +142,7 @@ def _issuers(op: str) -> Any:
                 result = directory.issuer_view(await directory.get_issuer(session, args.target))
             await session.commit()
             return result
+
     return run
 
 
@@ -138,10 +156,17 @@ def _connections(op: str) -> Any:
             return await connections.refresh_connection(state.connections, args.target)
         async with state.sessions() as session:
             if op == "list":
-                return await connections.list_connections(session, provider=args.provider, subject_iss=args.iss,
-                                                          subject_sub=args.sub, status=args.status,
-                                                          cursor=args.cursor, limit=args.limit)
+                return await connections.list_connections(
+                    session,
+                    provider=args.provider,
+                    subject_iss=args.iss,
+                    subject_sub=args.sub,
+                    status=args.status,
+                    cursor=args.cursor,
+                    limit=args.limit,
+                )
             return await connections.show_connection(session, args.target)
+
     return run
 
 
@@ -153,9 +178,11 @@ def _payments(op: str) -> Any:
             return await payments.reconcile_payment(state, args.target)
         async with state.sessions() as session:
             if op == "list":
-                return await payments.list_payments(session, status=args.status, provider=args.provider,
-                                                    cursor=args.cursor, limit=args.limit)
+                return await payments.list_payments(
+                    session, status=args.status, provider=args.provider, cursor=args.cursor, limit=args.limit
+                )
             return await payments.show_payment(session, args.target)
+
     return run
 
 
@@ -174,8 +201,10 @@ def _secret_options(parser: Any, *, update: bool) -> None:
 
 def _with(key: str, *extra: str) -> Callable[[Any], Any]:
     """Flatten ``{"connection": {...}, "revoked": …}`` into one table row."""
+
     def rows(result: Any) -> Any:
         return {**result[key], **{name: result[name] for name in extra}}
+
     return rows
 
 
@@ -185,7 +214,8 @@ def _items(result: Any) -> Any:
 
 def register_directory(groups: Any, leaf: Leaf, command: Command) -> None:
     provs = groups.add_parser("providers", help="third-party OAuth providers").add_subparsers(
-        dest="admin_cmd", required=True)
+        dest="admin_cmd", required=True
+    )
     leaf(provs, "list", "adminListProviders", command(_providers("list"), _PROVIDER_COLUMNS))
     leaf(provs, "show", "adminGetProvider", command(_providers("show"), None), target="NAME")
     for name, operation in (("create", "adminCreateProvider"), ("update", "adminUpdateProvider")):
@@ -195,11 +225,15 @@ def register_directory(groups: Any, leaf: Leaf, command: Command) -> None:
             parser.add_argument("--" + option.replace("_", "-"))
     for name, operation in (("disable", "adminDisableProvider"), ("enable", "adminEnableProvider")):
         leaf(provs, name, operation, command(_providers(name), _PROVIDER_COLUMNS), target="NAME")
-    leaf(provs, "test-discovery", "adminTestProviderDiscovery",
-         command(_providers("test-discovery"), _DISCOVERY_COLUMNS), target="NAME")
+    leaf(
+        provs,
+        "test-discovery",
+        "adminTestProviderDiscovery",
+        command(_providers("test-discovery"), _DISCOVERY_COLUMNS),
+        target="NAME",
+    )
 
-    iss = groups.add_parser("issuers", help="trusted identity issuers").add_subparsers(dest="admin_cmd",
-                                                                                       required=True)
+    iss = groups.add_parser("issuers", help="trusted identity issuers").add_subparsers(dest="admin_cmd", required=True)
     leaf(iss, "list", "adminListIssuers", command(_issuers("list"), _ISSUER_COLUMNS))
     for name, operation in (("create", "adminCreateIssuer"), ("update", "adminUpdateIssuer")):
         parser = leaf(iss, name, operation, command(_issuers(name), _ISSUER_COLUMNS), target="ISSUER")
@@ -208,28 +242,61 @@ def register_directory(groups: Any, leaf: Leaf, command: Command) -> None:
             parser.add_argument("--" + option.replace("_", "-"))
     for name, operation in (("disable", "adminDisableIssuer"), ("enable", "adminEnableIssuer")):
         leaf(iss, name, operation, command(_issuers(name), _ISSUER_COLUMNS), target="ISSUER")
-    leaf(iss, "test-discovery", "adminTestIssuerDiscovery", command(_issuers("test-discovery"), _DISCOVERY_COLUMNS),
-         target="ISSUER")
+    leaf(
+        iss,
+        "test-discovery",
+        "adminTestIssuerDiscovery",
+        command(_issuers("test-discovery"), _DISCOVERY_COLUMNS),
+        target="ISSUER",
+    )
 
     conns = groups.add_parser("connections", help="connections (token vault)").add_subparsers(
-        dest="admin_cmd", required=True)
-    lister = leaf(conns, "list", "adminListConnections", command(_connections("list"), _CONNECTION_COLUMNS,
-                                                                 rows=_items), paged=True)
+        dest="admin_cmd", required=True
+    )
+    lister = leaf(
+        conns,
+        "list",
+        "adminListConnections",
+        command(_connections("list"), _CONNECTION_COLUMNS, rows=_items),
+        paged=True,
+    )
     for option in ("provider", "iss", "sub", "status"):
         lister.add_argument(f"--{option}")
     leaf(conns, "show", "adminGetConnection", command(_connections("show"), None), target="CONNECTION_ID")
-    leaf(conns, "revoke", "adminRevokeConnection",
-         command(_connections("revoke"), [*_CONNECTION_COLUMNS[:4], "revoked", "revoked_at_provider"],
-                 rows=_with("connection", "revoked", "revoked_at_provider")), target="CONNECTION_ID")
-    leaf(conns, "refresh", "adminRefreshConnection", command(_connections("refresh"), _CONNECTION_COLUMNS),
-         target="CONNECTION_ID")
+    leaf(
+        conns,
+        "revoke",
+        "adminRevokeConnection",
+        command(
+            _connections("revoke"),
+            [*_CONNECTION_COLUMNS[:4], "revoked", "revoked_at_provider"],
+            rows=_with("connection", "revoked", "revoked_at_provider"),
+        ),
+        target="CONNECTION_ID",
+    )
+    leaf(
+        conns,
+        "refresh",
+        "adminRefreshConnection",
+        command(_connections("refresh"), _CONNECTION_COLUMNS),
+        target="CONNECTION_ID",
+    )
 
     pays = groups.add_parser("payments", help="payments").add_subparsers(dest="admin_cmd", required=True)
-    lister = leaf(pays, "list", "adminListPayments", command(_payments("list"), _PAYMENT_COLUMNS, rows=_items),
-                  paged=True)
+    lister = leaf(
+        pays, "list", "adminListPayments", command(_payments("list"), _PAYMENT_COLUMNS, rows=_items), paged=True
+    )
     lister.add_argument("--status")
     lister.add_argument("--provider")
     leaf(pays, "show", "adminGetPayment", command(_payments("show"), None), target="FLOW_ID")
-    leaf(pays, "reconcile", "adminReconcilePayment",
-         command(_payments("reconcile"), ["flow_id", "status", "provider_status", "outcome"],
-                 rows=_with("payment", "provider_status", "outcome")), target="FLOW_ID")
+    leaf(
+        pays,
+        "reconcile",
+        "adminReconcilePayment",
+        command(
+            _payments("reconcile"),
+            ["flow_id", "status", "provider_status", "outcome"],
+            rows=_with("payment", "provider_status", "outcome"),
+        ),
+        target="FLOW_ID",
+    )

@@ -46,8 +46,15 @@ class ServerClientNotFound(NotFound):
 
 
 async def _load(session: AsyncSession, client_id: uuid.UUID) -> ServerClient:
-    row = (await session.execute(select(ServerClient).where(ServerClient.id == client_id)
-                                 .execution_options(populate_existing=True))).scalars().first()
+    row = (
+        (
+            await session.execute(
+                select(ServerClient).where(ServerClient.id == client_id).execution_options(populate_existing=True)
+            )
+        )
+        .scalars()
+        .first()
+    )
     if row is None:
         raise ServerClientNotFound("No server client with this id.")
     return row
@@ -55,9 +62,18 @@ async def _load(session: AsyncSession, client_id: uuid.UUID) -> ServerClient:
 
 async def view(session: AsyncSession, client_id: uuid.UUID) -> ServerClientView:
     client = await _load(session, client_id)
-    keys = (await session.execute(select(ServerClientKey).where(ServerClientKey.server_client_id == client_id)
-                                  .order_by(ServerClientKey.id)
-                                  .execution_options(populate_existing=True))).scalars().all()
+    keys = (
+        (
+            await session.execute(
+                select(ServerClientKey)
+                .where(ServerClientKey.server_client_id == client_id)
+                .order_by(ServerClientKey.id)
+                .execution_options(populate_existing=True)
+            )
+        )
+        .scalars()
+        .all()
+    )
     return client_view(client, list(keys), await db_now(session))
 
 
@@ -72,31 +88,47 @@ def _ref(ref: str) -> uuid.UUID:
     return client_id
 
 
-async def list_clients(session: AsyncSession, *, cursor: str | None, limit: int,
-                       include_disabled: bool = True) -> ServerClientPage:
+async def list_clients(
+    session: AsyncSession, *, cursor: str | None, limit: int, include_disabled: bool = True
+) -> ServerClientPage:
     stmt = select(ServerClient)
     if not include_disabled:
         stmt = stmt.where(ServerClient.disabled.is_(False))
     rows = (await session.execute(keyset(stmt, ServerClient.id, cursor, limit))).scalars().all()
     items, next_cursor = page(rows, limit, lambda c: c.id)
     ids = [c.id for c in items]
-    keys = (await session.execute(select(ServerClientKey).where(ServerClientKey.server_client_id.in_(ids))
-                                  .order_by(ServerClientKey.id))).scalars().all()
+    keys = (
+        (
+            await session.execute(
+                select(ServerClientKey).where(ServerClientKey.server_client_id.in_(ids)).order_by(ServerClientKey.id)
+            )
+        )
+        .scalars()
+        .all()
+    )
     now = await db_now(session)
     by_client: dict[uuid.UUID, list[ServerClientKey]] = {}
     for key in keys:
         by_client.setdefault(key.server_client_id, []).append(key)
-    return ServerClientPage(items=[client_view(c, by_client.get(c.id, []), now) for c in items],
-                            next_cursor=next_cursor)
+    return ServerClientPage(
+        items=[client_view(c, by_client.get(c.id, []), now) for c in items], next_cursor=next_cursor
+    )
 
 
 async def create(session: AsyncSession, data: CreateServerClient) -> CreatedServerClient:
-    created = await create_server_client(session, data.name, display_name=data.display_name,
-                                         allowed_providers=list(data.allowed_providers),
-                                         trusted_issuers=list(data.trusted_issuers))
+    created = await create_server_client(
+        session,
+        data.name,
+        display_name=data.display_name,
+        allowed_providers=list(data.allowed_providers),
+        trusted_issuers=list(data.trusted_issuers),
+    )
     if data.flows_per_minute is not None or data.pending_per_subject is not None:
-        await session.execute(update(ServerClient).where(ServerClient.id == created.client.id).values(
-            flows_per_minute=data.flows_per_minute, pending_per_subject=data.pending_per_subject))
+        await session.execute(
+            update(ServerClient)
+            .where(ServerClient.id == created.client.id)
+            .values(flows_per_minute=data.flows_per_minute, pending_per_subject=data.pending_per_subject)
+        )
     return CreatedServerClient(client=await view(session, created.client.id), api_key=created.api_key)
 
 
@@ -113,8 +145,11 @@ async def update_client(session: AsyncSession, ref: str, data: UpdateServerClien
 
 
 async def _update(session: AsyncSession, client_id: uuid.UUID, **values: object) -> None:
-    done = (await session.execute(update(ServerClient).where(ServerClient.id == client_id).values(**values)
-                                  .returning(ServerClient.id))).first()
+    done = (
+        await session.execute(
+            update(ServerClient).where(ServerClient.id == client_id).values(**values).returning(ServerClient.id)
+        )
+    ).first()
     if done is None:
         raise ServerClientNotFound("No server client with this id.")
 
@@ -134,9 +169,13 @@ async def rotate_key(session: AsyncSession, ref: str, grace: timedelta) -> Rotat
     until: datetime = (await session.execute(select(func.now() + grace))).scalar_one()
     await session.execute(
         update(ServerClientKey)
-        .where(ServerClientKey.server_client_id == client_id, ServerClientKey.revoked_at.is_(None),
-               (ServerClientKey.expires_at.is_(None)) | (ServerClientKey.expires_at > until))
-        .values(expires_at=until))
+        .where(
+            ServerClientKey.server_client_id == client_id,
+            ServerClientKey.revoked_at.is_(None),
+            (ServerClientKey.expires_at.is_(None)) | (ServerClientKey.expires_at > until),
+        )
+        .values(expires_at=until)
+    )
     key = await add_key(session, client_id)
     return RotatedKey(client=await view(session, client_id), api_key=key, old_keys_expire_at=until)
 
@@ -151,8 +190,9 @@ def validate_webhook_url(url: str) -> str:
         return url
     if parts.username or parts.password:
         raise InvalidRequest("A webhook URL must not carry credentials.", extra={"code": "invalid_webhook_url"})
-    raise InvalidRequest("A webhook URL must be https:// (http only on loopback).",
-                         extra={"code": "invalid_webhook_url"})
+    raise InvalidRequest(
+        "A webhook URL must be https:// (http only on loopback).", extra={"code": "invalid_webhook_url"}
+    )
 
 
 def _new_secret(vault: Vault, client_id: uuid.UUID) -> tuple[str, str, bytes]:
@@ -192,8 +232,12 @@ async def rotate_webhook_secret(session: AsyncSession, vault: Vault, ref: str) -
 def webhook_secret(vault: Vault, client: ServerClient) -> str | None:
     if client.webhook_secret_enc is None or client.webhook_secret_key_id is None:
         return None
-    return vault.decrypt_text(client.webhook_secret_key_id, client.webhook_secret_enc,
-                              owner=CLIENT_ID.format(client.id), purpose=WEBHOOK_SECRET_PURPOSE)
+    return vault.decrypt_text(
+        client.webhook_secret_key_id,
+        client.webhook_secret_enc,
+        owner=CLIENT_ID.format(client.id),
+        purpose=WEBHOOK_SECRET_PURPOSE,
+    )
 
 
 __all__ = ["ServerClientNotFound", "parse_client"]

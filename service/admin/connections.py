@@ -48,11 +48,20 @@ class ConnectionRevoked(msgspec.Struct):
 
 
 def connection_view(row: Connection) -> ConnectionView:
-    return ConnectionView(id=CONNECTION_ID.format(row.id), provider=row.provider,
-                          subject={"iss": row.subject_iss, "sub": row.subject_sub}, account_id=row.account_id,
-                          account_login=row.account_login, scopes=list(row.scopes or []), status=row.status,
-                          has_refresh_token=row.refresh_token_enc is not None, expires_at=row.expires_at,
-                          refreshed_at=row.refreshed_at, revoked_at=row.revoked_at, created_at=row.created_at)
+    return ConnectionView(
+        id=CONNECTION_ID.format(row.id),
+        provider=row.provider,
+        subject={"iss": row.subject_iss, "sub": row.subject_sub},
+        account_id=row.account_id,
+        account_login=row.account_login,
+        scopes=list(row.scopes or []),
+        status=row.status,
+        has_refresh_token=row.refresh_token_enc is not None,
+        expires_at=row.expires_at,
+        refreshed_at=row.refreshed_at,
+        revoked_at=row.revoked_at,
+        created_at=row.created_at,
+    )
 
 
 def _id(connection_id: str) -> uuid.UUID:
@@ -62,12 +71,23 @@ def _id(connection_id: str) -> uuid.UUID:
     return parsed
 
 
-async def list_connections(session: AsyncSession, *, provider: str | None = None, subject_iss: str | None = None,
-                           subject_sub: str | None = None, status: str | None = None, cursor: str | None = None,
-                           limit: int = 50) -> ConnectionPage:
+async def list_connections(
+    session: AsyncSession,
+    *,
+    provider: str | None = None,
+    subject_iss: str | None = None,
+    subject_sub: str | None = None,
+    status: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> ConnectionPage:
     stmt = select(Connection)
-    for column, value in ((Connection.provider, provider), (Connection.subject_iss, subject_iss),
-                          (Connection.subject_sub, subject_sub), (Connection.status, status)):
+    for column, value in (
+        (Connection.provider, provider),
+        (Connection.subject_iss, subject_iss),
+        (Connection.subject_sub, subject_sub),
+        (Connection.status, status),
+    ):
         if value is not None:
             stmt = stmt.where(column == value)
     rows = (await session.execute(keyset(stmt, Connection.id, cursor, limit))).scalars().all()
@@ -89,8 +109,9 @@ async def revoke_connection(service: ConnectionService, connection_id: str) -> C
         raise NotFound("No connection with this id.", extra={"code": "connection_not_found"})
     async with service.sessions() as session:
         view = await show_connection(session, connection_id)
-    return ConnectionRevoked(connection=view, revoked=bool(outcome.revoked),
-                             revoked_at_provider=outcome.revoked_at_provider)
+    return ConnectionRevoked(
+        connection=view, revoked=bool(outcome.revoked), revoked_at_provider=outcome.revoked_at_provider
+    )
 
 
 async def refresh_connection(service: ConnectionService, connection_id: str) -> ConnectionView:

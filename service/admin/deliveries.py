@@ -34,8 +34,15 @@ def _view(row: Any) -> WebhookDeliveryView:
     return view
 
 
-async def list_deliveries(session: AsyncSession, *, state: str | None, server_client: str | None,
-                          flow: str | None, cursor: str | None, limit: int) -> WebhookPage:
+async def list_deliveries(
+    session: AsyncSession,
+    *,
+    state: str | None,
+    server_client: str | None,
+    flow: str | None,
+    cursor: str | None,
+    limit: int,
+) -> WebhookPage:
     stmt = select(WebhookDelivery, _in_flight())
     if state == "delivered":
         stmt = stmt.where(WebhookDelivery.delivered_at.is_not(None))
@@ -60,8 +67,13 @@ async def show_delivery(session: AsyncSession, ref: str) -> WebhookDeliveryView:
     delivery_id = DELIVERY_ID.parse(ref)
     row = None
     if delivery_id is not None:
-        row = (await session.execute(select(WebhookDelivery, _in_flight()).where(WebhookDelivery.id == delivery_id)
-                                     .execution_options(populate_existing=True))).first()
+        row = (
+            await session.execute(
+                select(WebhookDelivery, _in_flight())
+                .where(WebhookDelivery.id == delivery_id)
+                .execution_options(populate_existing=True)
+            )
+        ).first()
     if row is None:
         raise DeliveryNotFound("No webhook delivery with this id.")
     return _view(row)
@@ -73,12 +85,19 @@ async def replay(session: AsyncSession, ref: str) -> WebhookDeliveryView:
     delivery_id = DELIVERY_ID.parse(ref)
     if delivery_id is None:
         raise DeliveryNotFound("No webhook delivery with this id.")
-    done = (await session.execute(text(
-        "UPDATE webhook_outbox SET delivered_at = NULL, abandoned_at = NULL, next_attempt_at = now(), "
-        "retry_from = now(), lease_until = NULL "
-        "WHERE id = :id AND (lease_until IS NULL OR lease_until <= now()) RETURNING id"), {"id": delivery_id})).first()
+    done = (
+        await session.execute(
+            text(
+                "UPDATE webhook_outbox SET delivered_at = NULL, abandoned_at = NULL, next_attempt_at = now(), "
+                "retry_from = now(), lease_until = NULL "
+                "WHERE id = :id AND (lease_until IS NULL OR lease_until <= now()) RETURNING id"
+            ),
+            {"id": delivery_id},
+        )
+    ).first()
     if done is None:
         await show_delivery(session, ref)  # 404 when it does not exist
-        raise Conflict("A delivery attempt is in flight; replay it after it finishes.",
-                       extra={"code": "delivery_in_flight"})
+        raise Conflict(
+            "A delivery attempt is in flight; replay it after it finishes.", extra={"code": "delivery_in_flight"}
+        )
     return await show_delivery(session, ref)

@@ -174,22 +174,40 @@ class UpdateIssuer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 def provider_view(row: Provider) -> ProviderView:
     return ProviderView(
-        name=row.name, display_name=row.display_name, catalog=row.catalog, issuer=row.issuer,
-        discovery_url=row.discovery_url, authorization_endpoint=row.authorization_endpoint,
-        token_endpoint=row.token_endpoint, revocation_endpoint=row.revocation_endpoint,
-        account_endpoint=row.account_endpoint, client_id=row.client_id,
-        client_secret_set=row.client_secret_enc is not None, token_auth_method=row.token_auth_method,
-        default_scopes=list(row.default_scopes or []), enabled=row.enabled, created_at=row.created_at,
-        updated_at=row.updated_at)
+        name=row.name,
+        display_name=row.display_name,
+        catalog=row.catalog,
+        issuer=row.issuer,
+        discovery_url=row.discovery_url,
+        authorization_endpoint=row.authorization_endpoint,
+        token_endpoint=row.token_endpoint,
+        revocation_endpoint=row.revocation_endpoint,
+        account_endpoint=row.account_endpoint,
+        client_id=row.client_id,
+        client_secret_set=row.client_secret_enc is not None,
+        token_auth_method=row.token_auth_method,
+        default_scopes=list(row.default_scopes or []),
+        enabled=row.enabled,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
 
 
 def issuer_view(row: Issuer) -> IssuerView:
     return IssuerView(
-        issuer=row.issuer, display_name=row.display_name, client_id=row.client_id,
-        client_secret_set=row.client_secret_enc is not None, scopes=list(row.scopes or []),
-        authorization_endpoint=row.authorization_endpoint, token_endpoint=row.token_endpoint,
-        jwks_uri=row.jwks_uri, enabled=row.enabled, metadata_fetched_at=row.metadata_fetched_at,
-        created_at=row.created_at, updated_at=row.updated_at)
+        issuer=row.issuer,
+        display_name=row.display_name,
+        client_id=row.client_id,
+        client_secret_set=row.client_secret_enc is not None,
+        scopes=list(row.scopes or []),
+        authorization_endpoint=row.authorization_endpoint,
+        token_endpoint=row.token_endpoint,
+        jwks_uri=row.jwks_uri,
+        enabled=row.enabled,
+        metadata_fetched_at=row.metadata_fetched_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
 
 
 def _fields(data: msgspec.Struct) -> dict[str, Any]:
@@ -229,11 +247,13 @@ async def create_provider(session: AsyncSession, vault: Vault, data: CreateProvi
 
 async def update_provider(session: AsyncSession, vault: Vault, name: str, data: UpdateProvider) -> ProviderView:
     row = await get_provider(session, name, lock=True)
-    current: dict[str, Any] = {f.name: getattr(row, f.name) for f in dataclasses.fields(providers.ProviderSpec)
-                               if f.name != "client_secret"}
+    current: dict[str, Any] = {
+        f.name: getattr(row, f.name) for f in dataclasses.fields(providers.ProviderSpec) if f.name != "client_secret"
+    }
     if row.client_secret_enc is not None and row.client_secret_key_id is not None:
-        current["client_secret"] = vault.decrypt_text(row.client_secret_key_id, row.client_secret_enc,
-                                                      owner=row.name, purpose=providers.CLIENT_SECRET)
+        current["client_secret"] = vault.decrypt_text(
+            row.client_secret_key_id, row.client_secret_enc, owner=row.name, purpose=providers.CLIENT_SECRET
+        )
     current.update(_fields(data))
     spec = _spec(current)
     _checked(spec, vault)
@@ -246,13 +266,19 @@ async def check_provider_discovery(session: AsyncSession, vault: Vault, name: st
     try:
         resolved = await providers.resolve(row, vault, MetadataCache(ttl=0))
     except DiscoveryFailed as exc:
-        return DiscoveryReport(ok=False, discovered=bool(row.issuer), error_code=exc.code, error=exc.detail,
-                               issuer=row.issuer)
+        return DiscoveryReport(
+            ok=False, discovered=bool(row.issuer), error_code=exc.code, error=exc.detail, issuer=row.issuer
+        )
     return DiscoveryReport(
-        ok=True, discovered=bool(row.issuer), issuer=resolved.issuer,
-        authorization_endpoint=resolved.authorization_endpoint, token_endpoint=resolved.token_endpoint,
-        revocation_endpoint=resolved.revocation_endpoint, account_endpoint=resolved.account_endpoint,
-        iss_parameter_supported=resolved.iss_parameter_supported)
+        ok=True,
+        discovered=bool(row.issuer),
+        issuer=resolved.issuer,
+        authorization_endpoint=resolved.authorization_endpoint,
+        token_endpoint=resolved.token_endpoint,
+        revocation_endpoint=resolved.revocation_endpoint,
+        account_endpoint=resolved.account_endpoint,
+        iss_parameter_supported=resolved.iss_parameter_supported,
+    )
 
 
 # ---- issuers -----------------------------------------------------------------------------------------
@@ -282,33 +308,47 @@ async def create_issuer(session: AsyncSession, vault: Vault, data: CreateIssuer)
 async def update_issuer(session: AsyncSession, vault: Vault, data: UpdateIssuer) -> IssuerView:
     row = await get_issuer(session, data.issuer, lock=True)
     current: dict[str, Any] = {
-        "issuer": row.issuer, "client_id": row.client_id, "display_name": row.display_name,
-        "scopes": list(row.scopes or []), "authorization_endpoint": row.authorization_endpoint,
-        "token_endpoint": row.token_endpoint, "jwks_uri": row.jwks_uri, "enabled": row.enabled,
-        "client_secret": None}
+        "issuer": row.issuer,
+        "client_id": row.client_id,
+        "display_name": row.display_name,
+        "scopes": list(row.scopes or []),
+        "authorization_endpoint": row.authorization_endpoint,
+        "token_endpoint": row.token_endpoint,
+        "jwks_uri": row.jwks_uri,
+        "enabled": row.enabled,
+        "client_secret": None,
+    }
     if row.client_secret_enc is not None and row.client_secret_key_id is not None:
-        current["client_secret"] = vault.decrypt_text(row.client_secret_key_id, row.client_secret_enc,
-                                                      owner=str(row.id), purpose=issuers.SECRET_PURPOSE)
+        current["client_secret"] = vault.decrypt_text(
+            row.client_secret_key_id, row.client_secret_enc, owner=str(row.id), purpose=issuers.SECRET_PURPOSE
+        )
     current.update(_fields(data))
     await issuers.upsert_issuer(session, vault, _issuer_config(current))
     return issuer_view(await get_issuer(session, data.issuer))
 
 
-async def check_issuer_discovery(session: AsyncSession, directory: issuers.IssuerDirectory,
-                                issuer: str) -> DiscoveryReport:
+async def check_issuer_discovery(
+    session: AsyncSession, directory: issuers.IssuerDirectory, issuer: str
+) -> DiscoveryReport:
     """Fetch ``/.well-known/openid-configuration`` now; explicit endpoints in the row still win."""
     row = await get_issuer(session, issuer)
     try:
         metadata = await directory.discover(row.issuer)
     except issuers.IssuerUnavailable as exc:
         return DiscoveryReport(ok=False, discovered=True, error_code=exc.code, error=exc.detail, issuer=row.issuer)
-    endpoints = {name: getattr(row, name) or metadata.get(name)
-                 for name in ("authorization_endpoint", "token_endpoint", "jwks_uri")}
+    endpoints = {
+        name: getattr(row, name) or metadata.get(name)
+        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri")
+    }
     missing = [name for name, value in endpoints.items() if not isinstance(value, str) or not value]
     return DiscoveryReport(
-        ok=not missing, discovered=True, issuer=row.issuer,
+        ok=not missing,
+        discovered=True,
+        issuer=row.issuer,
         error_code="issuer_unavailable" if missing else None,
         error=f"The metadata has no {', '.join(missing)}." if missing else None,
-        authorization_endpoint=endpoints["authorization_endpoint"], token_endpoint=endpoints["token_endpoint"],
+        authorization_endpoint=endpoints["authorization_endpoint"],
+        token_endpoint=endpoints["token_endpoint"],
         jwks_uri=endpoints["jwks_uri"],
-        iss_parameter_supported=metadata.get("authorization_response_iss_parameter_supported") is True)
+        iss_parameter_supported=metadata.get("authorization_response_iss_parameter_supported") is True,
+    )

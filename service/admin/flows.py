@@ -101,13 +101,23 @@ async def show_flow(flows: FlowService, session: AsyncSession, flow_ref: str) ->
     flow = await flows.read(flow_id)  # expires it first when the database clock says so
     if flow is None:
         raise FlowNotFound("No flow with this id.")
-    events = (await session.execute(
-        select(FlowEvent).where(FlowEvent.flow_id == flow_id).order_by(FlowEvent.id))).scalars().all()
-    deliveries = (await session.execute(
-        select(WebhookDelivery, (WebhookDelivery.lease_until > func.now()).label("in_flight"))
-        .where(WebhookDelivery.flow_id == flow_id).order_by(WebhookDelivery.id))).all()
-    return FlowDetail(flow=flow_view(flow), events=[event_view(e) for e in events],
-                      webhooks=[_with_lease(d, bool(lease)) for d, lease in deliveries])
+    events = (
+        (await session.execute(select(FlowEvent).where(FlowEvent.flow_id == flow_id).order_by(FlowEvent.id)))
+        .scalars()
+        .all()
+    )
+    deliveries = (
+        await session.execute(
+            select(WebhookDelivery, (WebhookDelivery.lease_until > func.now()).label("in_flight"))
+            .where(WebhookDelivery.flow_id == flow_id)
+            .order_by(WebhookDelivery.id)
+        )
+    ).all()
+    return FlowDetail(
+        flow=flow_view(flow),
+        events=[event_view(e) for e in events],
+        webhooks=[_with_lease(d, bool(lease)) for d, lease in deliveries],
+    )
 
 
 def _with_lease(row: WebhookDelivery, in_flight: bool) -> Any:
@@ -132,8 +142,7 @@ async def finish_flow(flows: FlowService, flow_ref: str, to: FlowStatus, *, admi
     current = await flows.read(flow_id)
     if current is None:
         raise FlowNotFound("No flow with this id.")
-    raise FlowNotPending(f"The flow is {current.status}; it cannot change again.",
-                         extra={"status": current.status})
+    raise FlowNotPending(f"The flow is {current.status}; it cannot change again.", extra={"status": current.status})
 
 
 def parse_window(raw: str | None) -> timedelta:
@@ -149,28 +158,49 @@ async def stats(session: AsyncSession, window: timedelta, *, server_client: str 
     client_id = None if server_client is None else parse_client(server_client)
     since: datetime = (await session.execute(select(func.now() - window))).scalar_one()
     in_window = and_(Flow.created_at >= since, *([Flow.server_client_id == client_id] if client_id else []))
-    counts = (await session.execute(
-        select(Flow.status, Flow.kind, func.count()).where(in_window)
-        .group_by(Flow.status, Flow.kind).order_by(Flow.status, Flow.kind))).all()
+    counts = (
+        await session.execute(
+            select(Flow.status, Flow.kind, func.count())
+            .where(in_window)
+            .group_by(Flow.status, Flow.kind)
+            .order_by(Flow.status, Flow.kind)
+        )
+    ).all()
     seconds = func.extract("epoch", Flow.completed_at - Flow.created_at)
     completed = Flow.status == "completed"
-    providers = (await session.execute(
-        select(Flow.provider, func.count(),
-               func.count().filter(completed),
-               func.percentile_cont(0.5).within_group(seconds).filter(completed))
-        .where(in_window).group_by(Flow.provider).order_by(Flow.provider.nulls_first()))).all()
+    providers = (
+        await session.execute(
+            select(
+                Flow.provider,
+                func.count(),
+                func.count().filter(completed),
+                func.percentile_cont(0.5).within_group(seconds).filter(completed),
+            )
+            .where(in_window)
+            .group_by(Flow.provider)
+            .order_by(Flow.provider.nulls_first())
+        )
+    ).all()
     undelivered: list[Any] = [WebhookDelivery.delivered_at.is_(None), WebhookDelivery.abandoned_at.is_(None)]
     if client_id is not None:
         undelivered.append(WebhookDelivery.server_client_id == client_id)
-    backlog = (await session.execute(
-        select(func.count()).select_from(WebhookDelivery).where(and_(*undelivered)))).scalar_one()
+    backlog = (
+        await session.execute(select(func.count()).select_from(WebhookDelivery).where(and_(*undelivered)))
+    ).scalar_one()
     return Stats(
-        window_seconds=int(window.total_seconds()), since=since,
+        window_seconds=int(window.total_seconds()),
+        since=since,
         counts=[StatusKindCount(status=s, kind=k, count=int(n)) for s, k, n in counts],
-        providers=[ProviderStats(provider=p, created=int(n), completed=int(c),
-                                 completion_rate=(round(c / n, 4) if n else None),
-                                 median_seconds_to_complete=(None if m is None else round(float(m), 3)))
-                   for p, n, c, m in providers],
+        providers=[
+            ProviderStats(
+                provider=p,
+                created=int(n),
+                completed=int(c),
+                completion_rate=(round(c / n, 4) if n else None),
+                median_seconds_to_complete=(None if m is None else round(float(m), 3)),
+            )
+            for p, n, c, m in providers
+        ],
         webhook_backlog=int(backlog),
     )
 

@@ -42,16 +42,36 @@ def principal_of(connection: ASGIConnection[Any, Any, Any, Any]) -> AdminPrincip
     return principal
 
 
-async def write_audit(session: AsyncSession, *, actor: str, operation: str, principal: AdminPrincipal | None = None,
-                      method: str | None = None, route: str | None = None, target: str | None = None,
-                      status: int | None = None, detail: dict[str, Any] | None = None) -> None:
+async def write_audit(
+    session: AsyncSession,
+    *,
+    actor: str,
+    operation: str,
+    principal: AdminPrincipal | None = None,
+    method: str | None = None,
+    route: str | None = None,
+    target: str | None = None,
+    status: int | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
     await session.execute(
-        text("INSERT INTO admin_audit_log (id, admin_token_id, actor, role, operation, method, route, target, "
-             "status, detail) VALUES (:id, :token, :actor, :role, :op, :method, :route, :target, :status, "
-             "CAST(:detail AS jsonb))"),
-        {"id": uuid7(), "token": None if principal is None else principal.token_id, "actor": actor,
-         "role": None if principal is None else principal.role.label, "op": operation, "method": method,
-         "route": route, "target": target, "status": status, "detail": json.dumps(detail or {})},
+        text(
+            "INSERT INTO admin_audit_log (id, admin_token_id, actor, role, operation, method, route, target, "
+            "status, detail) VALUES (:id, :token, :actor, :role, :op, :method, :route, :target, :status, "
+            "CAST(:detail AS jsonb))"
+        ),
+        {
+            "id": uuid7(),
+            "token": None if principal is None else principal.token_id,
+            "actor": actor,
+            "role": None if principal is None else principal.role.label,
+            "op": operation,
+            "method": method,
+            "route": route,
+            "target": target,
+            "status": status,
+            "detail": json.dumps(detail or {}),
+        },
     )
 
 
@@ -84,9 +104,16 @@ class AdminAuditMiddleware:
         sessions: async_sessionmaker[AsyncSession] = scope["app"].state.sessions
         try:
             async with sessions() as session:
-                await write_audit(session, actor="api", operation=str(operation or "unknown"),
-                                  principal=scope["state"].get(_PRINCIPAL), method=scope.get("method"),
-                                  route=scope.get("path_template"), target=target, status=status)
+                await write_audit(
+                    session,
+                    actor="api",
+                    operation=str(operation or "unknown"),
+                    principal=scope["state"].get(_PRINCIPAL),
+                    method=scope.get("method"),
+                    route=scope.get("path_template"),
+                    target=target,
+                    status=status,
+                )
                 await session.commit()
         except Exception as exc:  # an audit failure is logged loudly; the answer is already decided
             logger.error("admin audit write failed", extra={"error_type": type(exc).__name__})

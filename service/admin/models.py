@@ -53,7 +53,8 @@ class RateLimitCounter(Base):
 
     __tablename__ = "rate_limit_counters"
 
-    server_client_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server_clients.id", ondelete="CASCADE"),
-                                                        primary_key=True)
+    server_client_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("server_clients.id", ondelete="CASCADE"), primary_key=True
+    )
     window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
     count: Mapped[int] = mapped_column(Integer)

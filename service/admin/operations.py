@@ -20,8 +20,9 @@ from service.observability.tracing import Tracing, build_tracing
 from service.settings import Settings
 from service.signals.webhooks import WebhookSettings, WebhookWorker
 
-ADMIN_SECURITY_SCHEME = SecurityScheme(type="http", scheme="bearer",
-                                       description="An admin token (eat_…), made with `elicitd admin tokens create`")
+ADMIN_SECURITY_SCHEME = SecurityScheme(
+    type="http", scheme="bearer", description="An admin token (eat_…), made with `elicitd admin tokens create`"
+)
 
 
 class Operations:
@@ -30,8 +31,12 @@ class Operations:
         self.state = state
         self.metrics = Metrics(state.hub)
         self.tracing: Tracing = build_tracing(settings)
-        self.webhooks = WebhookWorker(settings=WebhookSettings.from_settings(settings), sessions=state.sessions,
-                                      vault=state.vault, on_outcome=self.metrics.webhook_outcome)
+        self.webhooks = WebhookWorker(
+            settings=WebhookSettings.from_settings(settings),
+            sessions=state.sessions,
+            vault=state.vault,
+            on_outcome=self.metrics.webhook_outcome,
+        )
 
     @classmethod
     def install(cls, settings: Settings, state: State) -> Operations:

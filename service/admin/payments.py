@@ -64,11 +64,20 @@ class CheckoutNotStarted(Conflict):
 
 
 def payment_view(row: Payment) -> PaymentView:
-    return PaymentView(flow_id=FLOW_ID.format(row.flow_id), provider=row.provider, amount=row.amount,
-                       currency=row.currency, description=row.description, status=row.status,
-                       session_id=row.session_id, payment_id=row.payment_id, settled_by=row.settled_by,
-                       session_expires_at=row.session_expires_at, created_at=row.created_at,
-                       updated_at=row.updated_at)
+    return PaymentView(
+        flow_id=FLOW_ID.format(row.flow_id),
+        provider=row.provider,
+        amount=row.amount,
+        currency=row.currency,
+        description=row.description,
+        status=row.status,
+        session_id=row.session_id,
+        payment_id=row.payment_id,
+        settled_by=row.settled_by,
+        session_expires_at=row.session_expires_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
 
 
 def _flow(flow_id: str) -> uuid.UUID:
@@ -86,8 +95,14 @@ async def _get(session: AsyncSession, flow_id: str) -> Payment:
     return row
 
 
-async def list_payments(session: AsyncSession, *, status: str | None = None, provider: str | None = None,
-                        cursor: str | None = None, limit: int = 50) -> PaymentPage:
+async def list_payments(
+    session: AsyncSession,
+    *,
+    status: str | None = None,
+    provider: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> PaymentPage:
     stmt = select(Payment)
     for column, value in ((Payment.status, status), (Payment.provider, provider)):
         if value is not None:
@@ -99,18 +114,28 @@ async def list_payments(session: AsyncSession, *, status: str | None = None, pro
 
 async def show_payment(session: AsyncSession, flow_id: str) -> PaymentDetail:
     row = await _get(session, flow_id)
-    events = (await session.execute(select(PaymentEvent).where(PaymentEvent.flow_id == row.flow_id)
-                                    .order_by(PaymentEvent.received_at))).scalars().all()
-    return PaymentDetail(payment=payment_view(row), events=[
-        PaymentEventView(event_id=e.event_id, type=e.type, outcome=e.outcome, received_at=e.received_at)
-        for e in events])
+    events = (
+        (
+            await session.execute(
+                select(PaymentEvent).where(PaymentEvent.flow_id == row.flow_id).order_by(PaymentEvent.received_at)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    return PaymentDetail(
+        payment=payment_view(row),
+        events=[
+            PaymentEventView(event_id=e.event_id, type=e.type, outcome=e.outcome, received_at=e.received_at)
+            for e in events
+        ],
+    )
 
 
 async def reconcile_payment(state: Any, flow_id: str) -> Reconciled:
     service = getattr(state, "payments", None)
     if service is None:
-        raise ServiceUnavailable("Payments are not configured on this elicitd.",
-                                 extra={"code": "payments_unavailable"})
+        raise ServiceUnavailable("Payments are not configured on this elicitd.", extra={"code": "payments_unavailable"})
     async with state.sessions() as session:
         await _get(session, flow_id)
     action = await service.reconcile_one(_flow(flow_id))

@@ -85,8 +85,13 @@ async def create_token(session: AsyncSession, *, name: str, role: Role, lifetime
         raise InvalidRequest("A token name is 1-64 characters.")
     prefix = secrets.token_hex(4)
     secret = f"{TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
-    row = AdminToken(name=name, role=role.label, token_hash=hash_token(secret), prefix=prefix,
-                     expires_at=(await _db_now(session)) + lifetime)
+    row = AdminToken(
+        name=name,
+        role=role.label,
+        token_hash=hash_token(secret),
+        prefix=prefix,
+        expires_at=(await _db_now(session)) + lifetime,
+    )
     session.add(row)
     await session.flush()
     return CreatedToken(token=row, secret=secret)
@@ -100,11 +105,19 @@ async def revoke_token(session: AsyncSession, token_ref: str) -> AdminToken:
     token_id = ADMIN_TOKEN_ID.parse(token_ref)
     row = None
     if token_id is not None:
-        row = (await session.execute(
-            update(AdminToken).where(AdminToken.id == token_id)
-            .values(revoked_at=text("COALESCE(revoked_at, now())"))
-            .returning(AdminToken).execution_options(populate_existing=True)
-        )).scalars().first()
+        row = (
+            (
+                await session.execute(
+                    update(AdminToken)
+                    .where(AdminToken.id == token_id)
+                    .values(revoked_at=text("COALESCE(revoked_at, now())"))
+                    .returning(AdminToken)
+                    .execution_options(populate_existing=True)
+                )
+            )
+            .scalars()
+            .first()
+        )
     if row is None:
         raise NotFound("No admin token with this id.")
     return row
@@ -115,17 +128,22 @@ async def authenticate(session: AsyncSession, authorization: str | None) -> Admi
     failure = Unauthenticated("A valid admin token is required.")
     if not authorization or not authorization.startswith("Bearer "):
         raise failure
-    secret = authorization[len("Bearer "):].strip()
+    secret = authorization[len("Bearer ") :].strip()
     if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
         raise failure
     # One statement finds a live token and stamps its use.
-    row = (await session.execute(
-        update(AdminToken)
-        .where(AdminToken.token_hash == hash_token(secret), AdminToken.revoked_at.is_(None),
-               AdminToken.expires_at > text("now()"))
-        .values(last_used_at=text("now()"))
-        .returning(AdminToken.id, AdminToken.name, AdminToken.role)
-    )).first()
+    row = (
+        await session.execute(
+            update(AdminToken)
+            .where(
+                AdminToken.token_hash == hash_token(secret),
+                AdminToken.revoked_at.is_(None),
+                AdminToken.expires_at > text("now()"),
+            )
+            .values(last_used_at=text("now()"))
+            .returning(AdminToken.id, AdminToken.name, AdminToken.role)
+        )
+    ).first()
     if row is None:
         raise failure
     return AdminPrincipal(token_id=row.id, name=row.name, role=Role.parse(row.role))

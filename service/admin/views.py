@@ -18,20 +18,35 @@ KEY_ID = PrefixedId("key")
 
 def flow_view(flow: Flow) -> AdminFlow:
     return AdminFlow(
-        id=FLOW_ID.format(flow.id), kind=flow.kind, status=flow.status,
+        id=FLOW_ID.format(flow.id),
+        kind=flow.kind,
+        status=flow.status,
         server_client=CLIENT_ID.format(flow.server_client_id),
-        subject=Subject(iss=flow.subject_iss, sub=flow.subject_sub), provider=flow.provider,
-        scopes=list(flow.scopes or []), message=flow.message, created_at=flow.created_at,
-        expires_at=flow.expires_at, completed_at=flow.completed_at, error_code=flow.error_code,
+        subject=Subject(iss=flow.subject_iss, sub=flow.subject_sub),
+        provider=flow.provider,
+        scopes=list(flow.scopes or []),
+        message=flow.message,
+        created_at=flow.created_at,
+        expires_at=flow.expires_at,
+        completed_at=flow.completed_at,
+        error_code=flow.error_code,
         error_message=flow.error_message,
         connection_id=None if flow.connection_id is None else CONNECTION_ID.format(flow.connection_id),
-        context=dict(flow.context or {}), has_result=flow.result is not None,
+        context=dict(flow.context or {}),
+        has_result=flow.result is not None,
     )
 
 
 def event_view(event: FlowEvent) -> AdminFlowEvent:
-    return AdminFlowEvent(id=event.id, at=event.at, type=event.type, actor=event.actor,
-                          from_status=event.from_status, to_status=event.to_status, detail=dict(event.detail or {}))
+    return AdminFlowEvent(
+        id=event.id,
+        at=event.at,
+        type=event.type,
+        actor=event.actor,
+        from_status=event.from_status,
+        to_status=event.to_status,
+        detail=dict(event.detail or {}),
+    )
 
 
 def delivery_view(row: Any) -> WebhookDeliveryView:
@@ -45,26 +60,46 @@ def delivery_view(row: Any) -> WebhookDeliveryView:
     else:
         state = "pending"
     return WebhookDeliveryView(
-        id=DELIVERY_ID.format(row.id), server_client=CLIENT_ID.format(row.server_client_id),
-        flow_id=FLOW_ID.format(row.flow_id), event_type=row.event_type, state=state,  # type: ignore[arg-type]
-        attempts=row.attempts, next_attempt_at=row.next_attempt_at, last_attempt_at=row.last_attempt_at,
-        last_status=row.last_status, last_error=row.last_error, delivered_at=row.delivered_at,
-        abandoned_at=row.abandoned_at, created_at=row.created_at,
+        id=DELIVERY_ID.format(row.id),
+        server_client=CLIENT_ID.format(row.server_client_id),
+        flow_id=FLOW_ID.format(row.flow_id),
+        event_type=row.event_type,
+        state=state,  # type: ignore[arg-type]
+        attempts=row.attempts,
+        next_attempt_at=row.next_attempt_at,
+        last_attempt_at=row.last_attempt_at,
+        last_status=row.last_status,
+        last_error=row.last_error,
+        delivered_at=row.delivered_at,
+        abandoned_at=row.abandoned_at,
+        created_at=row.created_at,
     )
 
 
 def key_view(key: ServerClientKey, now: Any) -> ApiKeyView:
     active = key.revoked_at is None and (key.expires_at is None or key.expires_at > now)
-    return ApiKeyView(id=KEY_ID.format(key.id), prefix=key.prefix, created_at=key.created_at,
-                      expires_at=key.expires_at, revoked_at=key.revoked_at, active=active)
+    return ApiKeyView(
+        id=KEY_ID.format(key.id),
+        prefix=key.prefix,
+        created_at=key.created_at,
+        expires_at=key.expires_at,
+        revoked_at=key.revoked_at,
+        active=active,
+    )
 
 
 def client_view(client: ServerClient, keys: list[ServerClientKey], now: Any) -> ServerClientView:
     return ServerClientView(
-        id=CLIENT_ID.format(client.id), name=client.name, display_name=client.display_name,
-        allowed_providers=list(client.allowed_providers or []), trusted_issuers=list(client.trusted_issuers or []),
-        webhook_url=client.webhook_url, webhook_secret_set=client.webhook_secret_enc is not None,
-        disabled=client.disabled, flows_per_minute=client.flows_per_minute,
-        pending_per_subject=client.pending_per_subject, created_at=client.created_at,
+        id=CLIENT_ID.format(client.id),
+        name=client.name,
+        display_name=client.display_name,
+        allowed_providers=list(client.allowed_providers or []),
+        trusted_issuers=list(client.trusted_issuers or []),
+        webhook_url=client.webhook_url,
+        webhook_secret_set=client.webhook_secret_enc is not None,
+        disabled=client.disabled,
+        flows_per_minute=client.flows_per_minute,
+        pending_per_subject=client.pending_per_subject,
+        created_at=client.created_at,
         keys=[key_view(k, now) for k in keys],
     )

@@ -110,5 +110,3 @@ async def submit_api_key(request: Req, flow_ref: str) -> Response[Any]:
         return status_page(request, await request.app.state.flows.read(found.id), 200)
     display_name, _ = await client_names(request, found)
     return page(request, "api_key_done.html", flow_id=flow_ref, client=display_name, provider=provider)
-
-

@@ -18,8 +18,10 @@ from service.identity.keys import AuthenticatedClient
 
 Iss = Annotated[str, Parameter(min_length=1, max_length=512, description="The subject's issuer")]
 Sub = Annotated[str, Parameter(min_length=1, max_length=255, description="The subject's `sub` at that issuer")]
-Account = Annotated[str | None, Parameter(max_length=255, default=None,
-                                          description="The provider account id, when the subject has several")]
+Account = Annotated[
+    str | None,
+    Parameter(max_length=255, default=None, description="The provider account id, when the subject has several"),
+]
 
 
 def _service(request: Request[Any, Any, Any]) -> ConnectionService:
@@ -38,23 +40,47 @@ class ConnectionController(Controller):
     dependencies = {"client": provide_server_client}
     security = [{"apiKey": []}]
 
-    @get("/{provider:str}/token", operation_id="getConnectionToken", cache=False,
-         responses=problem_responses(400, 401, 403, 404, 409),
-         summary="A valid access token for the subject's connection (refreshed first when near expiry)",
-         description="404 `not_connected` when there is no connection; 409 `reauthorization_required` when "
-                     "the provider revoked it (create an `oauth_connect` flow to reconnect, the connection id "
-                     "stays); 409 `insufficient_scope` when `scopes` are not all granted.")
-    async def token(self, request: Request[Any, Any, Any], client: AuthenticatedClient, provider: str,
-                    iss: Iss, sub: Sub, account: Account = None,
-                    scopes: Annotated[str | None, Parameter(max_length=2000, default=None,
-                                                            description="Space-separated scopes that must be "
-                                                                        "granted")] = None) -> TokenResponse:
-        return await _service(request).token(client, _provider(provider), iss=iss, sub=sub,
-                                             scopes=(scopes or "").split(), account=account)
+    @get(
+        "/{provider:str}/token",
+        operation_id="getConnectionToken",
+        cache=False,
+        responses=problem_responses(400, 401, 403, 404, 409),
+        summary="A valid access token for the subject's connection (refreshed first when near expiry)",
+        description="404 `not_connected` when there is no connection; 409 `reauthorization_required` when "
+        "the provider revoked it (create an `oauth_connect` flow to reconnect, the connection id "
+        "stays); 409 `insufficient_scope` when `scopes` are not all granted.",
+    )
+    async def token(
+        self,
+        request: Request[Any, Any, Any],
+        client: AuthenticatedClient,
+        provider: str,
+        iss: Iss,
+        sub: Sub,
+        account: Account = None,
+        scopes: Annotated[
+            str | None,
+            Parameter(max_length=2000, default=None, description="Space-separated scopes that must be granted"),
+        ] = None,
+    ) -> TokenResponse:
+        return await _service(request).token(
+            client, _provider(provider), iss=iss, sub=sub, scopes=(scopes or "").split(), account=account
+        )
 
-    @delete("/{provider:str}", operation_id="revokeConnection", status_code=200,
-            responses=problem_responses(400, 401, 403),
-            summary="Disconnect: revoke at the provider (RFC 7009) when it can, and locally always")
-    async def revoke(self, request: Request[Any, Any, Any], client: AuthenticatedClient, provider: str,
-                     iss: Iss, sub: Sub, account: Account = None) -> RevokeResponse:
+    @delete(
+        "/{provider:str}",
+        operation_id="revokeConnection",
+        status_code=200,
+        responses=problem_responses(400, 401, 403),
+        summary="Disconnect: revoke at the provider (RFC 7009) when it can, and locally always",
+    )
+    async def revoke(
+        self,
+        request: Request[Any, Any, Any],
+        client: AuthenticatedClient,
+        provider: str,
+        iss: Iss,
+        sub: Sub,
+        account: Account = None,
+    ) -> RevokeResponse:
         return await _service(request).revoke(client, _provider(provider), iss=iss, sub=sub, account=account)

@@ -54,11 +54,19 @@ def cmd_add(args: argparse.Namespace) -> None:
     from service.connections.providers import ProviderSpec, public_view, resolve, upsert_provider
 
     spec = ProviderSpec(
-        name=args.name, client_id=args.client_id, client_secret=_secret(args), catalog=args.catalog,
-        display_name=args.display_name, issuer=args.issuer, authorization_endpoint=args.authorization_endpoint,
-        token_endpoint=args.token_endpoint, revocation_endpoint=args.revocation_endpoint,
-        account_endpoint=args.account_endpoint, token_auth_method=args.token_auth_method,
-        default_scopes=tuple(args.scope) if args.scope else None)
+        name=args.name,
+        client_id=args.client_id,
+        client_secret=_secret(args),
+        catalog=args.catalog,
+        display_name=args.display_name,
+        issuer=args.issuer,
+        authorization_endpoint=args.authorization_endpoint,
+        token_endpoint=args.token_endpoint,
+        revocation_endpoint=args.revocation_endpoint,
+        account_endpoint=args.account_endpoint,
+        token_auth_method=args.token_auth_method,
+        default_scopes=tuple(args.scope) if args.scope else None,
+    )
 
     async def work(session: AsyncSession, vault: Vault) -> dict[str, Any]:
         row = await upsert_provider(session, spec, vault)
@@ -67,8 +75,10 @@ def cmd_add(args: argparse.Namespace) -> None:
         return public_view(row)
 
     view = asyncio.run(_with_db(work))
-    print(f"provider {view['name']} saved ({view['display_name']}, client {view['client_id']}); "
-          f"redirect URI to register there: <ELICITD_PUBLIC_URL>/connect/callback")
+    print(
+        f"provider {view['name']} saved ({view['display_name']}, client {view['client_id']}); "
+        f"redirect URI to register there: <ELICITD_PUBLIC_URL>/connect/callback"
+    )
 
 
 def cmd_list(args: argparse.Namespace) -> None:
@@ -78,16 +88,25 @@ def cmd_list(args: argparse.Namespace) -> None:
     async def work(session: AsyncSession, vault: Vault) -> list[dict[str, Any]]:
         return [public_view(row) for row in await list_providers(session)]
 
-    print_table(asyncio.run(_with_db(work)), ["name", "display_name", "catalog", "client_id", "has_client_secret",
-                                              "default_scopes", "enabled"], as_json=args.json)
+    print_table(
+        asyncio.run(_with_db(work)),
+        ["name", "display_name", "catalog", "client_id", "has_client_secret", "default_scopes", "enabled"],
+        as_json=args.json,
+    )
 
 
 def cmd_catalog(args: argparse.Namespace) -> None:
     from service.cli import print_table
 
-    rows = [{"catalog": e.key, "display_name": e.display_name, "default_scopes": " ".join(e.default_scopes),
-             "needs": "client id, secret" + (", issuer" if e.needs_issuer or (e.key == "oauth2") else "")}
-            for e in CATALOG.values()]
+    rows = [
+        {
+            "catalog": e.key,
+            "display_name": e.display_name,
+            "default_scopes": " ".join(e.default_scopes),
+            "needs": "client id, secret" + (", issuer" if e.needs_issuer or (e.key == "oauth2") else ""),
+        }
+        for e in CATALOG.values()
+    ]
     print_table(rows, ["catalog", "display_name", "default_scopes", "needs"], as_json=args.json)
 
 

@@ -30,8 +30,7 @@ def candidate_urls(issuer: str) -> list[str]:
     """OIDC first (``issuer + /.well-known/openid-configuration``), then RFC 8414's path-inserted form."""
     issuer = issuer.rstrip("/")
     parts = urlsplit(issuer)
-    rfc8414 = urlunsplit((parts.scheme, parts.netloc, "/.well-known/oauth-authorization-server" + parts.path,
-                          "", ""))
+    rfc8414 = urlunsplit((parts.scheme, parts.netloc, "/.well-known/oauth-authorization-server" + parts.path, "", ""))
     return [issuer + "/.well-known/openid-configuration", rfc8414]
 
 

@@ -24,11 +24,17 @@ class OAuthConnectKind:
 
     async def _connections(self, session: AsyncSession, request: CreateFlowRequest) -> list[Connection]:
         assert request.provider is not None
-        return await repo.live_connections(session, iss=request.subject.iss, sub=request.subject.sub,
-                                           provider=request.provider, account=request.account)
+        return await repo.live_connections(
+            session,
+            iss=request.subject.iss,
+            sub=request.subject.sub,
+            provider=request.provider,
+            account=request.account,
+        )
 
-    async def normalize(self, session: AsyncSession, client: AuthenticatedClient,
-                        request: CreateFlowRequest) -> NormalizedFlow:
+    async def normalize(
+        self, session: AsyncSession, client: AuthenticatedClient, request: CreateFlowRequest
+    ) -> NormalizedFlow:
         if request.provider is None:
             raise InvalidRequest("An 'oauth_connect' flow needs 'provider'.")
         if request.url is not None:
@@ -38,8 +44,10 @@ class OAuthConnectKind:
         if provider is None or not provider.enabled:
             raise UnknownProvider(f"No enabled provider is named '{request.provider}'.")
         if provider.auth_type != "oauth2":
-            raise InvalidRequest(f"'{request.provider}' takes an API key, not OAuth: create an 'api_key' flow.",
-                                 extra={"code": "wrong_flow_kind"})
+            raise InvalidRequest(
+                f"'{request.provider}' takes an API key, not OAuth: create an 'api_key' flow.",
+                extra={"code": "wrong_flow_kind"},
+            )
         requested = set(request.scopes or provider.default_scopes or [])
         scopes, connection_id = requested, None
         found = await self._connections(session, request)
@@ -54,13 +62,17 @@ class OAuthConnectKind:
         if request.account is not None:
             params["account"] = request.account
         return NormalizedFlow(
-            kind=self.kind, provider=request.provider, scopes=tuple(sorted(scopes)), params=params,
+            kind=self.kind,
+            provider=request.provider,
+            scopes=tuple(sorted(scopes)),
+            params=params,
             message=request.message or f"Connect your {provider.display_name} account to continue.",
             connection_id=connection_id,
         )
 
-    async def satisfied(self, session: AsyncSession, client: AuthenticatedClient,
-                        request: CreateFlowRequest, flow: NormalizedFlow) -> Satisfied | None:
+    async def satisfied(
+        self, session: AsyncSession, client: AuthenticatedClient, request: CreateFlowRequest, flow: NormalizedFlow
+    ) -> Satisfied | None:
         if flow.connection_id is not None:
             return None
         wanted = set(flow.scopes)

@@ -36,8 +36,9 @@ REVOKED = "revoked"
 class Provider(Timestamps, Base):
     __tablename__ = "providers"
     __table_args__ = (
-        CheckConstraint("token_auth_method IN ('client_secret_basic', 'client_secret_post', 'none')",
-                        name="token_auth_method"),
+        CheckConstraint(
+            "token_auth_method IN ('client_secret_basic', 'client_secret_post', 'none')", name="token_auth_method"
+        ),
     )
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -70,16 +71,24 @@ class Connection(Timestamps, Base):
     __tablename__ = "connections"
     __table_args__ = (
         CheckConstraint("status IN ('active', 'reauthorization_required', 'revoked')", name="status"),
-        Index("uq_connections_live_account", "subject_iss", "subject_sub", "provider", "account_id", unique=True,
-              postgresql_where=text("status <> 'revoked'")),
+        Index(
+            "uq_connections_live_account",
+            "subject_iss",
+            "subject_sub",
+            "provider",
+            "account_id",
+            unique=True,
+            postgresql_where=text("status <> 'revoked'"),
+        ),
         Index("ix_connections_subject", "subject_iss", "subject_sub", "provider", "id"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
     subject_iss: Mapped[str] = mapped_column(Text)
     subject_sub: Mapped[str] = mapped_column(Text)
-    provider: Mapped[str] = mapped_column(String(64), ForeignKey("providers.name", ondelete="RESTRICT",
-                                                                 onupdate="CASCADE"))
+    provider: Mapped[str] = mapped_column(
+        String(64), ForeignKey("providers.name", ondelete="RESTRICT", onupdate="CASCADE")
+    )
     account_id: Mapped[str] = mapped_column(Text, server_default=text("''"))
     account_login: Mapped[str | None] = mapped_column(Text)
     scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
@@ -106,8 +115,9 @@ class OAuthState(Timestamps, Base):
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
     state_hash: Mapped[bytes] = mapped_column(LargeBinary(32), unique=True)
     flow_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("flows.id", ondelete="CASCADE"), index=True)
-    browser_session_id: Mapped[bytes] = mapped_column(LargeBinary(32), ForeignKey("browser_sessions.id",
-                                                                                 ondelete="CASCADE"))
+    browser_session_id: Mapped[bytes] = mapped_column(
+        LargeBinary(32), ForeignKey("browser_sessions.id", ondelete="CASCADE")
+    )
     provider: Mapped[str] = mapped_column(String(64))
     verifier_enc: Mapped[bytes] = mapped_column(LargeBinary)
     verifier_key_id: Mapped[str] = mapped_column(String(32))
@@ -126,14 +136,16 @@ def _register_encrypted_columns() -> None:
 
     connection_owner = "'cn_' || replace(id::text, '-', '')"
     ours = [
-        EncryptedColumn("providers", "name", "client_secret_key_id", "client_secret_enc", "name",
-                        purpose="client_secret"),
-        EncryptedColumn("connections", "id", "access_token_key_id", "access_token_enc", connection_owner,
-                        purpose="access_token"),
-        EncryptedColumn("connections", "id", "refresh_token_key_id", "refresh_token_enc", connection_owner,
-                        purpose="refresh_token"),
-        EncryptedColumn("oauth_states", "id", "verifier_key_id", "verifier_enc", "id::text",
-                        purpose="pkce_verifier"),
+        EncryptedColumn(
+            "providers", "name", "client_secret_key_id", "client_secret_enc", "name", purpose="client_secret"
+        ),
+        EncryptedColumn(
+            "connections", "id", "access_token_key_id", "access_token_enc", connection_owner, purpose="access_token"
+        ),
+        EncryptedColumn(
+            "connections", "id", "refresh_token_key_id", "refresh_token_enc", connection_owner, purpose="refresh_token"
+        ),
+        EncryptedColumn("oauth_states", "id", "verifier_key_id", "verifier_enc", "id::text", purpose="pkce_verifier"),
     ]
     for column in ours:
         if column not in ENCRYPTED_COLUMNS:

@@ -62,23 +62,28 @@ def new_verifier() -> str:
 
 def _client(provider: ResolvedProvider, redirect_uri: str | None = None) -> AsyncOAuth2Client:
     return AsyncOAuth2Client(
-        client_id=provider.client_id, client_secret=provider.client_secret,
+        client_id=provider.client_id,
+        client_secret=provider.client_secret,
         token_endpoint_auth_method=provider.token_auth_method,
         revocation_endpoint_auth_method=provider.token_auth_method,
-        redirect_uri=redirect_uri, code_challenge_method="S256", timeout=TIMEOUT_SECONDS,
+        redirect_uri=redirect_uri,
+        code_challenge_method="S256",
+        timeout=TIMEOUT_SECONDS,
         follow_redirects=False,
     )
 
 
-def authorization_url(provider: ResolvedProvider, *, redirect_uri: str, scopes: list[str], state: str,
-                      verifier: str) -> str:
+def authorization_url(
+    provider: ResolvedProvider, *, redirect_uri: str, scopes: list[str], state: str, verifier: str
+) -> str:
     """PKCE S256 always, whatever the provider advertises: a stolen code is useless without it."""
     client = _client(provider, redirect_uri)
     extra = {k: str(v) for k, v in provider.authorize_params.items()}
     if scopes:
         extra["scope"] = provider.scope_separator.join(scopes)
-    url, _ = client.create_authorization_url(provider.authorization_endpoint, state=state,
-                                             code_verifier=verifier, **extra)
+    url, _ = client.create_authorization_url(
+        provider.authorization_endpoint, state=state, code_verifier=verifier, **extra
+    )
     return str(url)
 
 
@@ -93,9 +98,14 @@ def _token_set(token: dict[str, Any]) -> TokenSet:
     except (TypeError, ValueError):
         expires = None
     scope = token.get("scope")
-    return TokenSet(access_token=access, refresh_token=refresh if isinstance(refresh, str) and refresh else None,
-                    token_type=str(token.get("token_type") or "Bearer")[:32], expires_in=expires,
-                    scope=scope if isinstance(scope, str) else None, raw=dict(token))
+    return TokenSet(
+        access_token=access,
+        refresh_token=refresh if isinstance(refresh, str) and refresh else None,
+        token_type=str(token.get("token_type") or "Bearer")[:32],
+        expires_in=expires,
+        scope=scope if isinstance(scope, str) else None,
+        raw=dict(token),
+    )
 
 
 async def _token_call(provider: ResolvedProvider, redirect_uri: str | None, **kwargs: Any) -> TokenSet:
@@ -104,15 +114,15 @@ async def _token_call(provider: ResolvedProvider, redirect_uri: str | None, **kw
             if "refresh_token" in kwargs:
                 token = await client.refresh_token(provider.token_endpoint, refresh_token=kwargs["refresh_token"])
             else:
-                token = await client.fetch_token(provider.token_endpoint, grant_type="authorization_code",
-                                                 **kwargs)
+                token = await client.fetch_token(provider.token_endpoint, grant_type="authorization_code", **kwargs)
         except OAuthError as exc:
             raise ProviderError(safe_code(exc.error)) from None
         except _http.HTTPStatusError as exc:
             raise ProviderError(f"http_{exc.response.status_code}") from None
         except (_http.HTTPError, ValueError) as exc:
-            logger.warning("provider token call failed", extra={"provider": provider.name,
-                                                                "error_type": type(exc).__name__})
+            logger.warning(
+                "provider token call failed", extra={"provider": provider.name, "error_type": type(exc).__name__}
+            )
             raise ProviderError("provider_unreachable") from None
     if isinstance(token, dict) and "error" in token:
         raise ProviderError(safe_code(token.get("error")))
@@ -133,11 +143,15 @@ async def fetch_account(provider: ResolvedProvider, tokens: TokenSet) -> tuple[s
     if provider.account_endpoint:
         async with _http.AsyncClient(timeout=TIMEOUT_SECONDS, follow_redirects=False) as http:
             try:
-                response = await http.get(provider.account_endpoint, headers={
-                    "Authorization": f"Bearer {tokens.access_token}", "Accept": "application/json"})
+                response = await http.get(
+                    provider.account_endpoint,
+                    headers={"Authorization": f"Bearer {tokens.access_token}", "Accept": "application/json"},
+                )
             except _http.HTTPError as exc:
-                logger.warning("provider account lookup failed", extra={"provider": provider.name,
-                                                                        "error_type": type(exc).__name__})
+                logger.warning(
+                    "provider account lookup failed",
+                    extra={"provider": provider.name, "error_type": type(exc).__name__},
+                )
                 raise ProviderError("account_lookup_failed") from None
         if response.status_code != 200:
             raise ProviderError("account_lookup_failed")
@@ -160,7 +174,8 @@ async def revoke(provider: ResolvedProvider, token: str, hint: str) -> bool:
         try:
             response = await client.revoke_token(provider.revocation_endpoint, token=token, token_type_hint=hint)
         except (_http.HTTPError, OAuthError) as exc:
-            logger.warning("provider revocation failed", extra={"provider": provider.name,
-                                                                "error_type": type(exc).__name__})
+            logger.warning(
+                "provider revocation failed", extra={"provider": provider.name, "error_type": type(exc).__name__}
+            )
             return False
     return bool(response.status_code == 200)

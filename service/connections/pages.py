@@ -55,14 +55,21 @@ def _connections(request: Req) -> ConnectionService:
 
 async def client_name(request: Req, flow: Flow) -> str:
     async with request.app.state.sessions() as session:
-        name = (await session.execute(select(ServerClient.display_name)
-                                      .where(ServerClient.id == flow.server_client_id))).scalar_one_or_none()
+        name = (
+            await session.execute(select(ServerClient.display_name).where(ServerClient.id == flow.server_client_id))
+        ).scalar_one_or_none()
     return name or "An unknown service"
 
 
 def problem_page(request: Req, status: int, heading: str, text: str, flow: Flow | None = None) -> Response[Any]:
-    return page(request, "connect_problem.html", status, heading=heading, text=text,
-                flow_id=FLOW_ID.format(flow.id) if flow is not None else "-")
+    return page(
+        request,
+        "connect_problem.html",
+        status,
+        heading=heading,
+        text=text,
+        flow_id=FLOW_ID.format(flow.id) if flow is not None else "-",
+    )
 
 
 def _origin(url: str) -> str:
@@ -85,21 +92,33 @@ async def connect_page(request: Req, flow: Flow) -> Response[Any]:
     # check rightly refuses; same-origin still sends nothing to the provider or anyone else.
     headers["Referrer-Policy"] = "same-origin"
     # The Continue POST answers with a redirect to the provider; allow exactly that origin.
-    headers["Content-Security-Policy"] = ("default-src 'self'; frame-ancestors 'none'; form-action 'self' "
-                                          + _origin(provider.authorization_endpoint))
+    headers["Content-Security-Policy"] = "default-src 'self'; frame-ancestors 'none'; form-action 'self' " + _origin(
+        provider.authorization_endpoint
+    )
     context = {
-        "domain": request.app.state.settings.public_origin, "flow_id": flow_ref,
-        "client": await client_name(request, flow), "provider": provider.display_name,
+        "domain": request.app.state.settings.public_origin,
+        "flow_id": flow_ref,
+        "client": await client_name(request, flow),
+        "provider": provider.display_name,
         "provider_host": urlsplit(provider.authorization_endpoint).hostname or "",
-        "scopes": scopes, "message": flow.message, "signed_in_as": identity.sub,
-        "reconnect": flow.connection_id is not None, "csrf_token": identity.csrf_token,
-        "continue_action": f"/connect/{flow_ref}/continue", "decline_action": f"/connect/{flow_ref}/decline",
+        "scopes": scopes,
+        "message": flow.message,
+        "signed_in_as": identity.sub,
+        "reconnect": flow.connection_id is not None,
+        "csrf_token": identity.csrf_token,
+        "continue_action": f"/connect/{flow_ref}/continue",
+        "decline_action": f"/connect/{flow_ref}/decline",
     }
     return Template(template_name="connect.html", context=context, headers=headers)
 
 
-@post("/connect/{flow_ref:str}/continue", operation_id="connectContinue", tags=["browser"], status_code=303,
-      summary="Start the provider authorization (form POST from the connect page, CSRF-protected)")
+@post(
+    "/connect/{flow_ref:str}/continue",
+    operation_id="connectContinue",
+    tags=["browser"],
+    status_code=303,
+    summary="Start the provider authorization (form POST from the connect page, CSRF-protected)",
+)
 async def connect_continue(request: Req, flow_ref: str) -> Response[Any]:
     checked = await checked_post(request, flow_ref, KIND)
     if isinstance(checked, Response):
@@ -110,27 +129,41 @@ async def connect_continue(request: Req, flow_ref: str) -> Response[Any]:
     async with _flows(request).unit_of_work() as uow:
         provider = await service.provider(uow.session, str(flow.provider))
         key_id, sealed = service.seal_verifier(state_id, verifier)
-        await repo.insert_state(uow.session, {
-            "id": state_id, "state_hash": repo.state_digest(state), "flow_id": flow.id,
-            "browser_session_id": bytes.fromhex(identity.session_id), "provider": provider.name,
-            "verifier_enc": sealed, "verifier_key_id": key_id, "redirect_uri": redirect_uri(request),
-            "scopes": list(flow.scopes or []),
-        }, STATE_SECONDS)
+        await repo.insert_state(
+            uow.session,
+            {
+                "id": state_id,
+                "state_hash": repo.state_digest(state),
+                "flow_id": flow.id,
+                "browser_session_id": bytes.fromhex(identity.session_id),
+                "provider": provider.name,
+                "verifier_enc": sealed,
+                "verifier_key_id": key_id,
+                "redirect_uri": redirect_uri(request),
+                "scopes": list(flow.scopes or []),
+            },
+            STATE_SECONDS,
+        )
         await uow.event(flow.id, "provider_redirect", Actor.BROWSER, {"provider": provider.name})
-    url = oauth.authorization_url(provider, redirect_uri=redirect_uri(request), scopes=list(flow.scopes or []),
-                                  state=state, verifier=verifier)
+    url = oauth.authorization_url(
+        provider, redirect_uri=redirect_uri(request), scopes=list(flow.scopes or []), state=state, verifier=verifier
+    )
     return redirect(url)
 
 
-@post("/connect/{flow_ref:str}/decline", operation_id="connectDecline", tags=["browser"], status_code=200,
-      summary="Decline the connection (form POST from the connect page, CSRF-protected)")
+@post(
+    "/connect/{flow_ref:str}/decline",
+    operation_id="connectDecline",
+    tags=["browser"],
+    status_code=200,
+    summary="Decline the connection (form POST from the connect page, CSRF-protected)",
+)
 async def connect_decline(request: Req, flow_ref: str) -> Response[Any]:
     checked = await checked_post(request, flow_ref, KIND)
     if isinstance(checked, Response):
         return checked
     flow = checked.flow
-    moved = await _flows(request).finish(flow.id, Transition(FlowStatus.DECLINED, Actor.BROWSER,
-                                                             error_code="declined"))
+    moved = await _flows(request).finish(flow.id, Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined"))
     return await _final_page(request, moved or flow)
 
 
@@ -154,8 +187,13 @@ async def _reject(request: Req, flow: Flow, reason: str, status: int, heading: s
 _RESTART = "Go back to your assistant and open its link again to start over."
 
 
-@get(CALLBACK_PATH, operation_id="connectCallback", tags=["browser"], cache=False,
-     summary="The provider's redirect back (the one fixed redirect URI)")
+@get(
+    CALLBACK_PATH,
+    operation_id="connectCallback",
+    tags=["browser"],
+    cache=False,
+    summary="The provider's redirect back (the one fixed redirect URI)",
+)
 async def connect_callback(request: Req) -> Response[Any]:  # noqa: PLR0911 - one early answer per check, in order
     query = request.query_params
     state = query.get("state")
@@ -172,8 +210,14 @@ async def connect_callback(request: Req) -> Response[Any]:  # noqa: PLR0911 - on
     async with _flows(request).unit_of_work() as uow:
         used = await repo.consume_state(uow.session, state, bytes.fromhex(identity.session_id))
     if used is None:
-        return await _reject(request, flow, "state_unusable", 400, "This sign-in response was already used",
-                             "It was used before, has expired, or was started in another browser. " + _RESTART)
+        return await _reject(
+            request,
+            flow,
+            "state_unusable",
+            400,
+            "This sign-in response was already used",
+            "It was used before, has expired, or was started in another browser. " + _RESTART,
+        )
     if flow.status != "pending":
         return await _final_page(request, flow)
     service = _connections(request)
@@ -181,16 +225,28 @@ async def connect_callback(request: Req) -> Response[Any]:  # noqa: PLR0911 - on
         provider = await service.provider(session, used.provider)
     problem = _iss_problem(provider, query.get("iss"))
     if problem is not None:
-        return await _reject(request, flow, problem, 400, "The response did not come from the expected provider",
-                             f"elicitd expected an answer from {provider.display_name} and got something else, "
-                             "so it did not continue. " + _RESTART)
+        return await _reject(
+            request,
+            flow,
+            problem,
+            400,
+            "The response did not come from the expected provider",
+            f"elicitd expected an answer from {provider.display_name} and got something else, "
+            "so it did not continue. " + _RESTART,
+        )
     error = query.get("error")
     if error is not None:
         code = oauth.safe_code(error)
-        change = (Transition(FlowStatus.DECLINED, Actor.PROVIDER, error_code="access_denied")
-                  if code == "access_denied" else
-                  Transition(FlowStatus.FAILED, Actor.PROVIDER, error_code=f"provider_{code}"[:64],
-                             error_message=f"{provider.display_name} answered with the error '{code}'."))
+        change = (
+            Transition(FlowStatus.DECLINED, Actor.PROVIDER, error_code="access_denied")
+            if code == "access_denied"
+            else Transition(
+                FlowStatus.FAILED,
+                Actor.PROVIDER,
+                error_code=f"provider_{code}"[:64],
+                error_message=f"{provider.display_name} answered with the error '{code}'.",
+            )
+        )
         moved = await _flows(request).finish(flow.id, change)
         return await _final_page(request, moved or flow)
     code_value = query.get("code")
@@ -207,33 +263,58 @@ async def _exchange(request: Req, flow: Flow, provider: ResolvedProvider, used: 
     service = _connections(request)
     flows = _flows(request)
     try:
-        tokens = await oauth.exchange_code(provider, redirect_uri=used.redirect_uri, code=code,
-                                           verifier=service.open_verifier(used))
+        tokens = await oauth.exchange_code(
+            provider, redirect_uri=used.redirect_uri, code=code, verifier=service.open_verifier(used)
+        )
         account_id, account_login = await oauth.fetch_account(provider, tokens)
     except oauth.ProviderError as exc:
         failed_code = "account_lookup_failed" if exc.error == "account_lookup_failed" else "token_exchange_failed"
-        moved = await flows.finish(flow.id, Transition(
-            FlowStatus.FAILED, Actor.PROVIDER, error_code=failed_code,
-            error_message=f"{provider.display_name} did not complete the connection ({exc.error}).",
-            detail={"provider_error": exc.error}))
+        moved = await flows.finish(
+            flow.id,
+            Transition(
+                FlowStatus.FAILED,
+                Actor.PROVIDER,
+                error_code=failed_code,
+                error_message=f"{provider.display_name} did not complete the connection ({exc.error}).",
+                detail={"provider_error": exc.error},
+            ),
+        )
         return await _final_page(request, moved or flow)
     try:
         async with flows.unit_of_work() as uow:
             done = await service.store_authorization(
-                uow.session, iss=flow.subject_iss, sub=flow.subject_sub, provider=provider, tokens=tokens,
-                account_id=account_id, account_login=account_login, requested=list(used.scopes or []),
-                reconnect=flow.connection_id)
-            moved = await uow.transition(flow.id, Transition(FlowStatus.COMPLETED, Actor.PROVIDER,
-                                                             result=done.result, connection_id=done.connection.id))
+                uow.session,
+                iss=flow.subject_iss,
+                sub=flow.subject_sub,
+                provider=provider,
+                tokens=tokens,
+                account_id=account_id,
+                account_login=account_login,
+                requested=list(used.scopes or []),
+                reconnect=flow.connection_id,
+            )
+            moved = await uow.transition(
+                flow.id,
+                Transition(FlowStatus.COMPLETED, Actor.PROVIDER, result=done.result, connection_id=done.connection.id),
+            )
             if moved is None:
                 raise _FlowGone
     except _FlowGone:
         # Too late: the grant is useless to anyone, so hand it back rather than leave it live.
-        await oauth.revoke(provider, tokens.refresh_token or tokens.access_token,
-                           "refresh_token" if tokens.refresh_token else "access_token")
+        await oauth.revoke(
+            provider,
+            tokens.refresh_token or tokens.access_token,
+            "refresh_token" if tokens.refresh_token else "access_token",
+        )
         return await _final_page(request, await flows.read(flow.id) or flow)
-    logger.info("connection stored", extra={"flow_id": FLOW_ID.format(flow.id), "provider": provider.name,
-                                            "connection_id": done.result["connection_id"]})
+    logger.info(
+        "connection stored",
+        extra={
+            "flow_id": FLOW_ID.format(flow.id),
+            "provider": provider.name,
+            "connection_id": done.result["connection_id"],
+        },
+    )
     # A redirect, so the code never stays in the address bar or history of the final page.
     return redirect(f"/connect/done/{FLOW_ID.format(flow.id)}")
 
@@ -245,17 +326,33 @@ async def _final_page(request: Req, flow: Flow) -> Response[Any]:
         from service.connections.providers import get_provider
 
         row = await get_provider(session, provider_name)
-    headings = {"completed": "Connected", "declined": "Not connected", "failed": "The connection failed",
-                "expired": "This link has expired", "cancelled": "Cancelled"}
-    return page(request, "connect_done.html", 200, heading=headings.get(flow.status, "Unavailable"),
-                outcome=flow.status, client=await client_name(request, flow),
-                provider=row.display_name if row is not None else provider_name,
-                account_login=(flow.result or {}).get("account_login") if flow.status == "completed" else None,
-                flow_id=FLOW_ID.format(flow.id))
+    headings = {
+        "completed": "Connected",
+        "declined": "Not connected",
+        "failed": "The connection failed",
+        "expired": "This link has expired",
+        "cancelled": "Cancelled",
+    }
+    return page(
+        request,
+        "connect_done.html",
+        200,
+        heading=headings.get(flow.status, "Unavailable"),
+        outcome=flow.status,
+        client=await client_name(request, flow),
+        provider=row.display_name if row is not None else provider_name,
+        account_login=(flow.result or {}).get("account_login") if flow.status == "completed" else None,
+        flow_id=FLOW_ID.format(flow.id),
+    )
 
 
-@get("/connect/done/{flow_ref:str}", operation_id="connectDone", tags=["browser"], cache=False,
-     summary="The final page of a connection: no JavaScript, says where to go back to")
+@get(
+    "/connect/done/{flow_ref:str}",
+    operation_id="connectDone",
+    tags=["browser"],
+    cache=False,
+    summary="The final page of a connection: no JavaScript, says where to go back to",
+)
 async def connect_done(request: Req, flow_ref: str) -> Response[Any]:
     flow_id = FLOW_ID.parse(flow_ref)
     flow = None if flow_id is None else await _flows(request).read(flow_id)

@@ -84,8 +84,9 @@ def _entry(spec: ProviderSpec) -> CatalogEntry:
     key = spec.catalog or (spec.name if spec.name in CATALOG else "oauth2")
     entry = CATALOG.get(key)
     if entry is None:
-        raise ConfigurationError(f"provider '{spec.name}': unknown catalog entry '{key}' "
-                                 f"(known: {', '.join(sorted(CATALOG))})")
+        raise ConfigurationError(
+            f"provider '{spec.name}': unknown catalog entry '{key}' (known: {', '.join(sorted(CATALOG))})"
+        )
     return entry
 
 
@@ -113,21 +114,33 @@ def spec_values(spec: ProviderSpec, vault: Vault) -> dict[str, Any]:
         "authorize_params": {**entry.authorize_params, **(spec.authorize_params or {})},
         "enabled": spec.enabled,
     }
-    if not spec.name or len(spec.name) > 64 or not all(c.isalnum() or c in "_.-" for c in spec.name) \
-            or spec.name != spec.name.lower():
+    if (
+        not spec.name
+        or len(spec.name) > 64
+        or not all(c.isalnum() or c in "_.-" for c in spec.name)
+        or spec.name != spec.name.lower()
+    ):
         raise ConfigurationError(f"provider name '{spec.name}' must be lowercase letters, digits, '_', '.', '-'")
     if not spec.client_id:
         raise ConfigurationError(f"provider '{spec.name}': client id is required")
     if not issuer and not (values["authorization_endpoint"] and values["token_endpoint"]):
-        raise ConfigurationError(f"provider '{spec.name}': give an issuer (for discovery) or both the "
-                                 "authorization and token endpoints")
+        raise ConfigurationError(
+            f"provider '{spec.name}': give an issuer (for discovery) or both the authorization and token endpoints"
+        )
     if values["token_auth_method"] not in {"client_secret_basic", "client_secret_post", "none"}:
-        raise ConfigurationError(f"provider '{spec.name}': token auth method must be client_secret_basic, "
-                                 "client_secret_post or none")
+        raise ConfigurationError(
+            f"provider '{spec.name}': token auth method must be client_secret_basic, client_secret_post or none"
+        )
     if values["token_auth_method"] != "none" and not spec.client_secret:
         raise ConfigurationError(f"provider '{spec.name}': a client secret is required")
-    for key in ("issuer", "discovery_url", "authorization_endpoint", "token_endpoint", "revocation_endpoint",
-                "account_endpoint"):
+    for key in (
+        "issuer",
+        "discovery_url",
+        "authorization_endpoint",
+        "token_endpoint",
+        "revocation_endpoint",
+        "account_endpoint",
+    ):
         url = values[key]
         if url and not (url.startswith("https://") or url.startswith(("http://127.0.0.1", "http://localhost"))):
             raise ConfigurationError(f"provider '{spec.name}': {key} must be an https URL")
@@ -161,17 +174,27 @@ async def list_providers(session: AsyncSession) -> list[Provider]:
 
 async def set_enabled(session: AsyncSession, name: str, enabled: bool) -> bool:
     result = await session.execute(
-        update(Provider).where(Provider.name == name).values(enabled=enabled, updated_at=text("now()"))
-        .returning(Provider.name))
+        update(Provider)
+        .where(Provider.name == name)
+        .values(enabled=enabled, updated_at=text("now()"))
+        .returning(Provider.name)
+    )
     return result.scalar_one_or_none() is not None
 
 
 def public_view(row: Provider) -> dict[str, Any]:
     """What an operator may see: never the secret, only whether one is set."""
-    return {"name": row.name, "display_name": row.display_name, "catalog": row.catalog, "issuer": row.issuer,
-            "client_id": row.client_id, "has_client_secret": row.client_secret_enc is not None,
-            "default_scopes": list(row.default_scopes or []), "enabled": row.enabled,
-            "revocation": bool(row.revocation_endpoint) or None}
+    return {
+        "name": row.name,
+        "display_name": row.display_name,
+        "catalog": row.catalog,
+        "issuer": row.issuer,
+        "client_id": row.client_id,
+        "has_client_secret": row.client_secret_enc is not None,
+        "default_scopes": list(row.default_scopes or []),
+        "enabled": row.enabled,
+        "revocation": bool(row.revocation_endpoint) or None,
+    }
 
 
 async def resolve(row: Provider, vault: Vault, metadata: MetadataCache) -> ResolvedProvider:
@@ -192,16 +215,25 @@ async def resolve(row: Provider, vault: Vault, metadata: MetadataCache) -> Resol
     account = row.account_endpoint or (document.get("userinfo_endpoint") if row.catalog == "oidc" else None)
     secret = None
     if row.client_secret_enc is not None and row.client_secret_key_id is not None:
-        secret = vault.decrypt_text(row.client_secret_key_id, row.client_secret_enc, owner=row.name,
-                                    purpose=CLIENT_SECRET)
+        secret = vault.decrypt_text(
+            row.client_secret_key_id, row.client_secret_enc, owner=row.name, purpose=CLIENT_SECRET
+        )
     return ResolvedProvider(
-        name=row.name, display_name=row.display_name, issuer=row.issuer,
-        authorization_endpoint=str(authorization), token_endpoint=str(token),
+        name=row.name,
+        display_name=row.display_name,
+        issuer=row.issuer,
+        authorization_endpoint=str(authorization),
+        token_endpoint=str(token),
         revocation_endpoint=row.revocation_endpoint or document.get("revocation_endpoint"),
-        account_endpoint=account, account_id_field=row.account_id_field,
-        account_login_field=row.account_login_field, client_id=row.client_id, client_secret=secret,
-        token_auth_method=row.token_auth_method, default_scopes=tuple(row.default_scopes or ()),
-        scope_separator=row.scope_separator, scope_descriptions=dict(row.scope_descriptions or {}),
+        account_endpoint=account,
+        account_id_field=row.account_id_field,
+        account_login_field=row.account_login_field,
+        client_id=row.client_id,
+        client_secret=secret,
+        token_auth_method=row.token_auth_method,
+        default_scopes=tuple(row.default_scopes or ()),
+        scope_separator=row.scope_separator,
+        scope_descriptions=dict(row.scope_descriptions or {}),
         authorize_params=dict(row.authorize_params or {}),
         iss_parameter_supported=bool(document.get("authorization_response_iss_parameter_supported")),
     )
@@ -213,8 +245,9 @@ def spec_from_mapping(name: str, raw: Mapping[str, Any], env: Mapping[str, str])
     known = (set(ProviderSpec.__dataclass_fields__) | {"client_secret_env"}) - {"client_secret"}
     unknown = set(raw) - known
     if unknown:
-        raise ConfigurationError(f"provider '{name}': unknown keys {', '.join(sorted(unknown))} "
-                                 "(give the secret as client_secret_env)")
+        raise ConfigurationError(
+            f"provider '{name}': unknown keys {', '.join(sorted(unknown))} (give the secret as client_secret_env)"
+        )
     data = dict(raw)
     env_name = data.pop("client_secret_env", None)
     if env_name:

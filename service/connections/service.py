@@ -88,8 +88,13 @@ class Completed:
 
 def connection_result(conn: Connection) -> dict[str, Any]:
     """What a completed flow tells the MCP server. Never the token: that is the token endpoint's job."""
-    return {"connection_id": CONNECTION_ID.format(conn.id), "provider": conn.provider,
-            "account_id": conn.account_id, "account_login": conn.account_login, "scopes": list(conn.scopes or [])}
+    return {
+        "connection_id": CONNECTION_ID.format(conn.id),
+        "provider": conn.provider,
+        "account_id": conn.account_id,
+        "account_login": conn.account_login,
+        "scopes": list(conn.scopes or []),
+    }
 
 
 def granted_scopes(tokens: oauth.TokenSet, requested: list[str], separator: str) -> list[str]:
@@ -101,8 +106,14 @@ def granted_scopes(tokens: oauth.TokenSet, requested: list[str], separator: str)
 
 
 class ConnectionService:
-    def __init__(self, *, sessions: async_sessionmaker[AsyncSession], vault: Vault, metadata: MetadataCache,
-                 refresh_margin_seconds: float = REFRESH_MARGIN_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        vault: Vault,
+        metadata: MetadataCache,
+        refresh_margin_seconds: float = REFRESH_MARGIN_SECONDS,
+    ) -> None:
         self.sessions = sessions
         self.vault = vault
         self.metadata = metadata
@@ -126,8 +137,9 @@ class ConnectionService:
         return self.vault.encrypt(verifier, owner=str(state_id), purpose=PKCE_VERIFIER)
 
     def open_verifier(self, state: OAuthState) -> str:
-        return self.vault.decrypt_text(state.verifier_key_id, state.verifier_enc, owner=str(state.id),
-                                       purpose=PKCE_VERIFIER)
+        return self.vault.decrypt_text(
+            state.verifier_key_id, state.verifier_enc, owner=str(state.id), purpose=PKCE_VERIFIER
+        )
 
     def _seal_tokens(self, connection_id: uuid.UUID, tokens: oauth.TokenSet) -> dict[str, Any]:
         owner = CONNECTION_ID.format(connection_id)
@@ -135,50 +147,76 @@ class ConnectionService:
         refresh_kid, refresh = (None, None)
         if tokens.refresh_token is not None:
             refresh_kid, refresh = self.vault.encrypt(tokens.refresh_token, owner=owner, purpose=REFRESH_TOKEN)
-        return {"access_enc": access, "access_kid": access_kid, "refresh_enc": refresh, "refresh_kid": refresh_kid,
-                "token_type": tokens.token_type, "expires_in": tokens.expires_in}
+        return {
+            "access_enc": access,
+            "access_kid": access_kid,
+            "refresh_enc": refresh,
+            "refresh_kid": refresh_kid,
+            "token_type": tokens.token_type,
+            "expires_in": tokens.expires_in,
+        }
 
     def _open(self, conn: Connection, purpose: str) -> str | None:
         owner = CONNECTION_ID.format(conn.id)
         try:
             if purpose == ACCESS_TOKEN and conn.access_token_enc is not None and conn.access_token_key_id:
-                return self.vault.decrypt_text(conn.access_token_key_id, conn.access_token_enc, owner=owner,
-                                               purpose=purpose)
+                return self.vault.decrypt_text(
+                    conn.access_token_key_id, conn.access_token_enc, owner=owner, purpose=purpose
+                )
             if purpose == REFRESH_TOKEN and conn.refresh_token_enc is not None and conn.refresh_token_key_id:
-                return self.vault.decrypt_text(conn.refresh_token_key_id, conn.refresh_token_enc, owner=owner,
-                                               purpose=purpose)
+                return self.vault.decrypt_text(
+                    conn.refresh_token_key_id, conn.refresh_token_enc, owner=owner, purpose=purpose
+                )
         except SealError as exc:
             # Its key left the ring, or the value was altered or moved: nothing usable is stored, and
             # the way out for the user is to connect again.
             logger.error("stored token cannot be decrypted", extra={"connection_id": owner})
-            raise ReauthorizationRequired("The stored credentials for this connection cannot be read; "
-                                          "connect the account again.",
-                                          extra={"connection_id": owner}) from exc
+            raise ReauthorizationRequired(
+                "The stored credentials for this connection cannot be read; connect the account again.",
+                extra={"connection_id": owner},
+            ) from exc
         return None
 
     # ---- completing an authorization -------------------------------------------------------------
-    async def store_authorization(self, session: AsyncSession, *, iss: str, sub: str, provider: ResolvedProvider,
-                                  tokens: oauth.TokenSet, account_id: str, account_login: str | None,
-                                  requested: list[str], reconnect: uuid.UUID | None) -> Completed:
+    async def store_authorization(
+        self,
+        session: AsyncSession,
+        *,
+        iss: str,
+        sub: str,
+        provider: ResolvedProvider,
+        tokens: oauth.TokenSet,
+        account_id: str,
+        account_login: str | None,
+        requested: list[str],
+        reconnect: uuid.UUID | None,
+    ) -> Completed:
         """Write the tokens into the caller's transaction (the flow's completion commits them)."""
-        connection_id = reconnect if reconnect is not None and await repo.reclaim(session, reconnect,
-                                                                                  account_id) else None
+        connection_id = (
+            reconnect if reconnect is not None and await repo.reclaim(session, reconnect, account_id) else None
+        )
         if connection_id is None:
-            connection_id = await repo.claim_slot(session, iss=iss, sub=sub, provider=provider.name,
-                                                  account_id=account_id)
+            connection_id = await repo.claim_slot(
+                session, iss=iss, sub=sub, provider=provider.name, account_id=account_id
+            )
         values = self._seal_tokens(connection_id, tokens)
-        values.update(account_id=account_id, account_login=account_login,
-                      scopes=granted_scopes(tokens, requested, provider.scope_separator))
+        values.update(
+            account_id=account_id,
+            account_login=account_login,
+            scopes=granted_scopes(tokens, requested, provider.scope_separator),
+        )
         conn = await repo.store_tokens(session, connection_id, values)
         return Completed(connection=conn, result=connection_result(conn))
 
     # ---- the token endpoint ----------------------------------------------------------------------
-    async def _pick(self, client: AuthenticatedClient, provider: str, iss: str, sub: str,
-                    account: str | None) -> Connection:
+    async def _pick(
+        self, client: AuthenticatedClient, provider: str, iss: str, sub: str, account: str | None
+    ) -> Connection:
         check_provider_allowed(client, provider)
         if client.trusted_issuers and iss not in client.trusted_issuers:
-            raise Forbidden("This server client does not trust the subject's issuer.",
-                            extra={"code": "issuer_not_trusted"})
+            raise Forbidden(
+                "This server client does not trust the subject's issuer.", extra={"code": "issuer_not_trusted"}
+            )
         async with self.sessions() as session:
             found = await repo.live_connections(session, iss=iss, sub=sub, provider=provider, account=account)
         if not found:
@@ -189,31 +227,49 @@ class ConnectionService:
     def _answer(self, conn: Connection) -> TokenResponse:
         token = self._open(conn, ACCESS_TOKEN)
         if token is None:
-            raise ReauthorizationRequired("The connection must be authorized again.",
-                                          extra={"connection_id": CONNECTION_ID.format(conn.id)})
-        return TokenResponse(access_token=token, token_type=conn.token_type, connection_id=CONNECTION_ID.format(
-            conn.id), provider=conn.provider, account_id=conn.account_id, account_login=conn.account_login,
-            scopes=list(conn.scopes or []), expires_at=conn.expires_at)
+            raise ReauthorizationRequired(
+                "The connection must be authorized again.", extra={"connection_id": CONNECTION_ID.format(conn.id)}
+            )
+        return TokenResponse(
+            access_token=token,
+            token_type=conn.token_type,
+            connection_id=CONNECTION_ID.format(conn.id),
+            provider=conn.provider,
+            account_id=conn.account_id,
+            account_login=conn.account_login,
+            scopes=list(conn.scopes or []),
+            expires_at=conn.expires_at,
+        )
 
     def _reauth(self, conn: Connection) -> ReauthorizationRequired:
         return ReauthorizationRequired(
             "The provider no longer accepts this connection; create an oauth_connect flow to reconnect it.",
-            extra={"connection_id": CONNECTION_ID.format(conn.id)})
+            extra={"connection_id": CONNECTION_ID.format(conn.id)},
+        )
 
-    async def token(self, client: AuthenticatedClient, provider: str, *, iss: str, sub: str,
-                    scopes: list[str], account: str | None) -> TokenResponse:
+    async def token(
+        self, client: AuthenticatedClient, provider: str, *, iss: str, sub: str, scopes: list[str], account: str | None
+    ) -> TokenResponse:
         conn = await self._pick(client, provider, iss, sub, account)
         if conn.status == REAUTHORIZATION_REQUIRED:
             raise self._reauth(conn)
         missing = sorted(set(scopes) - set(conn.scopes or []))
         if missing:
-            raise InsufficientScope("The connection was not granted every requested scope; create an "
-                                    "oauth_connect flow with them to ask the user.", extra={"missing": missing})
+            raise InsufficientScope(
+                "The connection was not granted every requested scope; create an "
+                "oauth_connect flow with them to ask the user.",
+                extra={"missing": missing},
+            )
         async with self.sessions() as session:
-            fresh = (await session.execute(text(
-                "SELECT CAST(:e AS timestamptz) IS NULL "
-                "OR CAST(:e AS timestamptz) > now() + make_interval(secs => :m)"),
-                {"e": conn.expires_at, "m": self.margin})).scalar_one()
+            fresh = (
+                await session.execute(
+                    text(
+                        "SELECT CAST(:e AS timestamptz) IS NULL "
+                        "OR CAST(:e AS timestamptz) > now() + make_interval(secs => :m)"
+                    ),
+                    {"e": conn.expires_at, "m": self.margin},
+                )
+            ).scalar_one()
         if fresh:
             return self._answer(conn)
         return await self._refresh(conn.id)
@@ -231,10 +287,13 @@ class ConnectionService:
             try:
                 locked = await repo.lock_for_refresh(session, connection_id, self.margin)
             except DBAPIError as exc:
-                logger.warning("refresh lock wait timed out", extra={"connection_id": str(connection_id),
-                                                                    "error_type": type(exc).__name__})
-                raise ServiceUnavailable("Another refresh of this connection is taking long; retry shortly.",
-                                         headers={"Retry-After": "2"}) from None
+                logger.warning(
+                    "refresh lock wait timed out",
+                    extra={"connection_id": str(connection_id), "error_type": type(exc).__name__},
+                )
+                raise ServiceUnavailable(
+                    "Another refresh of this connection is taking long; retry shortly.", headers={"Retry-After": "2"}
+                ) from None
             if locked is None:
                 raise NotConnected("The connection no longer exists.")
             conn, due = locked
@@ -245,12 +304,17 @@ class ConnectionService:
             if not due and not force:
                 return self._answer(conn)  # another caller refreshed while we waited for the lock
             refresh_token = self._open(conn, REFRESH_TOKEN)
-            expired = (await session.execute(text("SELECT COALESCE(CAST(:e AS timestamptz) <= now(), false)"),
-                                             {"e": conn.expires_at})).scalar_one()
+            expired = (
+                await session.execute(
+                    text("SELECT COALESCE(CAST(:e AS timestamptz) <= now(), false)"), {"e": conn.expires_at}
+                )
+            ).scalar_one()
             if refresh_token is None:
                 if force:
-                    raise NoRefreshToken("The provider gave this connection no refresh token; it cannot be "
-                                         "refreshed, only reconnected when it expires.")
+                    raise NoRefreshToken(
+                        "The provider gave this connection no refresh token; it cannot be "
+                        "refreshed, only reconnected when it expires."
+                    )
                 if not expired:
                     return self._answer(conn)
                 await repo.mark_reauthorization_required(session, conn.id)
@@ -264,29 +328,43 @@ class ConnectionService:
                     await repo.mark_reauthorization_required(session, conn.id)
                     await session.commit()
                     self._refreshed(conn.provider, "reauthorization_required")
-                    logger.info("connection needs reauthorization", extra={
-                        "connection_id": CONNECTION_ID.format(conn.id), "provider": conn.provider,
-                        "code": "invalid_grant"})
+                    logger.info(
+                        "connection needs reauthorization",
+                        extra={
+                            "connection_id": CONNECTION_ID.format(conn.id),
+                            "provider": conn.provider,
+                            "code": "invalid_grant",
+                        },
+                    )
                     raise self._reauth(conn) from None
-                logger.warning("token refresh failed", extra={"connection_id": CONNECTION_ID.format(conn.id),
-                                                              "provider": conn.provider, "code": exc.error})
+                logger.warning(
+                    "token refresh failed",
+                    extra={
+                        "connection_id": CONNECTION_ID.format(conn.id),
+                        "provider": conn.provider,
+                        "code": exc.error,
+                    },
+                )
                 self._refreshed(conn.provider, "failed")
                 if not expired and not force:
                     return self._answer(conn)  # still valid for a moment: better than an error
-                raise RefreshFailed("The provider failed to refresh the token; retry later.",
-                                    extra={"provider_error": exc.error}) from None
+                raise RefreshFailed(
+                    "The provider failed to refresh the token; retry later.", extra={"provider_error": exc.error}
+                ) from None
             values = self._seal_tokens(conn.id, tokens)
             values["scopes"] = sorted(set(tokens.scope.split())) if tokens.scope else None
             updated = await repo.store_refreshed(session, conn.id, values)
             await session.commit()
             self._refreshed(conn.provider, "refreshed")
-            logger.info("token refreshed", extra={"connection_id": CONNECTION_ID.format(conn.id),
-                                                  "provider": conn.provider})
+            logger.info(
+                "token refreshed", extra={"connection_id": CONNECTION_ID.format(conn.id), "provider": conn.provider}
+            )
             return self._answer(updated)
 
     # ---- revocation ------------------------------------------------------------------------------
-    async def revoke(self, client: AuthenticatedClient, provider_name: str, *, iss: str, sub: str,
-                     account: str | None) -> RevokeResponse:
+    async def revoke(
+        self, client: AuthenticatedClient, provider_name: str, *, iss: str, sub: str, account: str | None
+    ) -> RevokeResponse:
         await self._pick(client, provider_name, iss, sub, account)  # access checks and not_connected
         async with self.sessions() as session:
             found = await repo.live_connections(session, iss=iss, sub=sub, provider=provider_name, account=account)
@@ -294,8 +372,9 @@ class ConnectionService:
             revoked = await repo.mark_revoked(session, [c.id for c in found])
             await session.commit()
         for cid in revoked:
-            logger.info("connection revoked", extra={"connection_id": CONNECTION_ID.format(cid),
-                                                     "provider": provider_name})
+            logger.info(
+                "connection revoked", extra={"connection_id": CONNECTION_ID.format(cid), "provider": provider_name}
+            )
         return RevokeResponse(revoked=[CONNECTION_ID.format(c) for c in revoked], revoked_at_provider=at_provider)
 
     async def revoke_by_id(self, connection_id: uuid.UUID) -> RevokeResponse | None:
@@ -310,8 +389,9 @@ class ConnectionService:
             revoked = await repo.mark_revoked(session, [c.id for c in found])
             await session.commit()
         for cid in revoked:
-            logger.info("connection revoked", extra={"connection_id": CONNECTION_ID.format(cid),
-                                                     "provider": conn.provider})
+            logger.info(
+                "connection revoked", extra={"connection_id": CONNECTION_ID.format(cid), "provider": conn.provider}
+            )
         return RevokeResponse(revoked=[CONNECTION_ID.format(c) for c in revoked], revoked_at_provider=at_provider)
 
     async def _revoke_at_provider(self, session: AsyncSession, provider_name: str, found: list[Connection]) -> bool:

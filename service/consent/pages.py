@@ -107,5 +107,3 @@ async def decide(request: Req, flow_ref: str) -> Response[Any]:
         approved=approved,
         heading="Approved" if approved else "Declined",
     )
-
-

@@ -29,8 +29,7 @@ class SealError(Exception):
 
 @lru_cache(maxsize=256)
 def _subkey(key: bytes, purpose: str) -> AESGCM:
-    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                   info=b"elicitd/" + purpose.encode()).derive(key)
+    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"elicitd/" + purpose.encode()).derive(key)
     return AESGCM(derived)
 
 

@@ -49,18 +49,32 @@ class EncryptedColumn:
 
 
 ENCRYPTED_COLUMNS: list[EncryptedColumn] = [
-    EncryptedColumn("server_clients", "id", "webhook_secret_key_id", "webhook_secret_enc",
-                    "'sc_' || replace(id::text, '-', '')", purpose="webhook_secret"),
-    EncryptedColumn("issuers", "id", "client_secret_key_id", "client_secret_enc", "id::text",
-                    purpose="issuer_client_secret"),
-    EncryptedColumn("login_attempts", "id", "secrets_key_id", "secrets_enc", "encode(id, 'hex')",
-                    purpose="login_attempt"),
+    EncryptedColumn(
+        "server_clients",
+        "id",
+        "webhook_secret_key_id",
+        "webhook_secret_enc",
+        "'sc_' || replace(id::text, '-', '')",
+        purpose="webhook_secret",
+    ),
+    EncryptedColumn(
+        "issuers", "id", "client_secret_key_id", "client_secret_enc", "id::text", purpose="issuer_client_secret"
+    ),
+    EncryptedColumn(
+        "login_attempts", "id", "secrets_key_id", "secrets_enc", "encode(id, 'hex')", purpose="login_attempt"
+    ),
 ]
 
 
 # Domains register their columns when their models module is imported; import them all first.
-DOMAIN_MODELS = ("service.identity.models", "service.connections.models", "service.consent.models",
-                 "service.payments.models", "service.admin.models", "service.signals.models")
+DOMAIN_MODELS = (
+    "service.identity.models",
+    "service.connections.models",
+    "service.consent.models",
+    "service.payments.models",
+    "service.admin.models",
+    "service.signals.models",
+)
 
 
 def load_registry() -> list[EncryptedColumn]:
@@ -84,16 +98,26 @@ class RotationReport:
         return not any(self.failed.values()) and not any(self.remaining.values())
 
 
-async def rotate(sessions: async_sessionmaker[AsyncSession], vault: Vault, *,
-                 columns: list[EncryptedColumn] | None = None, batch: int = DEFAULT_BATCH) -> RotationReport:
+async def rotate(
+    sessions: async_sessionmaker[AsyncSession],
+    vault: Vault,
+    *,
+    columns: list[EncryptedColumn] | None = None,
+    batch: int = DEFAULT_BATCH,
+) -> RotationReport:
     report = RotationReport()
     for column in load_registry() if columns is None else columns:
         await _rotate_column(sessions, vault, column, batch, report)
     return report
 
 
-async def _rotate_column(sessions: async_sessionmaker[AsyncSession], vault: Vault, column: EncryptedColumn,
-                         batch: int, report: RotationReport) -> None:
+async def _rotate_column(
+    sessions: async_sessionmaker[AsyncSession],
+    vault: Vault,
+    column: EncryptedColumn,
+    batch: int,
+    report: RotationReport,
+) -> None:
     c = column
     purpose_sql = c.purpose_sql or "CAST(:purpose AS text)"
     # Identifiers come from the registry (code), never from input; values are bound parameters.
@@ -120,8 +144,12 @@ async def _rotate_column(sessions: async_sessionmaker[AsyncSession], vault: Vaul
     waiting = False
     while True:
         async with sessions() as session:
-            params = {"current": vault.current_key_id, "skip": failed, "batch": 1 if waiting else batch,
-                      "purpose": c.purpose}
+            params = {
+                "current": vault.current_key_id,
+                "skip": failed,
+                "batch": 1 if waiting else batch,
+                "purpose": c.purpose,
+            }
             if waiting:
                 await session.execute(text(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'"))
             try:
@@ -141,15 +169,28 @@ async def _rotate_column(sessions: async_sessionmaker[AsyncSession], vault: Vaul
                     failed.append(row.id)
                     continue
                 new_key_id, new_blob = vault.encrypt(plaintext, owner=row.owner, purpose=row.purpose)
-                result = await session.execute(update_sql, {"id": row.id, "new_key_id": new_key_id,
-                                                            "new_blob": new_blob, "old_key_id": row.key_id,
-                                                            "old_blob": row.blob})
+                result = await session.execute(
+                    update_sql,
+                    {
+                        "id": row.id,
+                        "new_key_id": new_key_id,
+                        "new_blob": new_blob,
+                        "old_key_id": row.key_id,
+                        "old_blob": row.blob,
+                    },
+                )
                 rotated += int(result.rowcount or 0)  # type: ignore[attr-defined]
             await session.commit()
     async with sessions() as session:
-        remaining = (await session.execute(text(
-            f"SELECT count(*) FROM {c.table} WHERE {c.key_id_column} IS NOT NULL "
-            f"AND {c.key_id_column} <> :current"), {"current": vault.current_key_id})).scalar_one()
+        remaining = (
+            await session.execute(
+                text(
+                    f"SELECT count(*) FROM {c.table} WHERE {c.key_id_column} IS NOT NULL "
+                    f"AND {c.key_id_column} <> :current"
+                ),
+                {"current": vault.current_key_id},
+            )
+        ).scalar_one()
     report.rotated[c.label] = rotated
     report.failed[c.label] = [_show(i) for i in failed]
     report.remaining[c.label] = int(remaining) - len(failed)
@@ -179,8 +220,17 @@ def cmd_keys_rotate(args: Any) -> None:
 
     report = asyncio.run(run())
     if args.json:
-        print(json.dumps({"current_key_id": settings.keys.current[0], "rotated": report.rotated,
-                          "failed": report.failed, "remaining": report.remaining}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "current_key_id": settings.keys.current[0],
+                    "rotated": report.rotated,
+                    "failed": report.failed,
+                    "remaining": report.remaining,
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"current key: {settings.keys.current[0]}")
         for label, count in report.rotated.items():

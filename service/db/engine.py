@@ -32,8 +32,9 @@ def make_engine(settings: Settings) -> AsyncEngine:
         pool_timeout=settings.db_pool_timeout_seconds,
         pool_recycle=POOL_RECYCLE_SECONDS,
         # A statement that hangs must not pin a waiter forever; lock waits fail fast too.
-        connect_args={"server_settings": {"statement_timeout": "15000", "lock_timeout": "5000",
-                                          "application_name": "elicitd"}},
+        connect_args={
+            "server_settings": {"statement_timeout": "15000", "lock_timeout": "5000", "application_name": "elicitd"}
+        },
     )
     event.listen(engine.sync_engine, "checkout", _discard_closed)
     return engine

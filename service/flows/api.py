@@ -27,13 +27,23 @@ from service.identity.keys import AuthenticatedClient
 
 _CREATE_EXAMPLE = Example(
     summary="Connect GitHub",
-    value={"subject": {"iss": "https://id.example.com", "sub": "u-123"}, "kind": "oauth_connect",
-           "provider": "github", "scopes": ["repo"], "ttl_seconds": 900, "context": {"tool": "list_files"}},
+    value={
+        "subject": {"iss": "https://id.example.com", "sub": "u-123"},
+        "kind": "oauth_connect",
+        "provider": "github",
+        "scopes": ["repo"],
+        "ttl_seconds": 900,
+        "context": {"tool": "list_files"},
+    },
 )
 _RESOLVE_EXAMPLE = Example(
     summary="Retry after the client accepted",
-    value={"subject": {"iss": "https://id.example.com", "sub": "u-123"}, "request_state": "v1.k1.…",
-           "input_responses": {"elicitd_fl_0190…": {"action": "accept"}}, "wait_seconds": 20},
+    value={
+        "subject": {"iss": "https://id.example.com", "sub": "u-123"},
+        "request_state": "v1.k1.…",
+        "input_responses": {"elicitd_fl_0190…": {"action": "accept"}},
+        "wait_seconds": 20,
+    },
 )
 
 
@@ -47,47 +57,86 @@ class FlowController(Controller):
     dependencies = {"client": provide_server_client}
     security = [{"apiKey": []}]
 
-    @post("/", operation_id="createFlow", summary="Create a flow or reuse the pending equivalent",
-          responses={200: ResponseSpec(data_container=CreateFlowResponse,
-                                       description="The reused pending flow, or `completed` when already satisfied"),
-                     **problem_responses(400, 401, 403, 413, 429)},
-          description="Answers 201 with a new flow, 200 with the reused pending flow or with `completed` when the "
-                      "request is already satisfied (an active connection covering the scopes). `mcp` is a "
-                      "ready 2026-07-28 InputRequiredResult; `legacy` is the 2025-11-25 equivalent.")
-    async def create(self, request: Request[Any, Any, Any], client: AuthenticatedClient,
-                     data: Annotated[CreateFlowRequest, Body(examples=[_CREATE_EXAMPLE])],
-                     ) -> Response[CreateFlowResponse]:
+    @post(
+        "/",
+        operation_id="createFlow",
+        summary="Create a flow or reuse the pending equivalent",
+        responses={
+            200: ResponseSpec(
+                data_container=CreateFlowResponse,
+                description="The reused pending flow, or `completed` when already satisfied",
+            ),
+            **problem_responses(400, 401, 403, 413, 429),
+        },
+        description="Answers 201 with a new flow, 200 with the reused pending flow or with `completed` when the "
+        "request is already satisfied (an active connection covering the scopes). `mcp` is a "
+        "ready 2026-07-28 InputRequiredResult; `legacy` is the 2025-11-25 equivalent.",
+    )
+    async def create(
+        self,
+        request: Request[Any, Any, Any],
+        client: AuthenticatedClient,
+        data: Annotated[CreateFlowRequest, Body(examples=[_CREATE_EXAMPLE])],
+    ) -> Response[CreateFlowResponse]:
         created, response = await _flows(request).create(client, data)
         return Response(response, status_code=201 if created else 200)
 
-    @post("/resolve", operation_id="resolveFlow", status_code=200, summary="Resolve an MCP client's retry",
-          responses=problem_responses(400, 401, 413),
-          description="Unseals `request_state`, applies the client's action and, on `accept`, waits up to "
-                      "`wait_seconds` for the flow to finish.")
-    async def resolve(self, request: Request[Any, Any, Any], client: AuthenticatedClient,
-                      data: Annotated[ResolveRequest, Body(examples=[_RESOLVE_EXAMPLE])]) -> ResolveResponse:
+    @post(
+        "/resolve",
+        operation_id="resolveFlow",
+        status_code=200,
+        summary="Resolve an MCP client's retry",
+        responses=problem_responses(400, 401, 413),
+        description="Unseals `request_state`, applies the client's action and, on `accept`, waits up to "
+        "`wait_seconds` for the flow to finish.",
+    )
+    async def resolve(
+        self,
+        request: Request[Any, Any, Any],
+        client: AuthenticatedClient,
+        data: Annotated[ResolveRequest, Body(examples=[_RESOLVE_EXAMPLE])],
+    ) -> ResolveResponse:
         return await _flows(request).resolve(client, data)
 
-    @get("/{flow_id:str}", operation_id="getFlow", summary="Status of a flow, optionally waiting for it to finish",
-         responses=problem_responses(400, 401, 404))
-    async def status(self, request: Request[Any, Any, Any], client: AuthenticatedClient, flow_id: str,
-                     wait_seconds: Annotated[float, Parameter(ge=0, le=300, default=0,
-                                                              description="Long-poll up to this many seconds")] = 0,
-                     ) -> StatusResponse:
+    @get(
+        "/{flow_id:str}",
+        operation_id="getFlow",
+        summary="Status of a flow, optionally waiting for it to finish",
+        responses=problem_responses(400, 401, 404),
+    )
+    async def status(
+        self,
+        request: Request[Any, Any, Any],
+        client: AuthenticatedClient,
+        flow_id: str,
+        wait_seconds: Annotated[
+            float, Parameter(ge=0, le=300, default=0, description="Long-poll up to this many seconds")
+        ] = 0,
+    ) -> StatusResponse:
         return await _flows(request).status(client, flow_id, wait_seconds)
 
-    @post("/{flow_id:str}/complete", operation_id="completeExternalFlow", status_code=200,
-          responses=problem_responses(400, 401, 404, 409, 413),
-          summary="Complete an `external` flow with the caller's result")
-    async def complete(self, request: Request[Any, Any, Any], client: AuthenticatedClient, flow_id: str,
-                       data: CompleteRequest) -> StatusResponse:
+    @post(
+        "/{flow_id:str}/complete",
+        operation_id="completeExternalFlow",
+        status_code=200,
+        responses=problem_responses(400, 401, 404, 409, 413),
+        summary="Complete an `external` flow with the caller's result",
+    )
+    async def complete(
+        self, request: Request[Any, Any, Any], client: AuthenticatedClient, flow_id: str, data: CompleteRequest
+    ) -> StatusResponse:
         change = Transition(FlowStatus.COMPLETED, Actor.API, result=data.result)
         return await _flows(request).finish_external(client, flow_id, change)
 
-    @post("/{flow_id:str}/fail", operation_id="failExternalFlow", status_code=200,
-          responses=problem_responses(400, 401, 404, 409, 413),
-          summary="Fail an `external` flow with a code the MCP server can act on")
-    async def fail(self, request: Request[Any, Any, Any], client: AuthenticatedClient, flow_id: str,
-                   data: FailRequest) -> StatusResponse:
+    @post(
+        "/{flow_id:str}/fail",
+        operation_id="failExternalFlow",
+        status_code=200,
+        responses=problem_responses(400, 401, 404, 409, 413),
+        summary="Fail an `external` flow with a code the MCP server can act on",
+    )
+    async def fail(
+        self, request: Request[Any, Any, Any], client: AuthenticatedClient, flow_id: str, data: FailRequest
+    ) -> StatusResponse:
         change = Transition(FlowStatus.FAILED, Actor.API, error_code=data.code, error_message=data.message)
         return await _flows(request).finish_external(client, flow_id, change)

@@ -37,7 +37,8 @@ class NormalizedFlow:
         """Digest of everything that makes two requests "the same" for create-or-reuse."""
         material = json.dumps(
             {"p": self.provider, "s": sorted(self.scopes), "x": self.params, "u": self.external_url},
-            sort_keys=True, separators=(",", ":"),
+            sort_keys=True,
+            separators=(",", ":"),
         )
         return hashlib.sha256(material.encode()).hexdigest()
 
@@ -51,17 +52,20 @@ class Satisfied:
 
 
 class KindHandler(Protocol):
-    async def normalize(self, session: AsyncSession, client: AuthenticatedClient,
-                        request: CreateFlowRequest) -> NormalizedFlow: ...
+    async def normalize(
+        self, session: AsyncSession, client: AuthenticatedClient, request: CreateFlowRequest
+    ) -> NormalizedFlow: ...
 
-    async def satisfied(self, session: AsyncSession, client: AuthenticatedClient,
-                        request: CreateFlowRequest, flow: NormalizedFlow) -> Satisfied | None: ...
+    async def satisfied(
+        self, session: AsyncSession, client: AuthenticatedClient, request: CreateFlowRequest, flow: NormalizedFlow
+    ) -> Satisfied | None: ...
 
 
 def check_provider_allowed(client: AuthenticatedClient, provider: str | None) -> None:
     if provider is not None and client.allowed_providers and provider not in client.allowed_providers:
-        raise Forbidden(f"This server client may not use the provider '{provider}'.",
-                        extra={"code": "provider_not_allowed"})
+        raise Forbidden(
+            f"This server client may not use the provider '{provider}'.", extra={"code": "provider_not_allowed"}
+        )
 
 
 def is_loopback_host(host: str) -> bool:
@@ -100,8 +104,9 @@ class BasicKind:
         self.default_message = default_message
         self.needs_provider = needs_provider
 
-    async def normalize(self, session: AsyncSession, client: AuthenticatedClient,
-                        request: CreateFlowRequest) -> NormalizedFlow:
+    async def normalize(
+        self, session: AsyncSession, client: AuthenticatedClient, request: CreateFlowRequest
+    ) -> NormalizedFlow:
         if self.needs_provider and request.provider is None:
             raise InvalidRequest(f"A '{self.kind}' flow needs 'provider'.")
         if self.kind != "external" and request.url is not None:
@@ -117,16 +122,18 @@ class BasicKind:
             external_url=external_url,
         )
 
-    async def satisfied(self, session: AsyncSession, client: AuthenticatedClient,
-                        request: CreateFlowRequest, flow: NormalizedFlow) -> Satisfied | None:
+    async def satisfied(
+        self, session: AsyncSession, client: AuthenticatedClient, request: CreateFlowRequest, flow: NormalizedFlow
+    ) -> Satisfied | None:
         return None
 
 
 def default_handlers() -> dict[str, KindHandler]:
     return {
         "external": BasicKind("external", default_message="Continue in your browser to finish this step."),
-        "oauth_connect": BasicKind("oauth_connect", default_message="Connect your account to continue.",
-                                   needs_provider=True),
+        "oauth_connect": BasicKind(
+            "oauth_connect", default_message="Connect your account to continue.", needs_provider=True
+        ),
         "api_key": BasicKind("api_key", default_message="Enter your API key to continue.", needs_provider=True),
         "consent": BasicKind("consent", default_message="Review and approve this action to continue."),
         "payment": BasicKind("payment", default_message="Complete the payment to continue."),

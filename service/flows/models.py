@@ -36,7 +36,11 @@ class Flow(Timestamps, Base):
         # Create-or-reuse relies on this: at most one pending flow per (client, subject, request).
         Index(
             "uq_flows_pending_reuse",
-            "server_client_id", "subject_iss", "subject_sub", "kind", "reuse_key",
+            "server_client_id",
+            "subject_iss",
+            "subject_sub",
+            "kind",
+            "reuse_key",
             unique=True,
             postgresql_where=text("status = 'pending'"),
         ),

@@ -28,22 +28,30 @@ _FINISHED = {
     "failed": ("Something went wrong", "This request could not be completed. Ask your assistant to try again."),
 }
 
-PAGE_HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY",
-                "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self' https:"}
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self' https:",
+}
 
 
 def page(request: Request[Any, Any, Any], template: str, status: int = 200, **context: Any) -> Response[Any]:
     """Render an elicitd page with the headers every browser page carries."""
     context.setdefault("domain", request.app.state.settings.public_origin)
-    return Template(template_name=template, context=context, status_code=status,
-                    headers=PAGE_HEADERS)
+    return Template(template_name=template, context=context, status_code=status, headers=PAGE_HEADERS)
 
 
 def status_page(request: Request[Any, Any, Any], flow: Flow | None, status: int = 200) -> Response[Any]:
     if flow is None:
-        return page(request, "flow_status.html", 404, heading="Link not found",
-                    text="This link is not valid. Check that you copied it completely, or ask your assistant "
-                         "for a new one.", flow_id="-")
+        return page(
+            request,
+            "flow_status.html",
+            404,
+            heading="Link not found",
+            text="This link is not valid. Check that you copied it completely, or ask your assistant for a new one.",
+            flow_id="-",
+        )
     heading, text = _FINISHED.get(flow.status, ("Unavailable", "This request is not available."))
     return page(request, "flow_status.html", status, heading=heading, text=text, flow_id=FLOW_ID.format(flow.id))
 
@@ -60,8 +68,13 @@ async def pending_flow(request: Request[Any, Any, Any], flow_ref: str, kind: str
     return flow
 
 
-@get("/f/{flow_ref:str}", operation_id="openFlowPage", tags=["browser"], include_in_schema=True,
-     summary="The elicitation URL: the browser side of a flow")
+@get(
+    "/f/{flow_ref:str}",
+    operation_id="openFlowPage",
+    tags=["browser"],
+    include_in_schema=True,
+    summary="The elicitation URL: the browser side of a flow",
+)
 async def open_flow(request: Request[Any, Any, Any], flow_ref: str) -> Response[Any]:
     flows: FlowService = request.app.state.flows
     flow_id = FLOW_ID.parse(flow_ref)
@@ -71,12 +84,22 @@ async def open_flow(request: Request[Any, Any, Any], flow_ref: str) -> Response[
     if flow.status != "pending":
         return status_page(request, flow, 410 if flow.status == "expired" else 200)
     if flow.kind == "external" and flow.external_url:
-        return page(request, "flow_status.html", heading="Continue on the service's own page",
-                    text="This step happens on a page run by the service that asked.", link=flow.external_url,
-                    flow_id=FLOW_ID.format(flow.id))
+        return page(
+            request,
+            "flow_status.html",
+            heading="Continue on the service's own page",
+            text="This step happens on a page run by the service that asked.",
+            link=flow.external_url,
+            flow_id=FLOW_ID.format(flow.id),
+        )
     handler: KindPage | None = request.app.state.kind_pages.get(flow.kind)
     if handler is None:
-        return page(request, "flow_status.html", 501, heading="Not available yet",
-                    text=f"This kind of request ({flow.kind}) cannot be completed on this elicitd yet.",
-                    flow_id=FLOW_ID.format(flow.id))
+        return page(
+            request,
+            "flow_status.html",
+            501,
+            heading="Not available yet",
+            text=f"This kind of request ({flow.kind}) cannot be completed on this elicitd yet.",
+            flow_id=FLOW_ID.format(flow.id),
+        )
     return await handler(request, flow)

@@ -98,9 +98,15 @@ async def get(session: AsyncSession, flow_id: uuid.UUID) -> tuple[Flow, bool] | 
     return row[0], bool(row[1])
 
 
-async def transition(session: AsyncSession, flow_id: uuid.UUID, change: Transition, *,
-                     server_client_id: uuid.UUID | None = None, require_live: bool = True,
-                     require_due: bool = False) -> Flow | None:
+async def transition(
+    session: AsyncSession,
+    flow_id: uuid.UUID,
+    change: Transition,
+    *,
+    server_client_id: uuid.UUID | None = None,
+    require_live: bool = True,
+    require_due: bool = False,
+) -> Flow | None:
     """Make the one terminal transition, or return None when the flow is not (or no longer) eligible.
 
     ``require_live`` refuses a completion once the flow is past its expiry (the expiry wins);
@@ -113,8 +119,10 @@ async def transition(session: AsyncSession, flow_id: uuid.UUID, change: Transiti
         conditions.append("expires_at > now()")
     if require_due:
         conditions.append("expires_at <= now()")
-    sql = (f"WITH t AS (UPDATE flows SET {_SET_TERMINAL} WHERE {' AND '.join(conditions)} RETURNING flows.*)"
-           + _TRANSITION_TAIL)
+    sql = (
+        f"WITH t AS (UPDATE flows SET {_SET_TERMINAL} WHERE {' AND '.join(conditions)} RETURNING flows.*)"
+        + _TRANSITION_TAIL
+    )
     params = {"flow_id": flow_id, "server_client_id": server_client_id, **change.params()}
     result = await _flows(session, sql, params)
     return result.scalars().first()  # type: ignore[no-any-return]
@@ -134,8 +142,9 @@ async def expire_due(session: AsyncSession, batch_size: int) -> list[Flow]:
     return list(result.scalars().all())
 
 
-async def expire_stale_reusable(session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str,
-                                subject_sub: str, kind: str, reuse_key: str) -> Flow | None:
+async def expire_stale_reusable(
+    session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str, subject_sub: str, kind: str, reuse_key: str
+) -> Flow | None:
     """Expire the reusable pending flow if its time is up, so a fresh one can take its slot."""
     change = Transition(FlowStatus.EXPIRED, Actor.API, error_code="expired")
     sql = (
@@ -143,8 +152,14 @@ async def expire_stale_reusable(session: AsyncSession, *, server_client_id: uuid
         "AND server_client_id = :server_client_id AND subject_iss = :iss AND subject_sub = :sub "
         "AND kind = :kind AND reuse_key = :reuse_key RETURNING flows.*)" + _TRANSITION_TAIL
     )
-    params = {"server_client_id": server_client_id, "iss": subject_iss, "sub": subject_sub, "kind": kind,
-              "reuse_key": reuse_key, **change.params()}
+    params = {
+        "server_client_id": server_client_id,
+        "iss": subject_iss,
+        "sub": subject_sub,
+        "kind": kind,
+        "reuse_key": reuse_key,
+        **change.params(),
+    }
     result = await _flows(session, sql, params)
     return result.scalars().first()  # type: ignore[no-any-return]
 
@@ -178,8 +193,9 @@ async def insert_pending(session: AsyncSession, values: dict[str, Any]) -> Flow 
     return result.scalars().first()  # type: ignore[no-any-return]
 
 
-async def find_reusable(session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str,
-                        subject_sub: str, kind: str, reuse_key: str) -> Flow | None:
+async def find_reusable(
+    session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str, subject_sub: str, kind: str, reuse_key: str
+) -> Flow | None:
     stmt = (
         select(Flow)
         .where(
@@ -195,8 +211,9 @@ async def find_reusable(session: AsyncSession, *, server_client_id: uuid.UUID, s
     return (await session.execute(stmt)).scalars().first()
 
 
-async def lock_subject(session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str,
-                       subject_sub: str) -> None:
+async def lock_subject(
+    session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str, subject_sub: str
+) -> None:
     """A transaction-scoped advisory lock on (server client, subject), released at commit."""
     await session.execute(
         text("SELECT pg_advisory_xact_lock(hashtextextended(:c || chr(31) || :i || chr(31) || :s, 0))"),
@@ -204,18 +221,22 @@ async def lock_subject(session: AsyncSession, *, server_client_id: uuid.UUID, su
     )
 
 
-async def count_pending_for_subject(session: AsyncSession, *, server_client_id: uuid.UUID,
-                                    subject_iss: str, subject_sub: str) -> int:
+async def count_pending_for_subject(
+    session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str, subject_sub: str
+) -> int:
     row = await session.execute(
-        text("SELECT count(*) FROM flows WHERE server_client_id = :c AND subject_iss = :i AND subject_sub = :s "
-             "AND status = 'pending' AND expires_at > now()"),
+        text(
+            "SELECT count(*) FROM flows WHERE server_client_id = :c AND subject_iss = :i AND subject_sub = :s "
+            "AND status = 'pending' AND expires_at > now()"
+        ),
         {"c": server_client_id, "i": subject_iss, "s": subject_sub},
     )
     return int(row.scalar_one())
 
 
-async def add_event(session: AsyncSession, flow_id: uuid.UUID, event_type: str, actor: Actor,
-                    detail: dict[str, Any] | None = None) -> None:
+async def add_event(
+    session: AsyncSession, flow_id: uuid.UUID, event_type: str, actor: Actor, detail: dict[str, Any] | None = None
+) -> None:
     """An audit event that is not a transition (a browser visit, a client's answer, a refusal)."""
     await session.execute(
         text("INSERT INTO flow_events (flow_id, type, actor, detail) VALUES (:f, :t, :a, CAST(:d AS jsonb))"),

@@ -33,14 +33,15 @@ class RequestStateCodec:
     def __init__(self, ring: KeyRing) -> None:
         self._sealer = Sealer(ring, PURPOSE)
 
-    def mint(self, *, flow_id: uuid.UUID, server_client_id: uuid.UUID, subject: Subject,
-             expires_at: int, asked: bool) -> str:
+    def mint(
+        self, *, flow_id: uuid.UUID, server_client_id: uuid.UUID, subject: Subject, expires_at: int, asked: bool
+    ) -> str:
         payload = {"f": flow_id.hex, "i": subject.iss, "s": subject.sub, "e": expires_at, "a": asked}
-        return self._sealer.seal_token(json.dumps(payload, separators=(",", ":")).encode(),
-                                       server_client_id.bytes)
+        return self._sealer.seal_token(json.dumps(payload, separators=(",", ":")).encode(), server_client_id.bytes)
 
-    def verify(self, token: str, *, server_client_id: uuid.UUID, subject: Subject,
-               now: float | None = None) -> RequestState:
+    def verify(
+        self, token: str, *, server_client_id: uuid.UUID, subject: Subject, now: float | None = None
+    ) -> RequestState:
         """Open and check a state; raise ``InvalidRequestState`` or ``RequestStateExpired``.
 
         The messages are the same whatever failed (tampering, another client, another subject),

@@ -67,15 +67,23 @@ class UnitOfWork:
             self.moved.append(flow)
         return flow
 
-    async def event(self, flow_id: uuid.UUID, event_type: str, actor: Actor,
-                    detail: dict[str, Any] | None = None) -> None:
+    async def event(
+        self, flow_id: uuid.UUID, event_type: str, actor: Actor, detail: dict[str, Any] | None = None
+    ) -> None:
         await repo.add_event(self.session, flow_id, event_type, actor, detail)
 
 
 class FlowService:
-    def __init__(self, *, settings: Settings, sessions: async_sessionmaker[AsyncSession], hub: WaiterHub,
-                 codec: RequestStateCodec, handlers: dict[str, KindHandler],
-                 read_sessions: async_sessionmaker[AsyncSession] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        sessions: async_sessionmaker[AsyncSession],
+        hub: WaiterHub,
+        codec: RequestStateCodec,
+        handlers: dict[str, KindHandler],
+        read_sessions: async_sessionmaker[AsyncSession] | None = None,
+    ) -> None:
         self.settings = settings
         self.sessions = sessions
         # ``read()``'s lone SELECT runs in autocommit sessions when given: no BEGIN/ROLLBACK round trips.
@@ -100,8 +108,12 @@ class FlowService:
         if not flows:
             return
         for flow in flows:
-            extra: dict[str, Any] = {"flow_id": FLOW_ID.format(flow.id), "kind": flow.kind, "outcome": flow.status,
-                                     "server_client": CLIENT_ID.format(flow.server_client_id)}
+            extra: dict[str, Any] = {
+                "flow_id": FLOW_ID.format(flow.id),
+                "kind": flow.kind,
+                "outcome": flow.status,
+                "server_client": CLIENT_ID.format(flow.server_client_id),
+            }
             if flow.completed_at is not None:  # created → terminal, by the database clock
                 extra["duration_ms"] = round((flow.completed_at - flow.created_at).total_seconds() * 1000, 1)
             logger.info("flow transition", extra=extra)
@@ -117,8 +129,12 @@ class FlowService:
     @staticmethod
     def _tag(flow: Flow, outcome: str) -> None:
         """Name the flow in this request's log line (``service.observability.context``)."""
-        tag(flow_id=FLOW_ID.format(flow.id), server_client=CLIENT_ID.format(flow.server_client_id), kind=flow.kind,
-            outcome=outcome)
+        tag(
+            flow_id=FLOW_ID.format(flow.id),
+            server_client=CLIENT_ID.format(flow.server_client_id),
+            kind=flow.kind,
+            outcome=outcome,
+        )
 
     # ---- views -----------------------------------------------------------------------------------
     def url_for(self, flow: Flow) -> str:
@@ -148,9 +164,13 @@ class FlowService:
     def mcp_input_required(self, flow: Flow, *, ask: bool) -> dict[str, Any]:
         """A complete 2026-07-28 ``InputRequiredResult``. With ``ask`` False it is state-only: the
         client retries at once without showing anything (the user is still in the browser)."""
-        state = self.codec.mint(flow_id=flow.id, server_client_id=flow.server_client_id,
-                                subject=Subject(iss=flow.subject_iss, sub=flow.subject_sub),
-                                expires_at=self._state_expiry(flow), asked=ask)
+        state = self.codec.mint(
+            flow_id=flow.id,
+            server_client_id=flow.server_client_id,
+            subject=Subject(iss=flow.subject_iss, sub=flow.subject_sub),
+            expires_at=self._state_expiry(flow),
+            asked=ask,
+        )
         result: dict[str, Any] = {"resultType": "input_required", "requestState": state}
         if ask:
             result["inputRequests"] = {
@@ -163,10 +183,18 @@ class FlowService:
 
     def legacy(self, flow: Flow) -> dict[str, Any]:
         """The 2025-11-25 equivalent: the URL elicitation and the -32042 error that carries it."""
-        elicitation = {"mode": "url", "elicitationId": FLOW_ID.format(flow.id), "message": flow.message,
-                       "url": self.url_for(flow)}
-        return {"code": LEGACY_URL_ELICITATION_REQUIRED, "message": "URL elicitation required",
-                "elicitation": elicitation, "data": {"elicitations": [elicitation]}}
+        elicitation = {
+            "mode": "url",
+            "elicitationId": FLOW_ID.format(flow.id),
+            "message": flow.message,
+            "url": self.url_for(flow),
+        }
+        return {
+            "code": LEGACY_URL_ELICITATION_REQUIRED,
+            "message": "URL elicitation required",
+            "elicitation": elicitation,
+            "data": {"elicitations": [elicitation]},
+        }
 
     # ---- reads -----------------------------------------------------------------------------------
     async def read(self, flow_id: uuid.UUID) -> Flow | None:
@@ -179,8 +207,12 @@ class FlowService:
             if not due:
                 return flow
         async with self.unit_of_work() as uow:
-            expired = await uow.transition(flow_id, Transition(FlowStatus.EXPIRED, Actor.API, error_code="expired"),
-                                           require_live=False, require_due=True)
+            expired = await uow.transition(
+                flow_id,
+                Transition(FlowStatus.EXPIRED, Actor.API, error_code="expired"),
+                require_live=False,
+                require_due=True,
+            )
             if expired is not None:
                 return expired
             again = await repo.get(uow.session, flow_id)
@@ -220,8 +252,9 @@ class FlowService:
     # ---- create ----------------------------------------------------------------------------------
     def _check_subject(self, client: AuthenticatedClient, subject: Subject) -> None:
         if client.trusted_issuers and subject.iss not in client.trusted_issuers:
-            raise Forbidden("This server client does not trust the subject's issuer.",
-                            extra={"code": "issuer_not_trusted"})
+            raise Forbidden(
+                "This server client does not trust the subject's issuer.", extra={"code": "issuer_not_trusted"}
+            )
 
     def _ttl(self, request: CreateFlowRequest) -> int:
         ttl = request.ttl_seconds or self.settings.default_ttl_seconds
@@ -246,35 +279,59 @@ class FlowService:
             if satisfied is not None:
                 tag(server_client=CLIENT_ID.format(client.id), kind=normalized.kind, outcome="satisfied")
                 return False, self._satisfied_response(request, normalized, satisfied.result)
-            flow, created = await self._create_or_reuse(uow, client, request.subject, normalized, ttl,
-                                                        request.context)
+            flow, created = await self._create_or_reuse(uow, client, request.subject, normalized, ttl, request.context)
         self._tag(flow, "created" if created else "reused")
-        response = CreateFlowResponse(status=flow.status, flow=self.view(flow),
-                                      mcp=self.mcp_input_required(flow, ask=True), legacy=self.legacy(flow))
+        response = CreateFlowResponse(
+            status=flow.status,
+            flow=self.view(flow),
+            mcp=self.mcp_input_required(flow, ask=True),
+            legacy=self.legacy(flow),
+        )
         return created, response
 
-    def _satisfied_response(self, request: CreateFlowRequest, normalized: NormalizedFlow,
-                            result: dict[str, Any]) -> CreateFlowResponse:
+    def _satisfied_response(
+        self, request: CreateFlowRequest, normalized: NormalizedFlow, result: dict[str, Any]
+    ) -> CreateFlowResponse:
         stamp = datetime.now(tz=UTC)
-        view = FlowView(id="", kind=normalized.kind, status="completed", url="", expires_at=stamp, created_at=stamp,
-                        subject=request.subject, provider=normalized.provider, scopes=list(normalized.scopes),
-                        completed_at=stamp)
+        view = FlowView(
+            id="",
+            kind=normalized.kind,
+            status="completed",
+            url="",
+            expires_at=stamp,
+            created_at=stamp,
+            subject=request.subject,
+            provider=normalized.provider,
+            scopes=list(normalized.scopes),
+            completed_at=stamp,
+        )
         return CreateFlowResponse(status="completed", flow=view, result=result)
 
-    async def _create_or_reuse(self, uow: UnitOfWork, client: AuthenticatedClient, subject: Subject,
-                               normalized: NormalizedFlow, ttl: int,
-                               context: dict[str, Any]) -> tuple[Flow, bool]:
-        keys: dict[str, Any] = {"server_client_id": client.id, "subject_iss": subject.iss,
-                                "subject_sub": subject.sub, "kind": normalized.kind,
-                                "reuse_key": normalized.reuse_key}
+    async def _create_or_reuse(
+        self,
+        uow: UnitOfWork,
+        client: AuthenticatedClient,
+        subject: Subject,
+        normalized: NormalizedFlow,
+        ttl: int,
+        context: dict[str, Any],
+    ) -> tuple[Flow, bool]:
+        keys: dict[str, Any] = {
+            "server_client_id": client.id,
+            "subject_iss": subject.iss,
+            "subject_sub": subject.sub,
+            "kind": normalized.kind,
+            "reuse_key": normalized.reuse_key,
+        }
         stale = await repo.expire_stale_reusable(uow.session, **keys)
         if stale is not None:
             uow.moved.append(stale)
         if client.pending_per_subject:
             # Count-then-insert is only a quota if no twin request counts at the same time: hold a
             # transaction-scoped lock on (client, subject) until this transaction commits.
-            await repo.lock_subject(uow.session, server_client_id=client.id, subject_iss=subject.iss,
-                                    subject_sub=subject.sub)
+            await repo.lock_subject(
+                uow.session, server_client_id=client.id, subject_iss=subject.iss, subject_sub=subject.sub
+            )
         rate_checked = False
         # Retries cover the one race: the pending twin finishing between insert and read.
         for _ in range(3):
@@ -283,16 +340,23 @@ class FlowService:
                 return existing, False
             if client.pending_per_subject:
                 pending = await repo.count_pending_for_subject(
-                    uow.session, server_client_id=client.id, subject_iss=subject.iss, subject_sub=subject.sub)
+                    uow.session, server_client_id=client.id, subject_iss=subject.iss, subject_sub=subject.sub
+                )
                 if pending >= client.pending_per_subject:
                     raise RateLimited("Too many pending flows for this subject.", retry_after=30)
             if not rate_checked:  # one creation counts once, however many attempts it takes
                 await self._check_rate(uow.session, client)
                 rate_checked = True
             values = {
-                "id": uuid7(), **keys, "provider": normalized.provider, "scopes": list(normalized.scopes),
-                "params": normalized.params, "context": context, "message": normalized.message,
-                "external_url": normalized.external_url, "connection_id": normalized.connection_id,
+                "id": uuid7(),
+                **keys,
+                "provider": normalized.provider,
+                "scopes": list(normalized.scopes),
+                "params": normalized.params,
+                "context": context,
+                "message": normalized.message,
+                "external_url": normalized.external_url,
+                "connection_id": normalized.connection_id,
                 "ttl_seconds": ttl,
             }
             inserted = await repo.insert_pending(uow.session, values)
@@ -325,8 +389,9 @@ class FlowService:
         action = Action(answer.action)
         if action is Action.DECLINE:
             async with self.unit_of_work() as uow:
-                moved = await uow.transition(flow.id, Transition(FlowStatus.DECLINED, Actor.MCP_CLIENT,
-                                                                 error_code="declined"))
+                moved = await uow.transition(
+                    flow.id, Transition(FlowStatus.DECLINED, Actor.MCP_CLIENT, error_code="declined")
+                )
                 flow = moved or (await repo.get(uow.session, flow.id) or (flow, False))[0]
             return self._resolved(flow, outcome_for_action(action, FlowStatus(flow.status)))
         if action is Action.CANCEL:
@@ -364,8 +429,10 @@ class FlowService:
     async def finish_external(self, client: AuthenticatedClient, flow_ref: str, change: Transition) -> StatusResponse:
         flow = await self.owned(client, flow_ref)
         if flow.kind != "external":
-            raise InvalidRequest("Only 'external' flows are completed through the API; elicitd runs this kind.",
-                                 extra={"code": "not_external"})
+            raise InvalidRequest(
+                "Only 'external' flows are completed through the API; elicitd runs this kind.",
+                extra={"code": "not_external"},
+            )
         moved = await self.finish(flow.id, change, server_client_id=client.id)
         if moved is None:
             current = await self.read(flow.id)

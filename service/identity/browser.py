@@ -92,8 +92,15 @@ def session_cookie(request: Request[Any, Any, Any]) -> str | None:
 
 
 def make_cookie(settings: Settings, base: str, value: str, max_age: int) -> Cookie:
-    return Cookie(key=store.cookie_name(settings, base), value=value, max_age=max_age, path="/",
-                  secure=settings.secure_cookies, httponly=True, samesite="lax")
+    return Cookie(
+        key=store.cookie_name(settings, base),
+        value=value,
+        max_age=max_age,
+        path="/",
+        secure=settings.secure_cookies,
+        httponly=True,
+        samesite="lax",
+    )
 
 
 def clear_cookie(settings: Settings, base: str) -> Cookie:
@@ -101,12 +108,12 @@ def clear_cookie(settings: Settings, base: str) -> Cookie:
 
 
 def redirect(location: str, *, cookies: list[Cookie] | None = None) -> Response[Any]:
-    return Response(content=b"", status_code=303, headers={"Location": location, **PAGE_HEADERS},
-                    cookies=cookies or [])
+    return Response(content=b"", status_code=303, headers={"Location": location, **PAGE_HEADERS}, cookies=cookies or [])
 
 
-async def start_login(request: Request[Any, Any, Any], issuer: ResolvedIssuer, return_to: str, *,
-                      prompt: str | None = None) -> Response[Any]:
+async def start_login(
+    request: Request[Any, Any, Any], issuer: ResolvedIssuer, return_to: str, *, prompt: str | None = None
+) -> Response[Any]:
     """Record a login attempt and send the browser to the issuer.
 
     The attempt is tied to a pre-login cookie (reused across tabs so parallel logins work), so a
@@ -118,25 +125,41 @@ async def start_login(request: Request[Any, Any, Any], issuer: ResolvedIssuer, r
         binding = store.new_token()
     state, nonce, verifier = store.new_token(), store.new_token(), secrets.token_urlsafe(64)
     async with request.app.state.sessions() as session:
-        await store.create_login_attempt(session, request.app.state.vault, state=state, browser_binding=binding,
-                                         issuer_id=issuer.id, code_verifier=verifier, nonce=nonce,
-                                         return_to=return_to)
+        await store.create_login_attempt(
+            session,
+            request.app.state.vault,
+            state=state,
+            browser_binding=binding,
+            issuer_id=issuer.id,
+            code_verifier=verifier,
+            nonce=nonce,
+            return_to=return_to,
+        )
         await session.commit()
-    url = authorization_url(issuer, redirect_uri=redirect_uri(settings), state=state, nonce=nonce,
-                            code_verifier=verifier, prompt=prompt)
+    url = authorization_url(
+        issuer, redirect_uri=redirect_uri(settings), state=state, nonce=nonce, code_verifier=verifier, prompt=prompt
+    )
     return redirect(url, cookies=[make_cookie(settings, store.LOGIN_COOKIE, binding, store.LOGIN_STATE_SECONDS)])
 
 
-def refusal_page(request: Request[Any, Any, Any], issuer: ResolvedIssuer, flow: Flow,
-                 session: store.SessionRow) -> Response[Any]:
+def refusal_page(
+    request: Request[Any, Any, Any], issuer: ResolvedIssuer, flow: Flow, session: store.SessionRow
+) -> Response[Any]:
     """403 "this link belongs to another account". Its sign-out form ends in a redirect to the
     issuer, so the issuer's origin is allowed as a form target (CSP form-action covers redirects)."""
     origin = urlsplit(issuer.authorization_endpoint)
-    headers = {**PAGE_HEADERS, "Content-Security-Policy":
-               f"default-src 'self'; frame-ancestors 'none'; form-action 'self' {origin.scheme}://{origin.netloc}"}
-    context = {"domain": request.app.state.settings.public_origin, "issuer_name": issuer.display_name,
-               "signed_in_as": session.sub, "csrf_token": csrf_token_for(session), "return_to": flow_path(flow),
-               "flow_id": FLOW_ID.format(flow.id)}
+    headers = {
+        **PAGE_HEADERS,
+        "Content-Security-Policy": f"default-src 'self'; frame-ancestors 'none'; form-action 'self' {origin.scheme}://{origin.netloc}",
+    }
+    context = {
+        "domain": request.app.state.settings.public_origin,
+        "issuer_name": issuer.display_name,
+        "signed_in_as": session.sub,
+        "csrf_token": csrf_token_for(session),
+        "return_to": flow_path(flow),
+        "flow_id": FLOW_ID.format(flow.id),
+    }
     return Template(template_name="refused.html", context=context, status_code=403, headers=headers)
 
 
@@ -157,10 +180,16 @@ async def require_subject(request: Request[Any, Any, Any], flow: Flow) -> Browse
     if issuer is None:
         async with flows.unit_of_work() as uow:
             await uow.event(flow.id, "issuer_not_registered", Actor.BROWSER, {"iss": flow.subject_iss})
-        return page(request, "signin_problem.html", 403, heading="This sign-in service is not trusted here",
-                    text="The account this request is for belongs to a sign-in service this elicitd does not "
-                         "trust, so it cannot check who you are. Ask the service that sent you here to contact "
-                         "its administrator.", flow_id=FLOW_ID.format(flow.id))
+        return page(
+            request,
+            "signin_problem.html",
+            403,
+            heading="This sign-in service is not trusted here",
+            text="The account this request is for belongs to a sign-in service this elicitd does not "
+            "trust, so it cannot check who you are. Ask the service that sent you here to contact "
+            "its administrator.",
+            flow_id=FLOW_ID.format(flow.id),
+        )
     token = session_cookie(request)
     row = None
     if token is not None:
@@ -168,11 +197,14 @@ async def require_subject(request: Request[Any, Any, Any], flow: Flow) -> Browse
             row = await store.touch_session(uow.session, token)
             if row is not None and row.iss == flow.subject_iss:
                 if row.sub == flow.subject_sub:
-                    await uow.event(flow.id, "browser_visit", Actor.BROWSER,
-                                    {"iss": row.iss, "method": request.method})
+                    await uow.event(flow.id, "browser_visit", Actor.BROWSER, {"iss": row.iss, "method": request.method})
                 else:
-                    await uow.event(flow.id, "subject_mismatch", Actor.BROWSER,
-                                    {"iss": row.iss, "sub_sha256": _sub_digest(row.sub), "method": request.method})
+                    await uow.event(
+                        flow.id,
+                        "subject_mismatch",
+                        Actor.BROWSER,
+                        {"iss": row.iss, "sub_sha256": _sub_digest(row.sub), "method": request.method},
+                    )
     if row is None or row.iss != flow.subject_iss:
         return await start_login(request, issuer, flow_path(flow))
     csrf = csrf_token_for(row)

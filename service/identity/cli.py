@@ -42,10 +42,16 @@ def cmd_add(args: argparse.Namespace) -> None:
         secret = os.environ.get(args.client_secret_env)
         if not secret:
             raise ConfigurationError(f"environment variable {args.client_secret_env} is empty or not set")
-    config = IssuerConfig(issuer=args.issuer, client_id=args.client_id, client_secret=secret,
-                          display_name=args.display_name, scopes=tuple(args.scope or DEFAULT_SCOPES),
-                          authorization_endpoint=args.authorization_endpoint, token_endpoint=args.token_endpoint,
-                          jwks_uri=args.jwks_uri).validated()
+    config = IssuerConfig(
+        issuer=args.issuer,
+        client_id=args.client_id,
+        client_secret=secret,
+        display_name=args.display_name,
+        scopes=tuple(args.scope or DEFAULT_SCOPES),
+        authorization_endpoint=args.authorization_endpoint,
+        token_endpoint=args.token_endpoint,
+        jwks_uri=args.jwks_uri,
+    ).validated()
 
     async def work(session: AsyncSession, vault: Vault, directory: IssuerDirectory) -> None:
         explicit = config.authorization_endpoint and config.token_endpoint and config.jwks_uri
@@ -65,8 +71,9 @@ def cmd_list(args: argparse.Namespace) -> None:
         return [issuer_public_view(row) for row in await list_issuers(session)]
 
     rows = asyncio.run(_with_db(work))
-    print_table(rows, ["issuer", "display_name", "client_id", "client_secret", "enabled", "endpoints"],
-                as_json=args.json)
+    print_table(
+        rows, ["issuer", "display_name", "client_id", "client_secret", "enabled", "endpoints"], as_json=args.json
+    )
 
 
 def _set_enabled(enabled: bool) -> Callable[[argparse.Namespace], None]:

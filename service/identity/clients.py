@@ -21,16 +21,25 @@ class CreatedClient:
     api_key: str
 
 
-async def create_server_client(session: AsyncSession, name: str, *, display_name: str | None = None,
-                               allowed_providers: list[str] | None = None,
-                               trusted_issuers: list[str] | None = None) -> CreatedClient:
+async def create_server_client(
+    session: AsyncSession,
+    name: str,
+    *,
+    display_name: str | None = None,
+    allowed_providers: list[str] | None = None,
+    trusted_issuers: list[str] | None = None,
+) -> CreatedClient:
     """Create a client with one API key; the key is returned here and never stored in clear."""
     if not _NAME.match(name):
         raise InvalidRequest("A server client name is 1-64 characters: lowercase letters, digits, '-' or '_'.")
     if (await session.execute(select(ServerClient.id).where(ServerClient.name == name))).first():
         raise Conflict(f"A server client named '{name}' already exists.")
-    client = ServerClient(name=name, display_name=display_name or name,
-                          allowed_providers=allowed_providers or [], trusted_issuers=trusted_issuers or [])
+    client = ServerClient(
+        name=name,
+        display_name=display_name or name,
+        allowed_providers=allowed_providers or [],
+        trusted_issuers=trusted_issuers or [],
+    )
     session.add(client)
     await session.flush()
     key = await add_key(session, client.id)

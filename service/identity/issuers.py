@@ -122,9 +122,17 @@ async def upsert_issuer(session: AsyncSession, vault: Vault, config: IssuerConfi
             metadata_fetched_at = NULL, updated_at = now()
         RETURNING id
         """),
-        {"id": uuid.uuid4(), "issuer": config.issuer, "display_name": config.display_name or _default_name(config),
-         "client_id": config.client_id, "scopes": list(config.scopes), "ae": config.authorization_endpoint,
-         "te": config.token_endpoint, "ju": config.jwks_uri, "enabled": config.enabled},
+        {
+            "id": uuid.uuid4(),
+            "issuer": config.issuer,
+            "display_name": config.display_name or _default_name(config),
+            "client_id": config.client_id,
+            "scopes": list(config.scopes),
+            "ae": config.authorization_endpoint,
+            "te": config.token_endpoint,
+            "ju": config.jwks_uri,
+            "enabled": config.enabled,
+        },
     )
     issuer_id: uuid.UUID = row.scalar_one()
     key_id, blob = (None, None)
@@ -158,17 +166,18 @@ async def set_enabled(session: AsyncSession, issuer: str, enabled: bool) -> bool
 def issuer_public_view(row: Issuer) -> dict[str, Any]:
     """An issuer as the CLI/admin show it: whether a secret exists, never the secret."""
     return {
-        "issuer": row.issuer, "display_name": row.display_name, "client_id": row.client_id,
+        "issuer": row.issuer,
+        "display_name": row.display_name,
+        "client_id": row.client_id,
         "client_secret": "set" if row.client_secret_enc is not None else "none (public client)",
-        "scopes": " ".join(row.scopes or []), "enabled": row.enabled,
-        "endpoints": "explicit" if row.authorization_endpoint and row.token_endpoint and row.jwks_uri
-        else "discovered",
+        "scopes": " ".join(row.scopes or []),
+        "enabled": row.enabled,
+        "endpoints": "explicit" if row.authorization_endpoint and row.token_endpoint and row.jwks_uri else "discovered",
         "metadata_fetched_at": row.metadata_fetched_at,
     }
 
 
-async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any,
-                               env: Mapping[str, str]) -> int:
+async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any, env: Mapping[str, str]) -> int:
     """The ``issuers:`` section of the config file: a list of tables, one per issuer.
 
     Each entry: ``issuer``, ``client_id``, optional ``client_secret_env`` (the name of an
@@ -177,8 +186,17 @@ async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any
     """
     if not isinstance(entries, list):
         raise ConfigurationError("config file: 'issuers' must be a list of tables")
-    allowed = {"issuer", "client_id", "client_secret_env", "display_name", "scopes", "authorization_endpoint",
-               "token_endpoint", "jwks_uri", "enabled"}
+    allowed = {
+        "issuer",
+        "client_id",
+        "client_secret_env",
+        "display_name",
+        "scopes",
+        "authorization_endpoint",
+        "token_endpoint",
+        "jwks_uri",
+        "enabled",
+    }
     for index, entry in enumerate(entries):
         where = f"config file: issuers[{index}]"
         if not isinstance(entry, dict):
@@ -195,11 +213,16 @@ async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any
                 raise ConfigurationError(f"{where}: environment variable {var} is not set")
         try:
             config = IssuerConfig(
-                issuer=str(entry["issuer"]), client_id=str(entry["client_id"]), client_secret=secret,
-                display_name=entry.get("display_name"), scopes=tuple(entry.get("scopes", DEFAULT_SCOPES)),
+                issuer=str(entry["issuer"]),
+                client_id=str(entry["client_id"]),
+                client_secret=secret,
+                display_name=entry.get("display_name"),
+                scopes=tuple(entry.get("scopes", DEFAULT_SCOPES)),
                 authorization_endpoint=entry.get("authorization_endpoint"),
-                token_endpoint=entry.get("token_endpoint"), jwks_uri=entry.get("jwks_uri"),
-                enabled=bool(entry.get("enabled", True)))
+                token_endpoint=entry.get("token_endpoint"),
+                jwks_uri=entry.get("jwks_uri"),
+                enabled=bool(entry.get("enabled", True)),
+            )
             await upsert_issuer(session, vault, config)
         except KeyError as exc:
             raise ConfigurationError(f"{where}: '{exc.args[0]}' is required") from None
@@ -212,8 +235,14 @@ async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any
 class IssuerDirectory:
     """Enabled issuers by URL, with discovery metadata and JWKS cached in process and in the row."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], vault: Vault, *,
-                 http: httpx.AsyncClient | None = None, metadata_ttl: float = METADATA_TTL_SECONDS) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        vault: Vault,
+        *,
+        http: httpx.AsyncClient | None = None,
+        metadata_ttl: float = METADATA_TTL_SECONDS,
+    ) -> None:
         self._sessions = sessions
         self._vault = vault
         self._http = http
@@ -235,8 +264,9 @@ class IssuerDirectory:
     async def resolve(self, issuer: str) -> ResolvedIssuer | None:
         """The enabled issuer with this exact URL, endpoints filled in; None when not registered."""
         async with self._sessions() as session:
-            row = (await session.execute(
-                select(Issuer).where(Issuer.issuer == issuer, Issuer.enabled.is_(True)))).scalar_one_or_none()
+            row = (
+                await session.execute(select(Issuer).where(Issuer.issuer == issuer, Issuer.enabled.is_(True)))
+            ).scalar_one_or_none()
             if row is None:
                 return None
             metadata = await self._metadata_for(session, row)
@@ -256,8 +286,9 @@ class IssuerDirectory:
         secret = None
         if row.client_secret_enc is not None and row.client_secret_key_id is not None:
             try:
-                secret = self._vault.decrypt_text(row.client_secret_key_id, row.client_secret_enc,
-                                                  owner=str(row.id), purpose=SECRET_PURPOSE)
+                secret = self._vault.decrypt_text(
+                    row.client_secret_key_id, row.client_secret_enc, owner=str(row.id), purpose=SECRET_PURPOSE
+                )
             except SealError as exc:
                 raise ConfigurationError("The issuer's client secret cannot be decrypted with the key ring.") from exc
         endpoints = {}
@@ -274,10 +305,15 @@ class IssuerDirectory:
         else:
             auth_method = "client_secret_post"
         return ResolvedIssuer(
-            id=row.id, issuer=row.issuer, display_name=row.display_name, client_id=row.client_id,
-            client_secret=secret, scopes=tuple(row.scopes or DEFAULT_SCOPES),
+            id=row.id,
+            issuer=row.issuer,
+            display_name=row.display_name,
+            client_id=row.client_id,
+            client_secret=secret,
+            scopes=tuple(row.scopes or DEFAULT_SCOPES),
             authorization_endpoint=endpoints["authorization_endpoint"],
-            token_endpoint=endpoints["token_endpoint"], jwks_uri=endpoints["jwks_uri"],
+            token_endpoint=endpoints["token_endpoint"],
+            jwks_uri=endpoints["jwks_uri"],
             iss_parameter_supported=metadata.get("authorization_response_iss_parameter_supported") is True,
             token_auth_method=auth_method,
         )
@@ -290,15 +326,19 @@ class IssuerDirectory:
         if cached is not None and cached[0] > now:
             return cached[1]
         fresh_in_row = await session.execute(
-            text("SELECT metadata FROM issuers WHERE id = :id AND metadata IS NOT NULL "
-                 "AND metadata_fetched_at > now() - make_interval(secs => :ttl)"),
-            {"id": row.id, "ttl": self._metadata_ttl})
+            text(
+                "SELECT metadata FROM issuers WHERE id = :id AND metadata IS NOT NULL "
+                "AND metadata_fetched_at > now() - make_interval(secs => :ttl)"
+            ),
+            {"id": row.id, "ttl": self._metadata_ttl},
+        )
         metadata: dict[str, Any] | None = fresh_in_row.scalar_one_or_none()
         if metadata is None:
             metadata = await self.discover(row.issuer)
             await session.execute(
                 text("UPDATE issuers SET metadata = CAST(:m AS jsonb), metadata_fetched_at = now() WHERE id = :id"),
-                {"m": json.dumps(metadata), "id": row.id})
+                {"m": json.dumps(metadata), "id": row.id},
+            )
         self._metadata[row.issuer] = (now + self._metadata_ttl, metadata)
         return metadata
 
@@ -346,4 +386,3 @@ class IssuerDirectory:
             self._jwks.clear()
         else:
             self._metadata.pop(issuer, None)
-

@@ -94,17 +94,21 @@ class ApiKeyAuthenticator:
     async def _lookup(self, digest: bytes) -> AuthenticatedClient:
         async with self._sessions() as session:
             row = (
-                await session.execute(
-                    select(ServerClient)
-                    .join(ServerClientKey, ServerClientKey.server_client_id == ServerClient.id)
-                    .where(
-                        ServerClientKey.key_hash == digest,
-                        ServerClientKey.revoked_at.is_(None),
-                        (ServerClientKey.expires_at.is_(None)) | (ServerClientKey.expires_at > text("now()")),
-                        ServerClient.disabled.is_(False),
+                (
+                    await session.execute(
+                        select(ServerClient)
+                        .join(ServerClientKey, ServerClientKey.server_client_id == ServerClient.id)
+                        .where(
+                            ServerClientKey.key_hash == digest,
+                            ServerClientKey.revoked_at.is_(None),
+                            (ServerClientKey.expires_at.is_(None)) | (ServerClientKey.expires_at > text("now()")),
+                            ServerClient.disabled.is_(False),
+                        )
                     )
                 )
-            ).scalars().first()
+                .scalars()
+                .first()
+            )
         if row is None:
             self._cache.pop(digest, None)
             raise Unauthenticated()

@@ -46,8 +46,7 @@ class ServerClientKey(Timestamps, Base):
     __tablename__ = "server_client_keys"
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
-    server_client_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server_clients.id", ondelete="CASCADE"),
-                                                        index=True)
+    server_client_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server_clients.id", ondelete="CASCADE"), index=True)
     key_hash: Mapped[bytes] = mapped_column(LargeBinary(32), unique=True)
     prefix: Mapped[str] = mapped_column(String(16))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

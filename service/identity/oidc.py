@@ -50,29 +50,40 @@ class VerifiedLogin:
     sub: str
 
 
-def authorization_url(issuer: ResolvedIssuer, *, redirect_uri: str, state: str, nonce: str,
-                      code_verifier: str, prompt: str | None = None) -> str:
-    client = AsyncOAuth2Client(client_id=issuer.client_id, redirect_uri=redirect_uri,
-                               scope=" ".join(issuer.scopes), code_challenge_method="S256")
+def authorization_url(
+    issuer: ResolvedIssuer, *, redirect_uri: str, state: str, nonce: str, code_verifier: str, prompt: str | None = None
+) -> str:
+    client = AsyncOAuth2Client(
+        client_id=issuer.client_id,
+        redirect_uri=redirect_uri,
+        scope=" ".join(issuer.scopes),
+        code_challenge_method="S256",
+    )
     extra: dict[str, str] = {"nonce": nonce}
     if prompt:
         extra["prompt"] = prompt
-    url, _ = client.create_authorization_url(issuer.authorization_endpoint, state=state,
-                                             code_verifier=code_verifier, **extra)
+    url, _ = client.create_authorization_url(
+        issuer.authorization_endpoint, state=state, code_verifier=code_verifier, **extra
+    )
     return str(url)
 
 
-async def exchange_code(issuer: ResolvedIssuer, *, code: str, redirect_uri: str,
-                        code_verifier: str) -> dict[str, Any]:
+async def exchange_code(issuer: ResolvedIssuer, *, code: str, redirect_uri: str, code_verifier: str) -> dict[str, Any]:
     """Trade the code for tokens at the issuer's token endpoint (Authlib's async client)."""
     client = AsyncOAuth2Client(
-        client_id=issuer.client_id, client_secret=issuer.client_secret,
-        token_endpoint_auth_method=issuer.token_auth_method, redirect_uri=redirect_uri,
-        code_challenge_method="S256", timeout=HTTP_TIMEOUT_SECONDS, follow_redirects=False)
+        client_id=issuer.client_id,
+        client_secret=issuer.client_secret,
+        token_endpoint_auth_method=issuer.token_auth_method,
+        redirect_uri=redirect_uri,
+        code_challenge_method="S256",
+        timeout=HTTP_TIMEOUT_SECONDS,
+        follow_redirects=False,
+    )
     try:
         async with client:
             token: dict[str, Any] = await client.fetch_token(
-                issuer.token_endpoint, grant_type="authorization_code", code=code, code_verifier=code_verifier)
+                issuer.token_endpoint, grant_type="authorization_code", code=code, code_verifier=code_verifier
+            )
     except OAuthError as exc:
         # ``exc.error`` is a registered OAuth error code; the description is provider text: dropped.
         logger.warning("issuer token exchange refused", extra={"code": str(exc.error)[:64], "issuer": issuer.issuer})
@@ -83,8 +94,9 @@ async def exchange_code(issuer: ResolvedIssuer, *, code: str, redirect_uri: str,
     return token
 
 
-async def verify_id_token(directory: IssuerDirectory, issuer: ResolvedIssuer, id_token: object, *,
-                          nonce: str) -> VerifiedLogin:
+async def verify_id_token(
+    directory: IssuerDirectory, issuer: ResolvedIssuer, id_token: object, *, nonce: str
+) -> VerifiedLogin:
     if not isinstance(id_token, str) or not id_token:
         raise InvalidIdToken("The sign-in service sent no identity token.")
     try:

@@ -59,49 +59,72 @@ class SessionRow:
     csrf_secret: bytes = field(repr=False)
 
 
-async def create_login_attempt(session: AsyncSession, vault: Vault, *, state: str, browser_binding: str,
-                               issuer_id: uuid.UUID, code_verifier: str, nonce: str, return_to: str,
-                               lifetime: int = LOGIN_STATE_SECONDS) -> None:
+async def create_login_attempt(
+    session: AsyncSession,
+    vault: Vault,
+    *,
+    state: str,
+    browser_binding: str,
+    issuer_id: uuid.UUID,
+    code_verifier: str,
+    nonce: str,
+    return_to: str,
+    lifetime: int = LOGIN_STATE_SECONDS,
+) -> None:
     attempt_id = digest(state)
-    key_id, blob = vault.encrypt(json.dumps({"v": code_verifier, "n": nonce}), owner=attempt_id.hex(),
-                                 purpose=ATTEMPT_PURPOSE)
+    key_id, blob = vault.encrypt(
+        json.dumps({"v": code_verifier, "n": nonce}), owner=attempt_id.hex(), purpose=ATTEMPT_PURPOSE
+    )
     await session.execute(
         text("""
         INSERT INTO login_attempts (id, issuer_id, browser_binding, secrets_enc, secrets_key_id, return_to,
                                     expires_at)
         VALUES (:id, :issuer_id, :binding, :blob, :kid, :return_to, now() + make_interval(secs => :life))
         """),
-        {"id": attempt_id, "issuer_id": issuer_id, "binding": digest(browser_binding), "blob": blob,
-         "kid": key_id, "return_to": return_to, "life": lifetime},
+        {
+            "id": attempt_id,
+            "issuer_id": issuer_id,
+            "binding": digest(browser_binding),
+            "blob": blob,
+            "kid": key_id,
+            "return_to": return_to,
+            "life": lifetime,
+        },
     )
 
 
-async def consume_login_attempt(session: AsyncSession, vault: Vault, *, state: str,
-                                browser_binding: str) -> ConsumedAttempt | None:
+async def consume_login_attempt(
+    session: AsyncSession, vault: Vault, *, state: str, browser_binding: str
+) -> ConsumedAttempt | None:
     """Use up the attempt named by ``state`` — only once, only before expiry, only from the browser
     that started it. None for anything else (unknown, replayed, expired, another browser): the
     caller must not learn which, and neither may an attacker probing states."""
-    row = (await session.execute(
-        text("""
+    row = (
+        await session.execute(
+            text("""
         UPDATE login_attempts SET used_at = now()
         WHERE id = :id AND browser_binding = :binding AND used_at IS NULL AND expires_at > now()
         RETURNING issuer_id, return_to, secrets_enc, secrets_key_id
         """),
-        {"id": digest(state), "binding": digest(browser_binding)},
-    )).first()
+            {"id": digest(state), "binding": digest(browser_binding)},
+        )
+    ).first()
     if row is None:
         return None
     try:
-        values = json.loads(vault.decrypt_text(row.secrets_key_id, row.secrets_enc, owner=digest(state).hex(),
-                                               purpose=ATTEMPT_PURPOSE))
+        values = json.loads(
+            vault.decrypt_text(row.secrets_key_id, row.secrets_enc, owner=digest(state).hex(), purpose=ATTEMPT_PURPOSE)
+        )
     except (SealError, ValueError):
         return None
-    return ConsumedAttempt(issuer_id=row.issuer_id, return_to=row.return_to, code_verifier=values["v"],
-                           nonce=values["n"])
+    return ConsumedAttempt(
+        issuer_id=row.issuer_id, return_to=row.return_to, code_verifier=values["v"], nonce=values["n"]
+    )
 
 
-async def create_browser_session(session: AsyncSession, *, issuer_id: uuid.UUID, iss: str, sub: str,
-                                 lifetime: int) -> str:
+async def create_browser_session(
+    session: AsyncSession, *, issuer_id: uuid.UUID, iss: str, sub: str, lifetime: int
+) -> str:
     """Insert a session and return the cookie value (the only place it ever exists in clear)."""
     token = new_token()
     await session.execute(
@@ -109,8 +132,14 @@ async def create_browser_session(session: AsyncSession, *, issuer_id: uuid.UUID,
         INSERT INTO browser_sessions (id, issuer_id, iss, sub, csrf_secret, expires_at)
         VALUES (:id, :issuer_id, :iss, :sub, :csrf, now() + make_interval(secs => :life))
         """),
-        {"id": digest(token), "issuer_id": issuer_id, "iss": iss, "sub": sub, "csrf": secrets.token_bytes(32),
-         "life": lifetime},
+        {
+            "id": digest(token),
+            "issuer_id": issuer_id,
+            "iss": iss,
+            "sub": sub,
+            "csrf": secrets.token_bytes(32),
+            "life": lifetime,
+        },
     )
     return token
 
@@ -118,32 +147,43 @@ async def create_browser_session(session: AsyncSession, *, issuer_id: uuid.UUID,
 async def touch_session(session: AsyncSession, token: str) -> SessionRow | None:
     """The live session for this cookie value, marking it seen; None when expired, logged out, or
     its issuer was disabled (disabling an issuer ends its sessions at once)."""
-    row = (await session.execute(
-        text("""
+    row = (
+        await session.execute(
+            text("""
         UPDATE browser_sessions bs SET last_seen_at = now()
         FROM issuers i
         WHERE bs.id = :id AND bs.expires_at > now() AND i.id = bs.issuer_id AND i.enabled
         RETURNING bs.id, bs.issuer_id, bs.iss, bs.sub, bs.csrf_secret
         """),
-        {"id": digest(token)},
-    )).first()
+            {"id": digest(token)},
+        )
+    ).first()
     if row is None:
         return None
     return SessionRow(id=row.id, issuer_id=row.issuer_id, iss=row.iss, sub=row.sub, csrf_secret=row.csrf_secret)
 
 
 async def delete_session(session: AsyncSession, token: str) -> bool:
-    result = await session.execute(text("DELETE FROM browser_sessions WHERE id = :id RETURNING id"),
-                                   {"id": digest(token)})
+    result = await session.execute(
+        text("DELETE FROM browser_sessions WHERE id = :id RETURNING id"), {"id": digest(token)}
+    )
     return result.first() is not None
 
 
 async def purge_expired(session: AsyncSession, *, batch: int = 500) -> int:
     """Drop a batch of dead attempts and sessions; cheap (indexed), so logins can call it."""
     attempts = await session.execute(
-        text("DELETE FROM login_attempts WHERE id IN (SELECT id FROM login_attempts "
-             "WHERE expires_at < now() - interval '1 hour' LIMIT :n FOR UPDATE SKIP LOCKED)"), {"n": batch})
+        text(
+            "DELETE FROM login_attempts WHERE id IN (SELECT id FROM login_attempts "
+            "WHERE expires_at < now() - interval '1 hour' LIMIT :n FOR UPDATE SKIP LOCKED)"
+        ),
+        {"n": batch},
+    )
     sessions = await session.execute(
-        text("DELETE FROM browser_sessions WHERE id IN (SELECT id FROM browser_sessions "
-             "WHERE expires_at < now() LIMIT :n FOR UPDATE SKIP LOCKED)"), {"n": batch})
+        text(
+            "DELETE FROM browser_sessions WHERE id IN (SELECT id FROM browser_sessions "
+            "WHERE expires_at < now() LIMIT :n FOR UPDATE SKIP LOCKED)"
+        ),
+        {"n": batch},
+    )
     return int(attempts.rowcount or 0) + int(sessions.rowcount or 0)  # type: ignore[attr-defined]

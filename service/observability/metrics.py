@@ -30,29 +30,53 @@ class Metrics:
     def __init__(self, hub: WaiterHub) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter("elicitd_http_requests", "HTTP requests answered, by route template and status.",
-                                ["method", "route", "status"], registry=r)
-        self.latency = Histogram("elicitd_http_request_duration_seconds", "Time to answer an HTTP request.",
-                                 ["method", "route"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.flows_finished = Counter("elicitd_flows_finished", "Terminal flow transitions made by this replica.",
-                                      ["kind", "outcome"], registry=r)
-        self.time_to_complete = Histogram("elicitd_flow_time_to_complete_seconds",
-                                          "Time from creation to the terminal transition.",
-                                          ["kind", "outcome"], buckets=_COMPLETION_BUCKETS, registry=r)
+        self.requests = Counter(
+            "elicitd_http_requests",
+            "HTTP requests answered, by route template and status.",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "elicitd_http_request_duration_seconds",
+            "Time to answer an HTTP request.",
+            ["method", "route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.flows_finished = Counter(
+            "elicitd_flows_finished", "Terminal flow transitions made by this replica.", ["kind", "outcome"], registry=r
+        )
+        self.time_to_complete = Histogram(
+            "elicitd_flow_time_to_complete_seconds",
+            "Time from creation to the terminal transition.",
+            ["kind", "outcome"],
+            buckets=_COMPLETION_BUCKETS,
+            registry=r,
+        )
         self.waiters = Gauge("elicitd_waiters", "Requests of this replica waiting for a flow to finish.", registry=r)
         self.waiters.set_function(lambda: hub.waiter_count)
-        self.fallback = Gauge("elicitd_redis_fallback", "1 while wake-ups run on polling (Redis unavailable).",
-                              registry=r)
+        self.fallback = Gauge(
+            "elicitd_redis_fallback", "1 while wake-ups run on polling (Redis unavailable).", registry=r
+        )
         self.fallback.set_function(lambda: 0 if hub.healthy else 1)
-        self.webhook_backlog = Gauge("elicitd_webhook_backlog",
-                                     "Webhook events neither delivered nor abandoned (all replicas).", registry=r)
-        self.webhook_deliveries = Counter("elicitd_webhook_deliveries",
-                                          "Webhook delivery attempts by result (delivered, failed, abandoned).",
-                                          ["outcome"], registry=r)
-        self.refreshes = Counter("elicitd_token_refreshes", "Provider token refreshes by provider and outcome.",
-                                 ["provider", "outcome"], registry=r)
-        self.rate_limited = Counter("elicitd_rate_limited", "Requests refused by a per-client quota.",
-                                    ["quota"], registry=r)
+        self.webhook_backlog = Gauge(
+            "elicitd_webhook_backlog", "Webhook events neither delivered nor abandoned (all replicas).", registry=r
+        )
+        self.webhook_deliveries = Counter(
+            "elicitd_webhook_deliveries",
+            "Webhook delivery attempts by result (delivered, failed, abandoned).",
+            ["outcome"],
+            registry=r,
+        )
+        self.refreshes = Counter(
+            "elicitd_token_refreshes",
+            "Provider token refreshes by provider and outcome.",
+            ["provider", "outcome"],
+            registry=r,
+        )
+        self.rate_limited = Counter(
+            "elicitd_rate_limited", "Requests refused by a per-client quota.", ["quota"], registry=r
+        )
 
     # ---- hooks for other modules -----------------------------------------------------------------
     def flow_finished(self, flow: Flow) -> None:
@@ -76,12 +100,21 @@ class Metrics:
         self.latency.labels(method=method, route=route).observe(seconds)
 
 
-@get("/metrics", operation_id="metrics", tags=["ops"], summary="Prometheus metrics", include_in_schema=True,
-     media_type=CONTENT_TYPE_LATEST)
+@get(
+    "/metrics",
+    operation_id="metrics",
+    tags=["ops"],
+    summary="Prometheus metrics",
+    include_in_schema=True,
+    media_type=CONTENT_TYPE_LATEST,
+)
 async def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
     metrics: Metrics = request.app.state.metrics
     async with request.app.state.sessions() as session:
-        backlog = (await session.execute(text(
-            "SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL"))).scalar_one()
+        backlog = (
+            await session.execute(
+                text("SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL")
+            )
+        ).scalar_one()
     metrics.webhook_backlog.set(backlog)
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -48,8 +48,9 @@ class RequestObserver:
         fields, context_token = open_request()
         span = None
         if self.tracing.tracer is not None:
-            span = self.tracing.tracer.start_span(f"HTTP {method}", kind=SpanKind.SERVER,
-                                                  attributes={"http.request.method": method})
+            span = self.tracing.tracer.start_span(
+                f"HTTP {method}", kind=SpanKind.SERVER, attributes={"http.request.method": method}
+            )
         try:
             await self.app(scope, receive, capture)
         finally:
@@ -67,5 +68,13 @@ class RequestObserver:
                 span.end()
             close_request(context_token)
             if logger.isEnabledFor(logging.INFO):
-                logger.info("request", extra={**fields, "method": method, "route": route, "status": status,
-                                              "duration_ms": round(seconds * 1000, 2)})
+                logger.info(
+                    "request",
+                    extra={
+                        **fields,
+                        "method": method,
+                        "route": route,
+                        "status": status,
+                        "duration_ms": round(seconds * 1000, 2),
+                    },
+                )

@@ -49,7 +49,8 @@ def _otlp_exporter() -> SpanExporter:
         module = importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
     except ImportError:
         raise ConfigurationError(
-            "ELICITD_OTEL_EXPORTER=otlp needs the opentelemetry-exporter-otlp-proto-http package") from None
+            "ELICITD_OTEL_EXPORTER=otlp needs the opentelemetry-exporter-otlp-proto-http package"
+        ) from None
     exporter: SpanExporter = module.OTLPSpanExporter()
     return exporter
 
@@ -70,5 +71,6 @@ def build_tracing(settings: Settings) -> Tracing:
         provider.add_span_processor(BatchSpanProcessor(_otlp_exporter()))
     else:
         raise ConfigurationError("ELICITD_OTEL_EXPORTER must be console, memory or otlp")
-    return Tracing(enabled=True, provider=provider, tracer=provider.get_tracer("elicitd"), memory=memory,
-                   exporter_name=name)
+    return Tracing(
+        enabled=True, provider=provider, tracer=provider.get_tracer("elicitd"), memory=memory, exporter_name=name
+    )

@@ -143,5 +143,3 @@ async def decline_payment(request: Req, flow_ref: str) -> Response[Any]:
     await _payments(request).cancel_checkout(found.id)
     current = moved or await request.app.state.flows.read(found.id)
     return status_page(request, current, 200)
-
-

@@ -94,8 +94,15 @@ class Waiter:
 class WaiterHub:
     """In-process registry of waiters, fed by one Redis subscription and a batched poller."""
 
-    def __init__(self, *, redis_url: str | None, channel: str, poll_interval: float,
-                 safety_poll_interval: float, finished: FinishedLookup) -> None:
+    def __init__(
+        self,
+        *,
+        redis_url: str | None,
+        channel: str,
+        poll_interval: float,
+        safety_poll_interval: float,
+        finished: FinishedLookup,
+    ) -> None:
         self._redis_url = redis_url
         self.channel = channel
         self.poll_interval = poll_interval
@@ -234,8 +241,7 @@ class WaiterHub:
         assert self._redis_url is not None
         backoff = 0.2
         while not self._stopping:
-            client = aioredis.Redis.from_url(self._redis_url, socket_connect_timeout=2,
-                                             health_check_interval=5)
+            client = aioredis.Redis.from_url(self._redis_url, socket_connect_timeout=2, health_check_interval=5)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self.channel)

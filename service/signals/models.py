@@ -16,13 +16,15 @@ from service.db.base import Base, Timestamps, uuid7
 class WebhookDelivery(Timestamps, Base):
     __tablename__ = "webhook_outbox"
     __table_args__ = (
-        Index("ix_webhook_outbox_due", "next_attempt_at", postgresql_where=text("delivered_at IS NULL "
-                                                                               "AND abandoned_at IS NULL")),
+        Index(
+            "ix_webhook_outbox_due",
+            "next_attempt_at",
+            postgresql_where=text("delivered_at IS NULL AND abandoned_at IS NULL"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
-    server_client_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server_clients.id", ondelete="CASCADE"),
-                                                        index=True)
+    server_client_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server_clients.id", ondelete="CASCADE"), index=True)
     flow_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("flows.id", ondelete="CASCADE"), index=True)
     event_type: Mapped[str] = mapped_column(String(48))
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB)

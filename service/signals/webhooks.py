@@ -85,8 +85,12 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
 
 def event_body(event_id: uuid.UUID, event_type: str, created_at: datetime, payload: dict[str, Any]) -> bytes:
     """The exact bytes POSTed (identical on every retry; the signature covers them as sent)."""
-    document = {"id": EVENT_ID.format(event_id), "type": event_type, "created_at": created_at.isoformat(),
-                "data": payload}
+    document = {
+        "id": EVENT_ID.format(event_id),
+        "type": event_type,
+        "created_at": created_at.isoformat(),
+        "data": payload,
+    }
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -103,8 +107,13 @@ class WebhookSettings:
     @classmethod
     def from_settings(cls, settings: Settings) -> WebhookSettings:
         values: dict[str, float] = {}
-        for name in ("backoff_seconds", "backoff_max_seconds", "give_up_seconds", "timeout_seconds",
-                     "poll_interval_seconds"):
+        for name in (
+            "backoff_seconds",
+            "backoff_max_seconds",
+            "give_up_seconds",
+            "timeout_seconds",
+            "poll_interval_seconds",
+        ):
             raw = settings.extra.get("WEBHOOK_" + name.upper())
             if raw is None:
                 continue
@@ -135,8 +144,15 @@ Outcome = Callable[[str], None]
 class WebhookWorker:
     """One per replica; started by ``create_app``'s lifespan when ``settings.background_tasks``."""
 
-    def __init__(self, *, settings: WebhookSettings, sessions: async_sessionmaker[AsyncSession], vault: Vault,
-                 on_outcome: Outcome | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        settings: WebhookSettings,
+        sessions: async_sessionmaker[AsyncSession],
+        vault: Vault,
+        on_outcome: Outcome | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.settings = settings
         self.sessions = sessions
         self.vault = vault
@@ -151,8 +167,12 @@ class WebhookWorker:
 
     async def run(self) -> None:
         timeout = httpx.Timeout(self.settings.timeout_seconds)
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, transport=self._transport,
-                                     headers={"User-Agent": "elicitd-webhooks/1"}) as http:
+        async with httpx.AsyncClient(
+            timeout=timeout,
+            follow_redirects=False,
+            transport=self._transport,
+            headers={"User-Agent": "elicitd-webhooks/1"},
+        ) as http:
             while True:
                 try:
                     # Drain full batches back to back, yielding to the loop between them.
@@ -189,14 +209,24 @@ class WebhookWorker:
         secret = None
         if url and key_id and blob:
             try:
-                secret = self.vault.decrypt_text(key_id, bytes(blob), owner=CLIENT_ID.format(row.server_client_id),
-                                                 purpose=WEBHOOK_SECRET_PURPOSE)
+                secret = self.vault.decrypt_text(
+                    key_id, bytes(blob), owner=CLIENT_ID.format(row.server_client_id), purpose=WEBHOOK_SECRET_PURPOSE
+                )
             except Exception as exc:  # a lost key must not stop other deliveries
-                logger.error("webhook secret unreadable",
-                             extra={"error_type": type(exc).__name__,
-                                    "server_client": CLIENT_ID.format(row.server_client_id)})
-        return Claimed(id=row.id, server_client_id=row.server_client_id, event_type=row.event_type,
-                       payload=row.payload, attempt=row.attempts, created_at=row.created_at, url=url, secret=secret)
+                logger.error(
+                    "webhook secret unreadable",
+                    extra={"error_type": type(exc).__name__, "server_client": CLIENT_ID.format(row.server_client_id)},
+                )
+        return Claimed(
+            id=row.id,
+            server_client_id=row.server_client_id,
+            event_type=row.event_type,
+            payload=row.payload,
+            attempt=row.attempts,
+            created_at=row.created_at,
+            url=url,
+            secret=secret,
+        )
 
     def backoff(self, attempt: int) -> float:
         base: float = self.settings.backoff_seconds * float(2 ** min(attempt - 1, 30))
@@ -205,15 +235,22 @@ class WebhookWorker:
 
     async def deliver(self, http: httpx.AsyncClient, event: Claimed) -> None:
         started = time.monotonic()
-        extra = {"delivery_id": EVENT_ID.format(event.id), "attempt": event.attempt,
-                 "server_client": CLIENT_ID.format(event.server_client_id)}
+        extra = {
+            "delivery_id": EVENT_ID.format(event.id),
+            "attempt": event.attempt,
+            "server_client": CLIENT_ID.format(event.server_client_id),
+        }
         if event.url is None or event.secret is None:
             # The client removed its webhook since the transition: nothing to deliver to.
             await self._record_failure(event, None, "no webhook configured", give_up=True)
             return
         body = event_body(event.id, event.event_type, event.created_at, event.payload)
-        headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(event.secret, int(time.time()), body),
-                   EVENT_ID_HEADER: EVENT_ID.format(event.id), EVENT_TYPE_HEADER: event.event_type}
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: sign(event.secret, int(time.time()), body),
+            EVENT_ID_HEADER: EVENT_ID.format(event.id),
+            EVENT_TYPE_HEADER: event.event_type,
+        }
         status: int | None = None
         try:
             response = await http.post(event.url, content=body, headers=headers)
@@ -230,21 +267,32 @@ class WebhookWorker:
             logger.info("webhook delivered", extra={**extra, "status": status, "duration_ms": duration_ms})
             self._outcome("delivered")
             return
-        logger.info("webhook attempt failed", extra={**extra, "status": status, "duration_ms": duration_ms,
-                                                     "code": error})
+        logger.info(
+            "webhook attempt failed", extra={**extra, "status": status, "duration_ms": duration_ms, "code": error}
+        )
         await self._record_failure(event, status, error, give_up=False)
 
     async def _record_failure(self, event: Claimed, status: int | None, error: str, *, give_up: bool) -> None:
         async with self.sessions() as session:
-            abandoned = (await session.execute(text(_FAILED), {
-                "id": event.id, "attempt": event.attempt, "status": status, "error": error,
-                "delay": self.backoff(event.attempt), "give_up": give_up,
-                "horizon": self.settings.give_up_seconds,
-            })).scalar()
+            abandoned = (
+                await session.execute(
+                    text(_FAILED),
+                    {
+                        "id": event.id,
+                        "attempt": event.attempt,
+                        "status": status,
+                        "error": error,
+                        "delay": self.backoff(event.attempt),
+                        "give_up": give_up,
+                        "horizon": self.settings.give_up_seconds,
+                    },
+                )
+            ).scalar()
             await session.commit()
         if abandoned:
-            logger.warning("webhook abandoned", extra={"delivery_id": EVENT_ID.format(event.id),
-                                                       "attempt": event.attempt})
+            logger.warning(
+                "webhook abandoned", extra={"delivery_id": EVENT_ID.format(event.id), "attempt": event.attempt}
+            )
         self._outcome("abandoned" if abandoned else "failed")
 
     def _outcome(self, outcome: str) -> None:
