@@ -73,15 +73,18 @@ class ElicitdError(Exception):
     ) -> None:
         super().__init__(detail or self.title)
         self.detail = detail or self.title
-        self.extra = extra or {}
+        self.extra = dict(extra or {})
+        # A more precise code than the class's (e.g. Forbidden with "provider_not_allowed") names
+        # the problem everywhere: in `code`, in the `type` URL and in the log line.
+        self.problem_code: str = str(self.extra.pop("code", None) or self.code)
         self.headers = headers or {}
 
     def problem(self) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "type": PROBLEM_BASE + self.code,
+            "type": PROBLEM_BASE + self.problem_code,
             "title": self.title,
             "status": self.status,
-            "code": self.code,
+            "code": self.problem_code,
             "detail": self.detail,
         }
         body.update(self.extra)
@@ -223,7 +226,7 @@ def _html_response(status: int, title: str, detail: str, headers: dict[str, str]
 
 def handle_elicitd_error(request: Request[Any, Any, Any], exc: ElicitdError) -> Response[Any]:
     if exc.status >= 500:
-        logger.error("request failed", extra={"code": exc.code, "path": request.url.path})
+        logger.error("request failed", extra={"code": exc.problem_code, "path": request.url.path})
     if _wants_html(request):
         return _html_response(exc.status, exc.title, exc.detail, exc.headers)
     return _problem_response(exc.status, exc.problem(), exc.headers)

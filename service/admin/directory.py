@@ -267,7 +267,7 @@ async def check_provider_discovery(session: AsyncSession, vault: Vault, name: st
         resolved = await providers.resolve(row, vault, MetadataCache(ttl=0))
     except DiscoveryFailed as exc:
         return DiscoveryReport(
-            ok=False, discovered=bool(row.issuer), error_code=exc.code, error=exc.detail, issuer=row.issuer
+            ok=False, discovered=bool(row.issuer), error_code=exc.problem_code, error=exc.detail, issuer=row.issuer
         )
     return DiscoveryReport(
         ok=True,
@@ -335,7 +335,9 @@ async def check_issuer_discovery(
     try:
         metadata = await directory.discover(row.issuer)
     except issuers.IssuerUnavailable as exc:
-        return DiscoveryReport(ok=False, discovered=True, error_code=exc.code, error=exc.detail, issuer=row.issuer)
+        return DiscoveryReport(
+            ok=False, discovered=True, error_code=exc.problem_code, error=exc.detail, issuer=row.issuer
+        )
     endpoints = {
         name: getattr(row, name) or metadata.get(name)
         for name in ("authorization_endpoint", "token_endpoint", "jwks_uri")

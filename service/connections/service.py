@@ -31,13 +31,12 @@ from service.crypto.vault import Vault
 from service.db.base import CONNECTION_ID
 from service.errors import (
     Conflict,
-    Forbidden,
     NotConnected,
     ReauthorizationRequired,
     ServiceUnavailable,
     UpstreamError,
 )
-from service.flows.kinds import check_provider_allowed
+from service.flows.kinds import check_issuer_trusted, check_provider_allowed
 from service.identity.keys import AuthenticatedClient
 
 logger = logging.getLogger("elicitd.connections")
@@ -213,10 +212,7 @@ class ConnectionService:
         self, client: AuthenticatedClient, provider: str, iss: str, sub: str, account: str | None
     ) -> Connection:
         check_provider_allowed(client, provider)
-        if client.trusted_issuers and iss not in client.trusted_issuers:
-            raise Forbidden(
-                "This server client does not trust the subject's issuer.", extra={"code": "issuer_not_trusted"}
-            )
+        check_issuer_trusted(client, iss)
         async with self.sessions() as session:
             found = await repo.live_connections(session, iss=iss, sub=sub, provider=provider, account=account)
         if not found:

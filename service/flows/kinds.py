@@ -68,6 +68,11 @@ def check_provider_allowed(client: AuthenticatedClient, provider: str | None) ->
         )
 
 
+def check_issuer_trusted(client: AuthenticatedClient, issuer: str) -> None:
+    if client.trusted_issuers and issuer not in client.trusted_issuers:
+        raise Forbidden("This server client does not trust the subject's issuer.", extra={"code": "issuer_not_trusted"})
+
+
 def is_loopback_host(host: str) -> bool:
     if host == "localhost":
         return True

@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.db.base import CLIENT_ID, FLOW_ID, uuid7
-from service.errors import FlowNotFound, FlowNotPending, Forbidden, InvalidRequest, InvalidRequestState, RateLimited
+from service.errors import FlowNotFound, FlowNotPending, InvalidRequest, InvalidRequestState, RateLimited
 from service.flows import repository as repo
-from service.flows.kinds import KindHandler, NormalizedFlow
+from service.flows.kinds import KindHandler, NormalizedFlow, check_issuer_trusted
 from service.flows.models import Flow
 from service.flows.repository import Transition
 from service.flows.request_state import RequestStateCodec
@@ -250,12 +250,6 @@ class FlowService:
         return flow
 
     # ---- create ----------------------------------------------------------------------------------
-    def _check_subject(self, client: AuthenticatedClient, subject: Subject) -> None:
-        if client.trusted_issuers and subject.iss not in client.trusted_issuers:
-            raise Forbidden(
-                "This server client does not trust the subject's issuer.", extra={"code": "issuer_not_trusted"}
-            )
-
     def _ttl(self, request: CreateFlowRequest) -> int:
         ttl = request.ttl_seconds or self.settings.default_ttl_seconds
         if ttl > self.settings.max_ttl_seconds:
@@ -270,7 +264,7 @@ class FlowService:
 
     async def create(self, client: AuthenticatedClient, request: CreateFlowRequest) -> tuple[bool, CreateFlowResponse]:
         """Create a flow or reuse the pending equivalent. Returns ``(created, response)``."""
-        self._check_subject(client, request.subject)
+        check_issuer_trusted(client, request.subject.iss)
         ttl = self._ttl(request)
         handler = self.handlers[request.kind]
         async with self.unit_of_work() as uow:

@@ -59,3 +59,4 @@ def test_key_ring_order_and_lookup() -> None:
     assert ring.current[0] == "new"
     assert ring.get("old") is not None
     assert ring.get("missing") is None
+
