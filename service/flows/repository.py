@@ -17,7 +17,7 @@ from sqlalchemy import bindparam, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.flows.models import Flow
-from service.flows.states import Actor, FlowStatus
+from service.flows.states import Actor, FlowStatus, can_transition
 
 # Shared tail of every transition: the audit event and the completion-webhook outbox row.
 _TRANSITION_TAIL = """
@@ -63,6 +63,12 @@ class Transition:
     error_message: str | None = None
     connection_id: uuid.UUID | None = None
     detail: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # Every transition leaves ``pending`` (the SQL guarantees it); which actor may cause which
+        # terminal state is decided by the pure table in ``states.py``, nowhere else.
+        if not can_transition(FlowStatus.PENDING, self.to, self.actor):
+            raise ValueError(f"{self.actor.value} may not move a flow to {self.to.value}")
 
     def params(self) -> dict[str, Any]:
         return {

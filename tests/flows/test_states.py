@@ -67,3 +67,15 @@ def test_status_for_action() -> None:
 ])
 def test_outcome_for_action(action: Action, status: FlowStatus, outcome: Outcome) -> None:
     assert outcome_for_action(action, status) is outcome
+
+
+@pytest.mark.parametrize(("target", "actor"), list(itertools.product(FlowStatus, Actor)))
+def test_the_repository_accepts_exactly_the_table(target: FlowStatus, actor: Actor) -> None:
+    """Transitions are built from the same table: a disallowed one cannot even be expressed."""
+    from service.flows.repository import Transition
+
+    if (target, actor) in ALLOWED:
+        assert Transition(target, actor).to is target
+    else:
+        with pytest.raises(ValueError, match="may not move a flow"):
+            Transition(target, actor)
