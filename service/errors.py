@@ -140,6 +140,26 @@ class FlowNotFound(NotFound):
     title = "Flow not found"
 
 
+class ConnectionNotFound(NotFound):
+    code = "connection_not_found"
+    title = "Connection not found"
+
+
+class PaymentNotFound(NotFound):
+    code = "payment_not_found"
+    title = "Payment not found"
+
+
+class ProviderNotFound(NotFound):
+    code = "provider_not_found"
+    title = "Provider not found"
+
+
+class IssuerNotFound(NotFound):
+    code = "issuer_not_found"
+    title = "Issuer not found"
+
+
 class NotConnected(NotFound):
     code = "not_connected"
     title = "Not connected"

@@ -26,7 +26,7 @@ from service.admin.directory import (
 )
 from service.admin.tokens import Role
 from service.connections import providers
-from service.errors import NotFound
+from service.errors import IssuerNotFound, ProviderNotFound
 from service.identity import issuers
 
 OPERATOR = {"role": Role.OPERATOR}
@@ -116,7 +116,7 @@ class AdminProvidersController(Controller):
 async def _set_provider(request: Request[Any, Any, Any], name: str, enabled: bool) -> ProviderView:
     async with unit(request) as session:
         if not await providers.set_enabled(session, name, enabled):
-            raise NotFound("No provider with this name.", extra={"code": "provider_not_found"})
+            raise ProviderNotFound("No provider with this name.")
         return directory.provider_view(await directory.get_provider(session, name))
 
 
@@ -183,7 +183,7 @@ class AdminIssuersController(Controller):
 async def _set_issuer(request: Request[Any, Any, Any], issuer: str, enabled: bool) -> dict[str, bool]:
     async with unit(request) as session:
         if not await issuers.set_enabled(session, issuer, enabled):
-            raise NotFound("No issuer with this URL.", extra={"code": "issuer_not_found"})
+            raise IssuerNotFound("No issuer with this URL.")
     return {"enabled": enabled}
 
 

@@ -18,7 +18,7 @@ from service.admin.pagination import keyset, page
 from service.connections.models import Connection
 from service.connections.service import ConnectionService
 from service.db.base import CONNECTION_ID
-from service.errors import NotFound
+from service.errors import ConnectionNotFound
 
 
 class ConnectionView(msgspec.Struct):
@@ -67,7 +67,7 @@ def connection_view(row: Connection) -> ConnectionView:
 def _id(connection_id: str) -> uuid.UUID:
     parsed = CONNECTION_ID.parse(connection_id)
     if parsed is None:
-        raise NotFound("No connection with this id.", extra={"code": "connection_not_found"})
+        raise ConnectionNotFound("No connection with this id.")
     return parsed
 
 
@@ -98,7 +98,7 @@ async def list_connections(
 async def show_connection(session: AsyncSession, connection_id: str) -> ConnectionView:
     row = await session.get(Connection, _id(connection_id), populate_existing=True)
     if row is None:
-        raise NotFound("No connection with this id.", extra={"code": "connection_not_found"})
+        raise ConnectionNotFound("No connection with this id.")
     return connection_view(row)
 
 
@@ -106,7 +106,7 @@ async def revoke_connection(service: ConnectionService, connection_id: str) -> C
     parsed = _id(connection_id)
     outcome = await service.revoke_by_id(parsed)
     if outcome is None:
-        raise NotFound("No connection with this id.", extra={"code": "connection_not_found"})
+        raise ConnectionNotFound("No connection with this id.")
     async with service.sessions() as session:
         view = await show_connection(session, connection_id)
     return ConnectionRevoked(
@@ -119,5 +119,5 @@ async def refresh_connection(service: ConnectionService, connection_id: str) -> 
     502 ``provider_refresh_failed``: the token endpoint's own answers."""
     row = await service.refresh_by_id(_id(connection_id))
     if row is None:
-        raise NotFound("No connection with this id.", extra={"code": "connection_not_found"})
+        raise ConnectionNotFound("No connection with this id.")
     return connection_view(row)

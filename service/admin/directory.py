@@ -24,7 +24,7 @@ from service.connections import providers
 from service.connections.discovery import DiscoveryFailed, MetadataCache
 from service.connections.models import Provider
 from service.crypto.vault import Vault
-from service.errors import ConfigurationError, Conflict, InvalidRequest, NotFound
+from service.errors import ConfigurationError, Conflict, InvalidRequest, IssuerNotFound, ProviderNotFound
 from service.flows.schemas import ProviderName
 from service.identity import issuers
 from service.identity.models import Issuer
@@ -232,7 +232,7 @@ async def get_provider(session: AsyncSession, name: str, *, lock: bool = False) 
     stmt = select(Provider).where(Provider.name == name).execution_options(populate_existing=True)
     row = (await session.execute(stmt.with_for_update() if lock else stmt)).scalar_one_or_none()
     if row is None:
-        raise NotFound("No provider with this name.", extra={"code": "provider_not_found"})
+        raise ProviderNotFound("No provider with this name.")
     return row
 
 
@@ -286,7 +286,7 @@ async def get_issuer(session: AsyncSession, issuer: str, *, lock: bool = False) 
     stmt = select(Issuer).where(Issuer.issuer == issuer).execution_options(populate_existing=True)
     row = (await session.execute(stmt.with_for_update() if lock else stmt)).scalar_one_or_none()
     if row is None:
-        raise NotFound("No issuer with this URL.", extra={"code": "issuer_not_found"})
+        raise IssuerNotFound("No issuer with this URL.")
     return row
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.admin.pagination import keyset, page
 from service.db.base import FLOW_ID
-from service.errors import Conflict, NotFound, ServiceUnavailable
+from service.errors import Conflict, PaymentNotFound, ServiceUnavailable
 from service.payments.models import Payment, PaymentEvent
 
 
@@ -83,7 +83,7 @@ def payment_view(row: Payment) -> PaymentView:
 def _flow(flow_id: str) -> uuid.UUID:
     parsed = FLOW_ID.parse(flow_id)
     if parsed is None:
-        raise NotFound("No payment for this flow id.", extra={"code": "payment_not_found"})
+        raise PaymentNotFound("No payment for this flow id.")
     return parsed
 
 
@@ -91,7 +91,7 @@ async def _get(session: AsyncSession, flow_id: str) -> Payment:
     stmt = select(Payment).where(Payment.flow_id == _flow(flow_id)).execution_options(populate_existing=True)
     row = (await session.execute(stmt)).scalar_one_or_none()
     if row is None:
-        raise NotFound("No payment for this flow id.", extra={"code": "payment_not_found"})
+        raise PaymentNotFound("No payment for this flow id.")
     return row
 
 
