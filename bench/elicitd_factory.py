@@ -23,8 +23,15 @@ def bench_stats(request: Request[Any, Any, Any]) -> dict[str, Any]:
     hub = request.app.state.hub
     with open("/proc/self/status") as status:
         rss_kb = next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
-    return {"waiters": hub.waiter_count, "waited_flows": len(hub._waiters), "received": hub.received,
-            "published": hub.published, "redis_healthy": hub.healthy, "pid": os.getpid(), "rss_kb": rss_kb}
+    return {
+        "waiters": hub.waiter_count,
+        "waited_flows": len(hub._waiters),
+        "received": hub.received,
+        "published": hub.published,
+        "redis_healthy": hub.healthy,
+        "pid": os.getpid(),
+        "rss_kb": rss_kb,
+    }
 
 
 def create() -> Litestar:

@@ -152,10 +152,27 @@ class Server:
         self.port = self.port or free_port()
         env = dict(self.env, ELICITD_PUBLIC_URL=self.url)
         log = (DATA / "logs" / f"{self.name}.log").open("wb")
-        cmd = [sys.executable, "-m", "uvicorn", "--factory", self.factory, "--app-dir", str(BENCH_DIR),
-               "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers),
-               "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "2",
-               *server_impl_args()]
+        cmd = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            self.factory,
+            "--app-dir",
+            str(BENCH_DIR),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            str(self.workers),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--timeout-graceful-shutdown",
+            "2",
+            *server_impl_args(),
+        ]
         self.process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -181,8 +198,15 @@ class Server:
 def server_env(backends: Backends, keys: str, channel: str, **extra: str) -> dict[str, str]:
     """A clean environment: no inherited ``ELICITD_*`` (the API key cache stays at its default)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ELICITD_")}
-    env.update({"ELICITD_DATABASE_URL": backends.database_url, "ELICITD_REDIS_URL": backends.redis_url,
-                "ELICITD_KEYS": keys, "ELICITD_REDIS_CHANNEL": channel, "PYTHONPATH": str(ROOT)})
+    env.update(
+        {
+            "ELICITD_DATABASE_URL": backends.database_url,
+            "ELICITD_REDIS_URL": backends.redis_url,
+            "ELICITD_KEYS": keys,
+            "ELICITD_REDIS_CHANNEL": channel,
+            "PYTHONPATH": str(ROOT),
+        }
+    )
     env.update(extra)
     return env
 
@@ -228,22 +252,55 @@ class Generator:
             lines.append(f'wrk.headers["{name.strip()}"] = [==[{value.strip()}]==]')
         script.write_text("\n".join(lines) + "\n")
         out = subprocess.run(
-            ["wrk", f"-t{self.threads}", f"-c{self.connections}", f"-d{seconds:g}s", "--timeout", "10s",
-             "-s", str(script), target.url], capture_output=True, text=True, check=True).stdout
+            [
+                "wrk",
+                f"-t{self.threads}",
+                f"-c{self.connections}",
+                f"-d{seconds:g}s",
+                "--timeout",
+                "10s",
+                "-s",
+                str(script),
+                target.url,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
         total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
         bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
         errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
         non2xx = int(bad.group(1)) if bad else 0
-        return {"rps": rps - non2xx / seconds, "requests": total - non2xx, "non2xx": non2xx,
-                "errors": sum(int(g) for g in errors.groups()) if errors else 0}
+        return {
+            "rps": rps - non2xx / seconds,
+            "requests": total - non2xx,
+            "non2xx": non2xx,
+            "errors": sum(int(g) for g in errors.groups()) if errors else 0,
+        }
 
     def _python(self, target: Target, seconds: float) -> dict[str, float]:
         parts = urlsplit(target.url)
         path = parts.path + (f"?{parts.query}" if parts.query else "")
-        cmd = [sys.executable, str(BENCH_DIR / "loadgen.py"), "throughput", "--host", parts.hostname or "",
-               "--port", str(parts.port), "--path", path, "--method", target.method,
-               "--connections", str(self.connections), "--duration", str(seconds), "--warmup", "0.5"]
+        cmd = [
+            sys.executable,
+            str(BENCH_DIR / "loadgen.py"),
+            "throughput",
+            "--host",
+            parts.hostname or "",
+            "--port",
+            str(parts.port),
+            "--path",
+            path,
+            "--method",
+            target.method,
+            "--connections",
+            str(self.connections),
+            "--duration",
+            str(seconds),
+            "--warmup",
+            "0.5",
+        ]
         for header in target.headers:
             cmd += ["--header", header]
         if target.body:

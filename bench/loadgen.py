@@ -89,8 +89,13 @@ async def _throughput(args: argparse.Namespace) -> dict[str, object]:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    return {"requests": counts["ok"], "non2xx": counts["non2xx"], "errors": counts["errors"],
-            "seconds": elapsed, "rps": counts["ok"] / elapsed}
+    return {
+        "requests": counts["ok"],
+        "non2xx": counts["non2xx"],
+        "errors": counts["errors"],
+        "seconds": elapsed,
+        "rps": counts["ok"] / elapsed,
+    }
 
 
 # ---- waiters -------------------------------------------------------------------------------------
@@ -129,8 +134,11 @@ async def _waiters(args: argparse.Namespace, paths: list[str]) -> None:
         try:
             writer.write(build_request("GET", args.host, args.port, args.stats_path, [], b""))
             head = await reader.readuntil(b"\r\n\r\n")
-            length = int(next(v for k, _, v in (h.partition(b":") for h in head.split(b"\r\n"))
-                              if k.lower() == b"content-length"))
+            length = int(
+                next(
+                    v for k, _, v in (h.partition(b":") for h in head.split(b"\r\n")) if k.lower() == b"content-length"
+                )
+            )
             return int(json.loads(await reader.readexactly(length))["waiters"])
         finally:
             writer.close()
@@ -143,12 +151,30 @@ async def _waiters(args: argparse.Namespace, paths: list[str]) -> None:
         deadline = time.monotonic() + 60
         while await registered() < len(writers) - sum(answered.values()) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(args.pause)
-    print(json.dumps({"event": "sent", "count": len(writers), "seconds": time.perf_counter() - started,
-                      "connect_retries": failures, "nofile": limit}), flush=True)
+    print(
+        json.dumps(
+            {
+                "event": "sent",
+                "count": len(writers),
+                "seconds": time.perf_counter() - started,
+                "connect_retries": failures,
+                "nofile": limit,
+            }
+        ),
+        flush=True,
+    )
     # Hold everything open until the benchmark has measured, then report and close.
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-    print(json.dumps({"event": "done", "answered_early": sum(answered.values()),
-                      "statuses": {str(k): v for k, v in answered.items()}}), flush=True)
+    print(
+        json.dumps(
+            {
+                "event": "done",
+                "answered_early": sum(answered.values()),
+                "statuses": {str(k): v for k, v in answered.items()},
+            }
+        ),
+        flush=True,
+    )
     for writer in writers:
         writer.close()
     for task in readers:

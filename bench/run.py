@@ -73,8 +73,12 @@ async def make_client(database_url: str) -> tuple[str, uuid.UUID]:
 
 
 def create_external(http: httpx.Client, sub: str) -> dict[str, Any]:
-    body = {"subject": {"iss": SUBJECT["iss"], "sub": sub}, "kind": "external",
-            "url": "https://mcp.bench.example/step", "context": {"bench": sub}}
+    body = {
+        "subject": {"iss": SUBJECT["iss"], "sub": sub},
+        "kind": "external",
+        "url": "https://mcp.bench.example/step",
+        "context": {"bench": sub},
+    }
     response = http.post("/v1/flows", json=body)
     assert response.status_code == 201, response.text
     return response.json()  # type: ignore[no-any-return]
@@ -92,9 +96,13 @@ def throughput(args: argparse.Namespace, env: dict[str, str], api_key: str) -> d
             done = http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"ticket": "T-1", "ok": True}})
             assert done.status_code == 200, done.text
             assert done.json()["flow"]["status"] == "completed", done.text
-            resolve_body = json.dumps({
-                "subject": SUBJECT | {"sub": "throughput"}, "request_state": created["mcp"]["requestState"],
-                "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}}})
+            resolve_body = json.dumps(
+                {
+                    "subject": SUBJECT | {"sub": "throughput"},
+                    "request_state": created["mcp"]["requestState"],
+                    "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}},
+                }
+            )
             check = http.post("/v1/flows/resolve", content=resolve_body, headers={"Content-Type": "application/json"})
             assert check.status_code == 200, check.text
             assert check.json()["outcome"] == "completed", check.text
@@ -104,12 +112,19 @@ def throughput(args: argparse.Namespace, env: dict[str, str], api_key: str) -> d
         targets = [
             Target("baseline", f"{base.url}/flows/{raw_id}"),
             Target("status", f"{app.url}/v1/flows/{flow_id}", headers=(f"Authorization: {auth}",)),
-            Target("resolve", f"{app.url}/v1/flows/resolve", method="POST", body=resolve_body,
-                   headers=(f"Authorization: {auth}", "Content-Type: application/json")),
+            Target(
+                "resolve",
+                f"{app.url}/v1/flows/resolve",
+                method="POST",
+                body=resolve_body,
+                headers=(f"Authorization: {auth}", "Content-Type: application/json"),
+            ),
         ]
         gen = Generator.choose(args.generator, args.connections)
-        say(f"[throughput] generator={gen.kind} connections={gen.connections} workers={args.workers} "
-            f"{args.rounds} rounds x {args.duration:g}s per target")
+        say(
+            f"[throughput] generator={gen.kind} connections={gen.connections} workers={args.workers} "
+            f"{args.rounds} rounds x {args.duration:g}s per target"
+        )
         for target in targets:
             gen.run(target, args.warmup)
         runs: dict[str, list[dict[str, float]]] = {t.name: [] for t in targets}
@@ -129,12 +144,18 @@ def throughput(args: argparse.Namespace, env: dict[str, str], api_key: str) -> d
     base = runs["baseline"]
     status_ratio = statistics.median(s["rps"] / b["rps"] for s, b in zip(runs["status"], base, strict=True))
     resolve_ratio = statistics.median(r["rps"] / b["rps"] for r, b in zip(runs["resolve"], base, strict=True))
-    return {"generator": gen.kind, "connections": gen.connections, "workers": args.workers,
-            "baseline_rps": round(med["baseline"], 1), "status_rps": round(med["status"], 1),
-            "resolve_rps": round(med["resolve"], 1), "status_throughput_ratio": round(status_ratio, 3),
-            "resolve_only_throughput_ratio": round(resolve_ratio, 3),
-            "resolve_throughput_ratio": round(min(status_ratio, resolve_ratio), 3),
-            "rounds_rps": {name: [round(r["rps"], 1) for r in rs] for name, rs in runs.items()}}
+    return {
+        "generator": gen.kind,
+        "connections": gen.connections,
+        "workers": args.workers,
+        "baseline_rps": round(med["baseline"], 1),
+        "status_rps": round(med["status"], 1),
+        "resolve_rps": round(med["resolve"], 1),
+        "status_throughput_ratio": round(status_ratio, 3),
+        "resolve_only_throughput_ratio": round(resolve_ratio, 3),
+        "resolve_throughput_ratio": round(min(status_ratio, resolve_ratio), 3),
+        "rounds_rps": {name: [round(r["rps"], 1) for r in rs] for name, rs in runs.items()},
+    }
 
 
 # ---- 2. wake latency -----------------------------------------------------------------------------
@@ -146,24 +167,40 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
     samples: dict[str, list[float]] = {"status": [], "resolve": []}
     complete_ms: list[float] = []
     try:
-        async with httpx.AsyncClient(base_url=a.url, headers=headers, timeout=30) as on_a, \
-                httpx.AsyncClient(base_url=b.url, headers=headers, timeout=30) as on_b:
+        async with (
+            httpx.AsyncClient(base_url=a.url, headers=headers, timeout=30) as on_a,
+            httpx.AsyncClient(base_url=b.url, headers=headers, timeout=30) as on_b,
+        ):
             received_before = (await on_b.get("/_bench/stats")).json()["received"]
             for i in range(args.samples):
                 sub = f"wake-{i}"
-                created = (await on_a.post("/v1/flows", json={
-                    "subject": {"iss": SUBJECT["iss"], "sub": sub}, "kind": "external",
-                    "url": "https://mcp.bench.example/step"})).json()
+                created = (
+                    await on_a.post(
+                        "/v1/flows",
+                        json={
+                            "subject": {"iss": SUBJECT["iss"], "sub": sub},
+                            "kind": "external",
+                            "url": "https://mcp.bench.example/step",
+                        },
+                    )
+                ).json()
                 flow_id = created["flow"]["id"]
                 # Alternate the two ways an MCP server waits: status long-poll and resolve(accept).
                 mode = "status" if i % 2 == 0 else "resolve"
                 if mode == "status":
                     waiter = asyncio.create_task(on_b.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 10}))
                 else:
-                    waiter = asyncio.create_task(on_b.post("/v1/flows/resolve", json={
-                        "subject": {"iss": SUBJECT["iss"], "sub": sub},
-                        "request_state": created["mcp"]["requestState"], "wait_seconds": 10,
-                        "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}}}))
+                    waiter = asyncio.create_task(
+                        on_b.post(
+                            "/v1/flows/resolve",
+                            json={
+                                "subject": {"iss": SUBJECT["iss"], "sub": sub},
+                                "request_state": created["mcp"]["requestState"],
+                                "wait_seconds": 10,
+                                "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}},
+                            },
+                        )
+                    )
                 # Complete only once B really holds the waiter (registered and past its first read).
                 deadline = time.monotonic() + 5
                 while (await on_b.get("/_bench/stats")).json()["waiters"] < 1:
@@ -189,8 +226,10 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
         b.stop()
     every = samples["status"] + samples["resolve"]
     return {
-        "wake_samples": len(every), "wake_p50_ms": round(percentile(every, 50), 2),
-        "wake_p99_ms": round(percentile(every, 99), 2), "wake_max_ms": round(max(every), 2),
+        "wake_samples": len(every),
+        "wake_p50_ms": round(percentile(every, 50), 2),
+        "wake_p99_ms": round(percentile(every, 99), 2),
+        "wake_max_ms": round(max(every), 2),
         "wake_status_p50_ms": round(percentile(samples["status"], 50), 2),
         "wake_status_p99_ms": round(percentile(samples["status"], 99), 2),
         "wake_resolve_p50_ms": round(percentile(samples["resolve"], 50), 2),
@@ -211,7 +250,11 @@ async def insert_pending(database_url: str, client_id: uuid.UUID, count: int) ->
             "INSERT INTO flows (id, server_client_id, kind, subject_iss, subject_sub, reuse_key, message, "
             "external_url, expires_at) SELECT gen_random_uuid(), $1, 'external', $2, 'waiter-' || g, 'bench', "
             "'Continue in your browser', 'https://mcp.bench.example/step', now() + interval '1 hour' "
-            "FROM generate_series(1, $3) AS g RETURNING id", client_id, SUBJECT["iss"], count)
+            "FROM generate_series(1, $3) AS g RETURNING id",
+            client_id,
+            SUBJECT["iss"],
+            count,
+        )
     finally:
         await conn.close()
     return [r["id"] for r in rows]
@@ -226,19 +269,26 @@ def redis_connections(redis_url: str, pid: int, channel: str) -> dict[str, Any]:
         numsub = dict(r.pubsub_numsub(channel))
     finally:
         r.close()
-    return {"redis_connections_of_process": len(mine),
-            "redis_subscriber_connections_of_process": sum(1 for c in mine if int(c.get("sub", 0)) > 0),
-            "redis_pubsub_numsub": int(numsub.get(channel.encode(), 0)),
-            "redis_client_commands": sorted(c.get("cmd", "") for c in mine)}
+    return {
+        "redis_connections_of_process": len(mine),
+        "redis_subscriber_connections_of_process": sum(1 for c in mine if int(c.get("sub", 0)) > 0),
+        "redis_pubsub_numsub": int(numsub.get(channel.encode(), 0)),
+        "redis_client_commands": sorted(c.get("cmd", "") for c in mine),
+    }
 
 
-async def waiters(args: argparse.Namespace, env: dict[str, str], found: Backends, api_key: str,
-                  client_id: uuid.UUID, channel: str) -> dict[str, Any]:
+async def waiters(
+    args: argparse.Namespace, env: dict[str, str], found: Backends, api_key: str, client_id: uuid.UUID, channel: str
+) -> dict[str, Any]:
     ids = await insert_pending(found.database_url, client_id, args.waiters)
     paths = DATA / "waiter-paths.txt"
     paths.write_text("".join(f"/v1/flows/fl_{i.hex}?wait_seconds=300\n" for i in ids))
-    w = Server("elicitd-waiters", "elicitd_factory:create",
-               dict(env, ELICITD_BENCH_STATS="1", ELICITD_MAX_WAIT_SECONDS="300"), workers=1).start()
+    w = Server(
+        "elicitd-waiters",
+        "elicitd_factory:create",
+        dict(env, ELICITD_BENCH_STATS="1", ELICITD_MAX_WAIT_SECONDS="300"),
+        workers=1,
+    ).start()
     client: subprocess.Popen[str] | None = None
     try:
         async with httpx.AsyncClient(base_url=w.url, timeout=30) as http:
@@ -246,9 +296,23 @@ async def waiters(args: argparse.Namespace, env: dict[str, str], found: Backends
             proc = psutil.Process(idle["pid"])
             idle_rss = proc.memory_info().rss
             client = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything is measured
-                [sys.executable, str(Path(__file__).with_name("loadgen.py")), "waiters", "--port", str(w.port),
-                 "--paths-file", str(paths), "--api-key", api_key, "--batch", str(args.waiter_batch)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                [
+                    sys.executable,
+                    str(Path(__file__).with_name("loadgen.py")),
+                    "waiters",
+                    "--port",
+                    str(w.port),
+                    "--paths-file",
+                    str(paths),
+                    "--api-key",
+                    api_key,
+                    "--batch",
+                    str(args.waiter_batch),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             assert client.stdout is not None
             assert client.stdin is not None
             sent = json.loads(await asyncio.to_thread(client.stdout.readline))
@@ -259,8 +323,11 @@ async def waiters(args: argparse.Namespace, env: dict[str, str], found: Backends
             await asyncio.sleep(1.0)  # let allocator and buffers settle before reading memory
             stats = (await http.get("/_bench/stats")).json()
             rss = proc.memory_info().rss
-            established = sum(1 for c in proc.net_connections(kind="tcp")
-                              if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == w.port)
+            established = sum(
+                1
+                for c in proc.net_connections(kind="tcp")
+                if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == w.port
+            )
             conns = redis_connections(found.redis_url, idle["pid"], channel)
             client.stdin.write("stop\n")
             client.stdin.flush()
@@ -270,11 +337,18 @@ async def waiters(args: argparse.Namespace, env: dict[str, str], found: Backends
             client.kill()
         w.stop()
     assert done["answered_early"] == 0, done
-    return {"waiters_requested": args.waiters, "waiters_registered_in_hub": stats["waiters"],
-            "waiters_http_connections": established, "waiters_answered_early": done["answered_early"],
-            "waiters_open_seconds": round(sent["seconds"], 2), "waiters_batch": args.waiter_batch,
-            "waiters_idle_rss_mb": round(idle_rss / 2**20, 1), "waiters_10k_rss_mb": round(rss / 2**20, 1),
-            "waiters_rss_kb_per_waiter": round((rss - idle_rss) / 1024 / args.waiters, 2), **conns}
+    return {
+        "waiters_requested": args.waiters,
+        "waiters_registered_in_hub": stats["waiters"],
+        "waiters_http_connections": established,
+        "waiters_answered_early": done["answered_early"],
+        "waiters_open_seconds": round(sent["seconds"], 2),
+        "waiters_batch": args.waiter_batch,
+        "waiters_idle_rss_mb": round(idle_rss / 2**20, 1),
+        "waiters_10k_rss_mb": round(rss / 2**20, 1),
+        "waiters_rss_kb_per_waiter": round((rss - idle_rss) / 1024 / args.waiters, 2),
+        **conns,
+    }
 
 
 # ---- main ----------------------------------------------------------------------------------------
@@ -288,12 +362,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median counts")
     parser.add_argument("--samples", type=int, default=200, help="wake-latency samples")
     parser.add_argument("--waiters", type=int, default=10_000)
-    parser.add_argument("--waiter-batch", type=int, default=100,
-                        help="long-polls opened at once; the next batch starts when these are parked")
-    parser.add_argument("--server-impl", choices=["auto", "stdlib"], default="auto",
-                        help="auto: uvloop + httptools when installed (as elicitd serve); stdlib: asyncio + h11")
-    parser.add_argument("--phases", default="throughput,wake,waiters",
-                        help="comma-separated subset to run (all three by default)")
+    parser.add_argument(
+        "--waiter-batch",
+        type=int,
+        default=100,
+        help="long-polls opened at once; the next batch starts when these are parked",
+    )
+    parser.add_argument(
+        "--server-impl",
+        choices=["auto", "stdlib"],
+        default="auto",
+        help="auto: uvloop + httptools when installed (as elicitd serve); stdlib: asyncio + h11",
+    )
+    parser.add_argument(
+        "--phases", default="throughput,wake,waiters", help="comma-separated subset to run (all three by default)"
+    )
     args = parser.parse_args()
     phases = set(args.phases.split(","))
     SERVER_IMPL["mode"] = args.server_impl
@@ -304,10 +387,15 @@ def main() -> None:
     (DATA / "logs").mkdir(parents=True, exist_ok=True)
     keys = KeyRing.generate_entry("bench1")
     channel = "elicitd:bench:" + secrets.token_hex(4)
-    machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
-               "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "nofile": nofile,
-               # Other work on the machine moves every figure here; the load average says how much.
-               "loadavg_1m_at_start": round(os.getloadavg()[0], 2)}
+    machine = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "nofile": nofile,
+        # Other work on the machine moves every figure here; the load average says how much.
+        "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+    }
     say(f"[bench] {machine}")
     with backends() as found:
         say(f"[bench] {found.description}; database {found.database}")
@@ -316,24 +404,33 @@ def main() -> None:
         results: dict[str, Any] = {}
         if "throughput" in phases:
             results.update(throughput(args, env, api_key))
-            say(f"[throughput] baseline {results['baseline_rps']} req/s, status {results['status_rps']}, "
-                f"resolve {results['resolve_rps']} -> ratio {results['resolve_throughput_ratio']}")
+            say(
+                f"[throughput] baseline {results['baseline_rps']} req/s, status {results['status_rps']}, "
+                f"resolve {results['resolve_rps']} -> ratio {results['resolve_throughput_ratio']}"
+            )
         if "wake" in phases:
             results.update(asyncio.run(wake_latency(args, env, api_key)))
-            say(f"[wake] p50 {results['wake_p50_ms']} ms, p99 {results['wake_p99_ms']} ms over "
-                f"{results['wake_samples']} samples")
+            say(
+                f"[wake] p50 {results['wake_p50_ms']} ms, p99 {results['wake_p99_ms']} ms over "
+                f"{results['wake_samples']} samples"
+            )
         if "waiters" in phases:
             results.update(asyncio.run(waiters(args, env, found, api_key, client_id, channel)))
-            say(f"[waiters] {results['waiters_registered_in_hub']} waiting: RSS {results['waiters_10k_rss_mb']} MB, "
-                f"{results['redis_subscriber_connections_of_process']} Redis subscription connection(s)")
+            say(
+                f"[waiters] {results['waiters_registered_in_hub']} waiting: RSS {results['waiters_10k_rss_mb']} MB, "
+                f"{results['redis_subscriber_connections_of_process']} Redis subscription connection(s)"
+            )
     targets = {"resolve_throughput_ratio_min": 0.7, "wake_p99_ms_max": 50, "waiters_10k_rss_mb_max": 300}
-    results["targets_met"] = (results.get("resolve_throughput_ratio", 0) >= 0.7
-                              and results.get("wake_p99_ms", 1e9) <= 50
-                              and results.get("waiters_10k_rss_mb", 1e9) <= 300
-                              and results.get("redis_subscriber_connections_of_process") == 1)
+    results["targets_met"] = (
+        results.get("resolve_throughput_ratio", 0) >= 0.7
+        and results.get("wake_p99_ms", 1e9) <= 50
+        and results.get("waiters_10k_rss_mb", 1e9) <= 300
+        and results.get("redis_subscriber_connections_of_process") == 1
+    )
     machine["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
-    results.update({"targets": targets, "backends": found.description, "machine": machine,
-                    "server_impl": server_impl_args()})
+    results.update(
+        {"targets": targets, "backends": found.description, "machine": machine, "server_impl": server_impl_args()}
+    )
     (DATA / "last.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, separators=(",", ":")), flush=True)
 

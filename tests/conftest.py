@@ -16,9 +16,7 @@ from service.settings import KeyRing, Settings
 from tests.support import backends
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 
-TEST_KEYS = KeyRing.parse(
-    "test2:" + "A" * 43 + ",test1:" + "B" * 43, name="test keys"
-)
+TEST_KEYS = KeyRing.parse("test2:" + "A" * 43 + ",test1:" + "B" * 43, name="test keys")
 
 TEST_SIGNING_KEY = ECKey.generate_key("P-256").as_pem(private=True).decode("ascii")
 

@@ -24,9 +24,16 @@ logger = logging.getLogger("example.auth")
 class JwtVerifier:
     """A ``TokenVerifier`` for JWT access tokens signed by ``issuer`` for ``audience``."""
 
-    def __init__(self, issuer: str, audience: str, *, jwks_url: str | None = None,
-                 algorithms: tuple[str, ...] = ("RS256", "ES256"), leeway: float = 30.0,
-                 cache_seconds: float = 300.0) -> None:
+    def __init__(
+        self,
+        issuer: str,
+        audience: str,
+        *,
+        jwks_url: str | None = None,
+        algorithms: tuple[str, ...] = ("RS256", "ES256"),
+        leeway: float = 30.0,
+        cache_seconds: float = 300.0,
+    ) -> None:
         self.issuer = issuer.rstrip("/")
         self.audience = audience
         self.algorithms = list(algorithms)
@@ -48,8 +55,11 @@ class JwtVerifier:
                     meta = (await http.get(f"{self.issuer}/.well-known/openid-configuration")).json()
                     self._jwks_url = str(meta["jwks_uri"])
                 document = (await http.get(self._jwks_url)).json()
-            self._keys = {str(key.get("kid", "")): jwt.PyJWK.from_json(json.dumps(key))
-                          for key in document.get("keys", []) if key.get("use", "sig") == "sig"}
+            self._keys = {
+                str(key.get("kid", "")): jwt.PyJWK.from_json(json.dumps(key))
+                for key in document.get("keys", [])
+                if key.get("use", "sig") == "sig"
+            }
             self._fetched = time.monotonic()
 
     async def _key(self, kid: str) -> Any:
@@ -65,13 +75,26 @@ class JwtVerifier:
             if key is None:
                 return None
             claims: dict[str, Any] = jwt.decode(
-                token, key, algorithms=self.algorithms, audience=self.audience, issuer=self.issuer,
-                leeway=self.leeway, options={"require": ["exp", "iss", "sub", "aud"]})
+                token,
+                key,
+                algorithms=self.algorithms,
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self.leeway,
+                options={"require": ["exp", "iss", "sub", "aud"]},
+            )
         except (jwt.PyJWTError, httpx.HTTPError, KeyError, ValueError) as exc:
             logger.info("bearer token rejected: %s", type(exc).__name__)
             return None
         scope = claims.get("scope")
         scopes = scope.split() if isinstance(scope, str) else list(claims.get("scp") or [])
         client_id = claims.get("client_id") or claims.get("azp") or self.audience
-        return AccessToken(token=token, client_id=str(client_id), scopes=scopes, expires_at=int(claims["exp"]),
-                           subject=str(claims["sub"]), resource=self.audience, claims=claims)
+        return AccessToken(
+            token=token,
+            client_id=str(client_id),
+            scopes=scopes,
+            expires_at=int(claims["exp"]),
+            subject=str(claims["sub"]),
+            resource=self.audience,
+            claims=claims,
+        )

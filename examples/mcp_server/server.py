@@ -33,10 +33,10 @@ logger = logging.getLogger("example")
 
 @dataclass(frozen=True)
 class ExampleConfig:
-    issuer: str                       # who signs the MCP client's access tokens (the user's identity)
-    audience: str                     # this server's identifier in those tokens (`aud`)
-    resource_url: str                 # this server's public MCP URL, advertised to clients
-    provider: str = "github"          # the third-party provider registered in elicitd
+    issuer: str  # who signs the MCP client's access tokens (the user's identity)
+    audience: str  # this server's identifier in those tokens (`aud`)
+    resource_url: str  # this server's public MCP URL, advertised to clients
+    provider: str = "github"  # the third-party provider registered in elicitd
     scopes: tuple[str, ...] = ("repo",)
     files_url: str = "https://api.github.com/user/repos"
     name: str = "elicitd-example"
@@ -52,10 +52,13 @@ def build_server(config: ExampleConfig, elicitd: Elicitd) -> MCPServer:
         config.name,
         log_level="WARNING",
         token_verifier=JwtVerifier(config.issuer, config.audience),
-        auth=AuthSettings(issuer_url=AnyHttpUrl(config.issuer), resource_server_url=AnyHttpUrl(config.resource_url),
-                          required_scopes=list(config.required_scopes) or None,
-                          # JwtVerifier already enforces `aud`, which may be a logical name, not this URL.
-                          validate_token_resource=False),
+        auth=AuthSettings(
+            issuer_url=AnyHttpUrl(config.issuer),
+            resource_server_url=AnyHttpUrl(config.resource_url),
+            required_scopes=list(config.required_scopes) or None,
+            # JwtVerifier already enforces `aud`, which may be a logical name, not this URL.
+            validate_token_resource=False,
+        ),
         request_state_security=security,
     )
     elicitd.install(mcp)
@@ -82,10 +85,12 @@ def build_server(config: ExampleConfig, elicitd: Elicitd) -> MCPServer:
         """Deploy a service, after the user approved exactly this deploy in the browser."""
         try:
             consent = await elicitd.require_consent(
-                ctx, title=f"Deploy {service} to {environment}",
+                ctx,
+                title=f"Deploy {service} to {environment}",
                 description=f"The service '{service}' will be built and deployed to '{environment}', replacing "
-                            "the running version.",
-                details={"service": service, "environment": environment})
+                "the running version.",
+                details={"service": service, "environment": environment},
+            )
         except ElicitationDeclined:
             return f"Deploy of {service} to {environment} cancelled: not approved."
         except ElicitationCancelled:
@@ -96,8 +101,9 @@ def build_server(config: ExampleConfig, elicitd: Elicitd) -> MCPServer:
     async def premium_report(topic: str, ctx: Context) -> str:
         """A paid report: asks for a one-off payment of 5.00 USD first."""
         try:
-            payment = await elicitd.require_payment(ctx, amount=500, currency="usd",
-                                                    description=f"Premium report on {topic}")
+            payment = await elicitd.require_payment(
+                ctx, amount=500, currency="usd", description=f"Premium report on {topic}"
+            )
         except ElicitationDeclined:
             return "No payment, no report."
         return f"Premium report on {topic} (payment {payment.payment_id}): everything is fine."

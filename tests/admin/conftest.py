@@ -44,16 +44,21 @@ def stripe_double() -> Iterator[StripeDouble]:
 
 
 @pytest.fixture(scope="session")
-async def elicitd(make_settings: Callable[..., Settings], stripe_double: StripeDouble,
-                  oauth: OAuthServer) -> AsyncIterator[RunningApp]:
+async def elicitd(
+    make_settings: Callable[..., Settings], stripe_double: StripeDouble, oauth: OAuthServer
+) -> AsyncIterator[RunningApp]:
     """The admin tests' instance: default settings plus payments against the local Stripe double, and
     the OAuth server registered as a trusted issuer (payment flows need a known subject issuer)."""
-    settings = make_settings(stripe_secret_key=API_KEY, stripe_webhook_secret=WEBHOOK_SECRET,
-                             stripe_api_base=stripe_double.url)
+    settings = make_settings(
+        stripe_secret_key=API_KEY, stripe_webhook_secret=WEBHOOK_SECRET, stripe_api_base=stripe_double.url
+    )
     async with running_app(settings) as app:
         async with app.state.sessions() as session:
-            await upsert_issuer(session, app.state.vault, IssuerConfig(issuer=oauth.issuer, client_id="elicitd-login",
-                                                                       display_name="Test ID"))
+            await upsert_issuer(
+                session,
+                app.state.vault,
+                IssuerConfig(issuer=oauth.issuer, client_id="elicitd-login", display_name="Test ID"),
+            )
             await session.commit()
         yield app
 
@@ -65,8 +70,14 @@ async def _close_opened_payments(elicitd: RunningApp, stripe_double: StripeDoubl
     closes the checkouts it opened at this double (expired there, then reconciled for real)."""
     yield
     async with elicitd.state.sessions() as session:
-        rows = (await session.execute(text("SELECT flow_id, session_id FROM payments WHERE status IN "
-                                           "('open', 'processing') AND session_id IS NOT NULL"))).all()
+        rows = (
+            await session.execute(
+                text(
+                    "SELECT flow_id, session_id FROM payments WHERE status IN "
+                    "('open', 'processing') AND session_id IS NOT NULL"
+                )
+            )
+        ).all()
     for flow_id, session_id in rows:
         try:
             found = stripe_double.session(session_id)
@@ -77,13 +88,23 @@ async def _close_opened_payments(elicitd: RunningApp, stripe_double: StripeDoubl
         await elicitd.state.payments.reconcile_one(flow_id)
 
 
-async def make_provider(app: RunningApp, server: OAuthServer, name: str | None = None, *,
-                        secret: str = PROVIDER_SECRET) -> str:
+async def make_provider(
+    app: RunningApp, server: OAuthServer, name: str | None = None, *, secret: str = PROVIDER_SECRET
+) -> str:
     """A provider row pointing at the OAuth server, made by the domain's own upsert."""
     name = name or f"p-{uuid.uuid4().hex[:10]}"
-    spec = ProviderSpec(name=name, catalog="oauth2", display_name="Test Files", issuer=server.issuer,
-                        account_endpoint=server.url("/api/me"), account_id_field="id", account_login_field="login",
-                        client_id=PROVIDER_CLIENT, client_secret=secret, default_scopes=("files:read",))
+    spec = ProviderSpec(
+        name=name,
+        catalog="oauth2",
+        display_name="Test Files",
+        issuer=server.issuer,
+        account_endpoint=server.url("/api/me"),
+        account_id_field="id",
+        account_login_field="login",
+        client_id=PROVIDER_CLIENT,
+        client_secret=secret,
+        default_scopes=("files:read",),
+    )
     async with app.state.sessions() as session:
         await upsert_provider(session, spec, app.state.vault)
         await session.commit()
@@ -91,9 +112,15 @@ async def make_provider(app: RunningApp, server: OAuthServer, name: str | None =
     return name
 
 
-async def make_connection(app: RunningApp, server: OAuthServer, provider: str, *,
-                          access_token: str | None = None, refresh_token: str | None = None,
-                          with_refresh: bool = True) -> str:
+async def make_connection(
+    app: RunningApp,
+    server: OAuthServer,
+    provider: str,
+    *,
+    access_token: str | None = None,
+    refresh_token: str | None = None,
+    with_refresh: bool = True,
+) -> str:
     """A connection stored by ``ConnectionService.store_authorization`` (vault-sealed tokens). Without
     explicit tokens they are minted by the OAuth server for the provider's client, so refresh and
     revocation work against it for real."""
@@ -101,14 +128,28 @@ async def make_connection(app: RunningApp, server: OAuthServer, provider: str, *
     if access_token is None:
         minted = server.mint(sub, client_id=PROVIDER_CLIENT, scope="files:read")
         access_token, refresh_token = minted["access_token"], minted.get("refresh_token")
-    tokens = provider_oauth.TokenSet(access_token=access_token, refresh_token=refresh_token if with_refresh else None,
-                                     token_type="Bearer", expires_in=3600, scope="files:read", raw={})
+    tokens = provider_oauth.TokenSet(
+        access_token=access_token,
+        refresh_token=refresh_token if with_refresh else None,
+        token_type="Bearer",
+        expires_in=3600,
+        scope="files:read",
+        raw={},
+    )
     service = app.state.connections
     async with app.state.sessions() as session:
         resolved = await service.provider(session, provider)
-        done = await service.store_authorization(session, iss=server.issuer, sub=sub, provider=resolved,
-                                                 tokens=tokens, account_id=f"acct-{sub}", account_login=sub,
-                                                 requested=["files:read"], reconnect=None)
+        done = await service.store_authorization(
+            session,
+            iss=server.issuer,
+            sub=sub,
+            provider=resolved,
+            tokens=tokens,
+            account_id=f"acct-{sub}",
+            account_login=sub,
+            requested=["files:read"],
+            reconnect=None,
+        )
         await session.commit()
     return CONNECTION_ID.format(done.connection.id)
 
@@ -116,8 +157,11 @@ async def make_connection(app: RunningApp, server: OAuthServer, provider: str, *
 async def make_payment(app: RunningApp, server: OAuthServer) -> str:
     """A payment flow (API) with its checkout opened at the Stripe double, as the Pay button does."""
     client = await new_server_client(app)
-    body = {"subject": {"iss": server.issuer, "sub": f"payer-{uuid.uuid4().hex[:8]}"}, "kind": "payment",
-            "params": {"amount": 1999, "currency": "eur", "description": "Order 42"}}
+    body = {
+        "subject": {"iss": server.issuer, "sub": f"payer-{uuid.uuid4().hex[:8]}"},
+        "kind": "payment",
+        "params": {"amount": 1999, "currency": "eur", "description": "Order 42"},
+    }
     async with app.http(client.api_key) as http:
         response = await http.post("/v1/flows", json=body)
     assert response.status_code == 201, response.text
@@ -140,14 +184,16 @@ class Token:
 
 async def make_token(app: RunningApp, role: str, *, expired: bool = False, revoked: bool = False) -> Token:
     async with app.state.sessions() as session:
-        created = await create_token(session, name=f"test-{role}", role=Role.parse(role),
-                                     lifetime=parse_lifetime("1h"))
+        created = await create_token(session, name=f"test-{role}", role=Role.parse(role), lifetime=parse_lifetime("1h"))
         if expired:
-            await session.execute(text("UPDATE admin_tokens SET expires_at = now() - interval '1 second' "
-                                       "WHERE id = :id"), {"id": created.token.id})
+            await session.execute(
+                text("UPDATE admin_tokens SET expires_at = now() - interval '1 second' WHERE id = :id"),
+                {"id": created.token.id},
+            )
         if revoked:
-            await session.execute(text("UPDATE admin_tokens SET revoked_at = now() WHERE id = :id"),
-                                  {"id": created.token.id})
+            await session.execute(
+                text("UPDATE admin_tokens SET revoked_at = now() WHERE id = :id"), {"id": created.token.id}
+            )
         await session.commit()
     return Token(id=ADMIN_TOKEN_ID.format(created.token.id), secret=created.secret, role=role)
 
@@ -171,19 +217,29 @@ def subject_body(sub: str | None = None, iss: str = "https://id.example.com") ->
     return {"iss": iss, "sub": sub or f"user-{uuid.uuid4().hex[:10]}"}
 
 
-async def create_flow(app: RunningApp, client: ServerClientHandle, *, sub: str | None = None,
-                      iss: str = "https://id.example.com", tag: str | None = None) -> str:
+async def create_flow(
+    app: RunningApp,
+    client: ServerClientHandle,
+    *,
+    sub: str | None = None,
+    iss: str = "https://id.example.com",
+    tag: str | None = None,
+) -> str:
     """A pending ``external`` flow; ``tag`` makes it distinct from the subject's other flows."""
-    body = {"subject": subject_body(sub, iss), "kind": "external",
-            "url": f"https://app.example.com/step/{tag or uuid.uuid4().hex[:8]}"}
+    body = {
+        "subject": subject_body(sub, iss),
+        "kind": "external",
+        "url": f"https://app.example.com/step/{tag or uuid.uuid4().hex[:8]}",
+    }
     async with app.http(client.api_key) as http:
         response = await http.post("/v1/flows", json=body)
     assert response.status_code == 201, response.text
     return str(response.json()["flow"]["id"])
 
 
-async def complete_flow(app: RunningApp, client: ServerClientHandle, flow_id: str,
-                        result: dict[str, Any] | None = None) -> httpx.Response:
+async def complete_flow(
+    app: RunningApp, client: ServerClientHandle, flow_id: str, result: dict[str, Any] | None = None
+) -> httpx.Response:
     async with app.http(client.api_key) as http:
         return await http.post(f"/v1/flows/{flow_id}/complete", json={"result": result or {"ok": True}})
 

@@ -23,12 +23,14 @@ async def _create(app: RunningApp, token: Token, **extra: object) -> dict:  # ty
 
 
 def _flow_body(sub: str = "u-1", tag: str = "") -> dict:  # type: ignore[type-arg]
-    return {"subject": {"iss": "https://id.example.com", "sub": sub}, "kind": "external",
-            "url": f"https://app.example.com/step/{tag or uuid.uuid4().hex}"}
+    return {
+        "subject": {"iss": "https://id.example.com", "sub": sub},
+        "kind": "external",
+        "url": f"https://app.example.com/step/{tag or uuid.uuid4().hex}",
+    }
 
 
-async def test_rotate_key_keeps_the_old_key_for_the_grace_period(elicitd: RunningApp,
-                                                                tokens: dict[str, Token]) -> None:
+async def test_rotate_key_keeps_the_old_key_for_the_grace_period(elicitd: RunningApp, tokens: dict[str, Token]) -> None:
     created = await _create(elicitd, tokens["admin"])
     old_key, client_id = created["api_key"], created["client"]["id"]
     async with admin_http(elicitd, tokens["admin"]) as http:
@@ -58,8 +60,10 @@ async def test_set_providers_issuers_and_bad_webhook(elicitd: RunningApp, tokens
     created = await _create(elicitd, tokens["admin"])
     path = f"/admin/v1/server-clients/{created['client']['id']}"
     async with admin_http(elicitd, tokens["admin"]) as http:
-        changed = await http.patch(path, json={"allowed_providers": ["slack", "github", "github"],
-                                               "trusted_issuers": ["https://id.example.com"]})
+        changed = await http.patch(
+            path,
+            json={"allowed_providers": ["slack", "github", "github"], "trusted_issuers": ["https://id.example.com"]},
+        )
         unknown = await http.patch(path, json={"colour": "red"})
         insecure = await http.put(path + "/webhook", json={"url": "http://hooks.example.com/x"})
         no_hook = await http.post(path + "/webhook/rotate-secret")
@@ -72,8 +76,9 @@ async def test_set_providers_issuers_and_bad_webhook(elicitd: RunningApp, tokens
     assert no_hook.status_code == 400
     assert no_hook.json()["code"] == "no_webhook"
     async with elicitd.http(created["api_key"]) as http:
-        refused = await http.post("/v1/flows", json={**_flow_body(), "subject": {"iss": "https://evil.example.com",
-                                                                                  "sub": "x"}})
+        refused = await http.post(
+            "/v1/flows", json={**_flow_body(), "subject": {"iss": "https://evil.example.com", "sub": "x"}}
+        )
     assert refused.status_code == 403
 
 
@@ -84,8 +89,9 @@ async def test_flows_per_minute_is_shared_by_replicas(make_settings: Callable[..
         while time.time() % 60 > 55:  # keep the burst inside one minute window
             await asyncio.sleep(0.2)
         async with one.http(created["api_key"]) as a, two.http(created["api_key"]) as b:
-            answers = await asyncio.gather(*((a if i % 2 else b).post("/v1/flows", json=_flow_body(f"u-{i}"))
-                                             for i in range(8)))
+            answers = await asyncio.gather(
+                *((a if i % 2 else b).post("/v1/flows", json=_flow_body(f"u-{i}")) for i in range(8))
+            )
         statuses = sorted(r.status_code for r in answers)
         limited = [r for r in answers if r.status_code == 429]
         metrics = (await one.http().get("/metrics")).text + (await two.http().get("/metrics")).text
@@ -99,8 +105,9 @@ async def test_flows_per_minute_is_shared_by_replicas(make_settings: Callable[..
 async def test_pending_per_subject_set_through_the_api(elicitd: RunningApp, tokens: dict[str, Token]) -> None:
     created = await _create(elicitd, tokens["admin"])
     async with admin_http(elicitd, tokens["admin"]) as http:
-        patched = await http.patch(f"/admin/v1/server-clients/{created['client']['id']}",
-                                   json={"pending_per_subject": 2})
+        patched = await http.patch(
+            f"/admin/v1/server-clients/{created['client']['id']}", json={"pending_per_subject": 2}
+        )
     assert patched.json()["pending_per_subject"] == 2
     async with elicitd.http(created["api_key"]) as http:
         answers = [await http.post("/v1/flows", json=_flow_body("same")) for _ in range(3)]
@@ -118,18 +125,24 @@ async def test_every_admin_call_is_audited_with_the_token_id(elicitd: RunningApp
     async with admin_http(elicitd, tokens["admin"]) as http:
         audit = (await http.get("/admin/v1/audit", params={"admin_token_id": viewer.id})).json()["items"]
     assert [(a["operation"], a["status"], a["role"]) for a in audit] == [
-        ("adminCreateServerClient", 403, "viewer"), ("adminStats", 200, "viewer")]
+        ("adminCreateServerClient", 403, "viewer"),
+        ("adminStats", 200, "viewer"),
+    ]
     assert all(a["admin_token_id"] == viewer.id for a in audit)
     async with elicitd.state.sessions() as session:
         rows = (await session.execute(text("SELECT admin_audit_log::text FROM admin_audit_log"))).scalars().all()
-        unauthenticated = (await session.execute(text(
-            "SELECT count(*) FROM admin_audit_log WHERE admin_token_id IS NULL AND status = 401"))).scalar_one()
+        unauthenticated = (
+            await session.execute(
+                text("SELECT count(*) FROM admin_audit_log WHERE admin_token_id IS NULL AND status = 401")
+            )
+        ).scalar_one()
     assert not any(viewer.secret in row or tokens["admin"].secret in row for row in rows)
     assert unauthenticated >= 1
 
 
-async def test_pending_per_subject_holds_under_concurrent_creates(elicitd: RunningApp,
-                                                                  tokens: dict[str, Token]) -> None:
+async def test_pending_per_subject_holds_under_concurrent_creates(
+    elicitd: RunningApp, tokens: dict[str, Token]
+) -> None:
     """Twenty different requests for one subject at once: exactly the quota is created."""
     created = await _create(elicitd, tokens["admin"])
     async with admin_http(elicitd, tokens["admin"]) as http:

@@ -28,11 +28,18 @@ async def _provider_secret(app: RunningApp, name: str) -> str | None:
         return (await resolve(row, app.state.vault, MetadataCache())).client_secret
 
 
-async def test_provider_create_update_keeps_secret_write_only(elicitd: RunningApp, oauth: OAuthServer,
-                                                              tokens: dict[str, Token]) -> None:
+async def test_provider_create_update_keeps_secret_write_only(
+    elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token]
+) -> None:
     name = f"p-{uuid.uuid4().hex[:10]}"
-    body = {"name": name, "catalog": "oauth2", "client_id": PROVIDER_CLIENT, "client_secret": "first-secret",
-            "issuer": oauth.issuer, "default_scopes": ["files:read"]}
+    body = {
+        "name": name,
+        "catalog": "oauth2",
+        "client_id": PROVIDER_CLIENT,
+        "client_secret": "first-secret",
+        "issuer": oauth.issuer,
+        "default_scopes": ["files:read"],
+    }
     async with admin_http(elicitd, tokens["admin"]) as http:
         created = await http.post("/admin/v1/providers", json=body)
         assert created.status_code == 201, created.text
@@ -55,8 +62,9 @@ async def test_provider_create_update_keeps_secret_write_only(elicitd: RunningAp
         assert (shown["display_name"], shown["client_secret_set"], shown["issuer"]) == ("Files", True, oauth.issuer)
 
 
-async def test_provider_discovery_test_reports_endpoints_or_the_failure(elicitd: RunningApp, oauth: OAuthServer,
-                                                                        tokens: dict[str, Token]) -> None:
+async def test_provider_discovery_test_reports_endpoints_or_the_failure(
+    elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token]
+) -> None:
     good = await make_provider(elicitd, oauth)
     bad = f"p-{uuid.uuid4().hex[:10]}"
     async with admin_http(elicitd, tokens["admin"]) as http:
@@ -66,9 +74,16 @@ async def test_provider_discovery_test_reports_endpoints_or_the_failure(elicitd:
         assert report["token_endpoint"] == oauth.token_endpoint
         assert report["revocation_endpoint"] == oauth.revocation_endpoint
         assert report["iss_parameter_supported"] is True
-        created = await http.post("/admin/v1/providers", json={
-            "name": bad, "catalog": "oauth2", "client_id": "c", "client_secret": "s",
-            "issuer": "http://127.0.0.1:9/nothing"})
+        created = await http.post(
+            "/admin/v1/providers",
+            json={
+                "name": bad,
+                "catalog": "oauth2",
+                "client_id": "c",
+                "client_secret": "s",
+                "issuer": "http://127.0.0.1:9/nothing",
+            },
+        )
         assert created.status_code == 201
         failed = await http.post(f"/admin/v1/providers/{bad}/test-discovery")
     assert failed.status_code == 200
@@ -76,12 +91,14 @@ async def test_provider_discovery_test_reports_endpoints_or_the_failure(elicitd:
     assert failed.json()["error_code"] == "provider_discovery_failed"
 
 
-async def test_issuer_create_update_and_discovery(elicitd: RunningApp, oauth: OAuthServer,
-                                                  tokens: dict[str, Token]) -> None:
+async def test_issuer_create_update_and_discovery(
+    elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token]
+) -> None:
     url = f"https://id-{uuid.uuid4().hex[:10]}.example.com"
     async with admin_http(elicitd, tokens["admin"]) as http:
-        created = await http.post("/admin/v1/issuers", json={"issuer": url, "client_id": "login",
-                                                             "client_secret": "issuer-secret-1"})
+        created = await http.post(
+            "/admin/v1/issuers", json={"issuer": url, "client_id": "login", "client_secret": "issuer-secret-1"}
+        )
         assert created.status_code == 201, created.text
         assert created.json()["client_secret_set"] is True and "issuer-secret-1" not in created.text
         again = await http.post("/admin/v1/issuers", json={"issuer": url, "client_id": "login"})
@@ -93,10 +110,15 @@ async def test_issuer_create_update_and_discovery(elicitd: RunningApp, oauth: OA
         assert updated.json()["client_secret_set"] is True
         async with elicitd.state.sessions() as session:
             issuer_id = (await session.execute(text("SELECT id FROM issuers WHERE issuer = :i"), {"i": url})).scalar()
-            row = (await session.execute(text("SELECT client_secret_enc, client_secret_key_id FROM issuers "
-                                              "WHERE id = :i"), {"i": issuer_id})).one()
-        assert elicitd.state.vault.decrypt_text(row[1], row[0], owner=str(issuer_id),
-                                                purpose="issuer_client_secret") == "issuer-secret-1"
+            row = (
+                await session.execute(
+                    text("SELECT client_secret_enc, client_secret_key_id FROM issuers WHERE id = :i"), {"i": issuer_id}
+                )
+            ).one()
+        assert (
+            elicitd.state.vault.decrypt_text(row[1], row[0], owner=str(issuer_id), purpose="issuer_client_secret")
+            == "issuer-secret-1"
+        )
         public = await http.patch("/admin/v1/issuers", json={"issuer": url, "client_secret": None})
         assert public.json()["client_secret_set"] is False
         report = (await http.post("/admin/v1/issuers/test-discovery", json={"issuer": oauth.issuer})).json()
@@ -117,8 +139,9 @@ async def _metric(app: RunningApp, provider: str, outcome: str) -> float:
     return values[0] if values else 0.0
 
 
-async def test_connection_force_refresh_and_revoke(elicitd: RunningApp, oauth: OAuthServer,
-                                                   tokens: dict[str, Token]) -> None:
+async def test_connection_force_refresh_and_revoke(
+    elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token]
+) -> None:
     provider = await make_provider(elicitd, oauth)
     connection = await make_connection(elicitd, oauth, provider)
     before = oauth.token_calls("refresh_token")
@@ -154,13 +177,18 @@ async def test_connection_force_refresh_and_revoke(elicitd: RunningApp, oauth: O
         unknown = await http.post("/admin/v1/connections/cn_" + "0" * 32 + "/revoke")
         assert unknown.status_code == 404
     async with elicitd.state.sessions() as session:
-        row = (await session.execute(text("SELECT access_token_enc, refresh_token_enc FROM connections "
-                                          "WHERE id = :i"), {"i": uuid.UUID(live[3:])})).one()
+        row = (
+            await session.execute(
+                text("SELECT access_token_enc, refresh_token_enc FROM connections WHERE id = :i"),
+                {"i": uuid.UUID(live[3:])},
+            )
+        ).one()
     assert tuple(row) == (None, None)
 
 
-async def test_payments_list_show_reconcile(elicitd: RunningApp, oauth: OAuthServer, stripe_double: StripeDouble,
-                                            tokens: dict[str, Token]) -> None:
+async def test_payments_list_show_reconcile(
+    elicitd: RunningApp, oauth: OAuthServer, stripe_double: StripeDouble, tokens: dict[str, Token]
+) -> None:
     flow_ref = await make_payment(elicitd, oauth)
     session = stripe_double.session_for(flow_ref)
     async with admin_http(elicitd, tokens["operator"]) as http:

@@ -68,8 +68,9 @@ def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from nodes(child)
 
 
-async def explain(app: RunningApp, filters: FlowFilters, cursor: str, limit: int = 50) -> tuple[list[dict[str, Any]],
-                                                                                               int]:
+async def explain(
+    app: RunningApp, filters: FlowFilters, cursor: str, limit: int = 50
+) -> tuple[list[dict[str, Any]], int]:
     """The executed plan's nodes and the page's row count, for the statement the admin list runs."""
     stmt = list_statement(filters, cursor=cursor, limit=limit)
     async with app.state.sessions() as session:
@@ -83,9 +84,12 @@ async def explain(app: RunningApp, filters: FlowFilters, cursor: str, limit: int
 
 async def test_deep_filtered_pages_use_an_index(elicitd: RunningApp, bulk: ServerClientHandle) -> None:
     async with elicitd.state.sessions() as session:
-        middle, created_middle = (await session.execute(text(
-            "SELECT id, created_at FROM flows WHERE server_client_id = :c ORDER BY id OFFSET :n LIMIT 1"),
-            {"c": bulk.id, "n": ROWS // 2})).one()
+        middle, created_middle = (
+            await session.execute(
+                text("SELECT id, created_at FROM flows WHERE server_client_id = :c ORDER BY id OFFSET :n LIMIT 1"),
+                {"c": bulk.id, "n": ROWS // 2},
+            )
+        ).one()
         seqscan = (await session.execute(text("SHOW enable_seqscan"))).scalar_one()
     assert seqscan == "on"
     cursor = encode_cursor(middle)
@@ -96,10 +100,12 @@ async def test_deep_filtered_pages_use_an_index(elicitd: RunningApp, bulk: Serve
         "kind": FlowFilters(kind="consent"),
         "provider": FlowFilters(provider="prov-7"),
         "subject": FlowFilters(subject_iss="https://bulk.example.com", subject_sub="bulk-42"),
-        "created": FlowFilters(created_after=created_middle - timedelta(hours=2),
-                               created_before=created_middle + timedelta(minutes=30)),
-        "expires": FlowFilters(expires_after=created_middle + timedelta(minutes=10),
-                               expires_before=created_middle + timedelta(hours=3)),
+        "created": FlowFilters(
+            created_after=created_middle - timedelta(hours=2), created_before=created_middle + timedelta(minutes=30)
+        ),
+        "expires": FlowFilters(
+            expires_after=created_middle + timedelta(minutes=10), expires_before=created_middle + timedelta(hours=3)
+        ),
         "combined": FlowFilters(server_client=bulk.public_id, status="expired", kind="payment"),
     }
     plans = {}
@@ -108,10 +114,15 @@ async def test_deep_filtered_pages_use_an_index(elicitd: RunningApp, bulk: Serve
         plans[name] = plan
         scans = [(n["Node Type"], n.get("Index Name")) for n in plan if n.get("Relation Name") == "flows"]
         assert ("Seq Scan", None) not in scans, (name, scans)
-        assert scans and all(kind in {"Index Scan", "Index Only Scan", "Bitmap Heap Scan"} for kind, _ in scans), \
-            (name, scans)
-        touched = sum(n["Actual Rows"] + n.get("Rows Removed by Filter", 0) + n.get("Rows Removed by Index Recheck", 0)
-                      for n in plan if n.get("Relation Name") == "flows")
+        assert scans and all(kind in {"Index Scan", "Index Only Scan", "Bitmap Heap Scan"} for kind, _ in scans), (
+            name,
+            scans,
+        )
+        touched = sum(
+            n["Actual Rows"] + n.get("Rows Removed by Filter", 0) + n.get("Rows Removed by Index Recheck", 0)
+            for n in plan
+            if n.get("Relation Name") == "flows"
+        )
         assert touched <= MAX_TOUCHED, (name, scans, touched)
         if name != "subject":  # 20 subjects' worth of rows lie below the cursor, the others are all deep
             assert rows == 51, (name, rows)

@@ -28,8 +28,9 @@ async def _all_pages(http: Any, params: dict[str, Any], during_each_page: Any = 
             return seen
 
 
-async def test_pages_are_complete_and_stable_under_concurrent_inserts(elicitd: RunningApp,
-                                                                     tokens: dict[str, Token]) -> None:
+async def test_pages_are_complete_and_stable_under_concurrent_inserts(
+    elicitd: RunningApp, tokens: dict[str, Token]
+) -> None:
     client = await new_server_client(elicitd)
     existing = [await create_flow(elicitd, client) for _ in range(23)]
     inserted: list[str] = []
@@ -55,10 +56,12 @@ async def test_filters(elicitd: RunningApp, tokens: dict[str, Token]) -> None:
     d = await create_flow(elicitd, other, sub=sub)
     assert (await complete_flow(elicitd, client, c)).status_code == 200
     async with elicitd.state.sessions() as session:
-        await session.execute(text("UPDATE flows SET expires_at = now() + interval '3 days' WHERE id = :i"),
-                              {"i": uuid.UUID(a[3:])})
-        created_b = (await session.execute(text("SELECT created_at FROM flows WHERE id = :i"),
-                                           {"i": uuid.UUID(b[3:])})).scalar_one()
+        await session.execute(
+            text("UPDATE flows SET expires_at = now() + interval '3 days' WHERE id = :i"), {"i": uuid.UUID(a[3:])}
+        )
+        created_b = (
+            await session.execute(text("SELECT created_at FROM flows WHERE id = :i"), {"i": uuid.UUID(b[3:])})
+        ).scalar_one()
         await session.commit()
 
     async def ids(**params: Any) -> list[str]:
@@ -102,7 +105,9 @@ async def test_show_has_the_full_history(elicitd: RunningApp, tokens: dict[str, 
     assert missing.status_code == 404
     events = shown.json()["events"]
     assert [(e["type"], e["actor"], e["to_status"]) for e in events] == [
-        ("created", "api", "pending"), ("transition", "admin", "cancelled")]
+        ("created", "api", "pending"),
+        ("transition", "admin", "cancelled"),
+    ]
     assert events[1]["detail"] == {"admin_token_id": tokens["operator"].id}
 
 
@@ -118,21 +123,27 @@ async def test_expire_now(elicitd: RunningApp, tokens: dict[str, Token]) -> None
     assert status.json()["flow"]["status"] == "expired"
 
 
-async def test_cancel_racing_completion_leaves_exactly_one_terminal_state(elicitd: RunningApp,
-                                                                         tokens: dict[str, Token]) -> None:
+async def test_cancel_racing_completion_leaves_exactly_one_terminal_state(
+    elicitd: RunningApp, tokens: dict[str, Token]
+) -> None:
     client = await new_server_client(elicitd)
     for _ in range(10):
         flow_id = await create_flow(elicitd, client)
         async with admin_http(elicitd, tokens["operator"]) as http:
-            cancel, complete = await asyncio.gather(http.post(f"/admin/v1/flows/{flow_id}/cancel"),
-                                                    complete_flow(elicitd, client, flow_id))
+            cancel, complete = await asyncio.gather(
+                http.post(f"/admin/v1/flows/{flow_id}/cancel"), complete_flow(elicitd, client, flow_id)
+            )
         statuses = sorted([cancel.status_code, complete.status_code])
         assert statuses == [200, 409]
         async with elicitd.state.sessions() as session:
-            transitions = (await session.execute(text(
-                "SELECT count(*) FROM flow_events WHERE flow_id = :f AND type = 'transition'"),
-                {"f": uuid.UUID(flow_id[3:])})).scalar_one()
-            status = (await session.execute(text("SELECT status FROM flows WHERE id = :f"),
-                                            {"f": uuid.UUID(flow_id[3:])})).scalar_one()
+            transitions = (
+                await session.execute(
+                    text("SELECT count(*) FROM flow_events WHERE flow_id = :f AND type = 'transition'"),
+                    {"f": uuid.UUID(flow_id[3:])},
+                )
+            ).scalar_one()
+            status = (
+                await session.execute(text("SELECT status FROM flows WHERE id = :f"), {"f": uuid.UUID(flow_id[3:])})
+            ).scalar_one()
         assert transitions == 1
         assert status == ("cancelled" if cancel.status_code == 200 else "completed")

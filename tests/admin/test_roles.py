@@ -53,12 +53,16 @@ class World:
         async with self.app.state.sessions() as session:
             from sqlalchemy import text
 
-            row = (await session.execute(text("SELECT id FROM webhook_outbox WHERE flow_id = :f"),
-                                         {"f": uuid.UUID(flow_id[3:])})).scalar_one()
+            row = (
+                await session.execute(
+                    text("SELECT id FROM webhook_outbox WHERE flow_id = :f"), {"f": uuid.UUID(flow_id[3:])}
+                )
+            ).scalar_one()
         # Park it as abandoned so the worker leaves it alone and a replay is allowed.
         async with self.app.state.sessions() as session:
-            await session.execute(text("UPDATE webhook_outbox SET abandoned_at = now(), lease_until = NULL "
-                                       "WHERE id = :i"), {"i": row})
+            await session.execute(
+                text("UPDATE webhook_outbox SET abandoned_at = now(), lease_until = NULL WHERE id = :i"), {"i": row}
+            )
             await session.commit()
         return "evt_" + row.hex
 
@@ -96,8 +100,9 @@ class Route:
     body: Callable[[str | None], Any] | None = None
 
     def path(self, target: str | None) -> str:
-        return "/admin/v1" + (self.template.replace("{x}", target) if target and "{x}" in self.template
-                              else self.template)
+        return "/admin/v1" + (
+            self.template.replace("{x}", target) if target and "{x}" in self.template else self.template
+        )
 
 
 ROUTES = [
@@ -121,18 +126,36 @@ ROUTES = [
     Route("GET", "/audit", "admin", 200),
     Route("GET", "/whoami", "viewer", 200),
     Route("GET", "/providers", "viewer", 200),
-    Route("POST", "/providers", "admin", 201, body=lambda _: {
-        "name": f"p-{uuid.uuid4().hex[:10]}", "catalog": "oauth2", "client_id": "c", "client_secret": "s",
-        "authorization_endpoint": "https://p.example.com/authorize", "token_endpoint": "https://p.example.com/token"}),
+    Route(
+        "POST",
+        "/providers",
+        "admin",
+        201,
+        body=lambda _: {
+            "name": f"p-{uuid.uuid4().hex[:10]}",
+            "catalog": "oauth2",
+            "client_id": "c",
+            "client_secret": "s",
+            "authorization_endpoint": "https://p.example.com/authorize",
+            "token_endpoint": "https://p.example.com/token",
+        },
+    ),
     Route("GET", "/providers/{x}", "viewer", 200, World.provider),
     Route("PATCH", "/providers/{x}", "admin", 200, World.provider, body=lambda _: {"display_name": "Renamed"}),
     Route("POST", "/providers/{x}/disable", "admin", 200, World.provider),
     Route("POST", "/providers/{x}/enable", "admin", 200, World.provider),
     Route("POST", "/providers/{x}/test-discovery", "operator", 200, World.provider),
     Route("GET", "/issuers", "viewer", 200),
-    Route("POST", "/issuers", "admin", 201,
-          body=lambda _: {"issuer": f"https://id-{uuid.uuid4().hex[:10]}.example.com", "client_id": "c"}),
-    Route("PATCH", "/issuers", "admin", 200, World.known_issuer, body=lambda t: {"issuer": t, "display_name": "Test ID"}),
+    Route(
+        "POST",
+        "/issuers",
+        "admin",
+        201,
+        body=lambda _: {"issuer": f"https://id-{uuid.uuid4().hex[:10]}.example.com", "client_id": "c"},
+    ),
+    Route(
+        "PATCH", "/issuers", "admin", 200, World.known_issuer, body=lambda t: {"issuer": t, "display_name": "Test ID"}
+    ),
     Route("POST", "/issuers/disable", "admin", 200, World.issuer, body=lambda t: {"issuer": t}),
     Route("POST", "/issuers/enable", "admin", 200, World.issuer, body=lambda t: {"issuer": t}),
     Route("POST", "/issuers/test-discovery", "operator", 200, World.known_issuer, body=lambda t: {"issuer": t}),
@@ -150,8 +173,9 @@ def _id(route: Route) -> str:
     return f"{route.method} {route.template}"
 
 
-async def _call(app: RunningApp, oauth: OAuthServer, route: Route, token: Token | None, *,
-                raw_header: str | None = None) -> int:
+async def _call(
+    app: RunningApp, oauth: OAuthServer, route: Route, token: Token | None, *, raw_header: str | None = None
+) -> int:
     target = await route.setup(World(app, oauth)) if route.setup else None
     kwargs: dict[str, Any] = {}
     if route.body is not None:
@@ -166,8 +190,9 @@ async def _call(app: RunningApp, oauth: OAuthServer, route: Route, token: Token 
 
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("route", ROUTES, ids=_id)
-async def test_each_role_gets_exactly_its_rights(elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token],
-                                                 route: Route, role: str) -> None:
+async def test_each_role_gets_exactly_its_rights(
+    elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token], route: Route, role: str
+) -> None:
     status = await _call(elicitd, oauth, route, tokens[role])
     expected = route.ok if RANK[role] >= RANK[route.least] else 403
     assert status == expected
@@ -175,8 +200,9 @@ async def test_each_role_gets_exactly_its_rights(elicitd: RunningApp, oauth: OAu
 
 @pytest.mark.parametrize("caller", ["none", "garbage", "expired", "revoked", "api_key"])
 @pytest.mark.parametrize("route", ROUTES, ids=_id)
-async def test_unauthenticated_callers_get_401(elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token],
-                                               route: Route, caller: str) -> None:
+async def test_unauthenticated_callers_get_401(
+    elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token], route: Route, caller: str
+) -> None:
     if caller == "none":
         status = await _call(elicitd, oauth, route, None)
     elif caller == "garbage":
@@ -192,9 +218,13 @@ async def test_unauthenticated_callers_get_401(elicitd: RunningApp, oauth: OAuth
 async def test_table_covers_every_admin_route(elicitd: RunningApp) -> None:
     async with elicitd.http() as http:
         schema = (await http.get("/schema/openapi.json")).json()
-    served = {(method.upper(), path.removeprefix("/admin/v1"))
-              for path, item in schema["paths"].items() if path.startswith("/admin/v1")
-              for method in item if method in {"get", "post", "put", "patch", "delete"}}
+    served = {
+        (method.upper(), path.removeprefix("/admin/v1"))
+        for path, item in schema["paths"].items()
+        if path.startswith("/admin/v1")
+        for method in item
+        if method in {"get", "post", "put", "patch", "delete"}
+    }
     tested = {(r.method, r.template.replace("{x}", "{*}")) for r in ROUTES}
     normalized = set()
     for method, path in served:

@@ -40,18 +40,29 @@ async def test_no_secret_in_any_admin_response(elicitd: RunningApp, tokens: dict
         one_time_secret = hook.json()["webhook_secret"]
     # Plant secrets everywhere admin data comes from.
     webhook_secret = f"whsec_{MARKER}-webhook"
-    key_id, blob = elicitd.state.vault.encrypt(webhook_secret, owner=CLIENT_ID.format(client.id),
-                                               purpose="webhook_secret")
+    key_id, blob = elicitd.state.vault.encrypt(
+        webhook_secret, owner=CLIENT_ID.format(client.id), purpose="webhook_secret"
+    )
     planted_key = f"elk_deadbeef_{MARKER}-apikey"
     async with elicitd.state.sessions() as session:
-        await session.execute(text("UPDATE server_clients SET webhook_secret_enc = :b, webhook_secret_key_id = :k "
-                                   "WHERE id = :i"), {"b": blob, "k": key_id, "i": client.id})
-        await session.execute(text("INSERT INTO server_client_keys (id, server_client_id, key_hash, prefix) "
-                                   "VALUES (gen_random_uuid(), :c, :h, 'deadbeef')"),
-                              {"c": client.id, "h": hash_key(planted_key)})
+        await session.execute(
+            text("UPDATE server_clients SET webhook_secret_enc = :b, webhook_secret_key_id = :k WHERE id = :i"),
+            {"b": blob, "k": key_id, "i": client.id},
+        )
+        await session.execute(
+            text(
+                "INSERT INTO server_client_keys (id, server_client_id, key_hash, prefix) "
+                "VALUES (gen_random_uuid(), :c, :h, 'deadbeef')"
+            ),
+            {"c": client.id, "h": hash_key(planted_key)},
+        )
         await session.commit()
-    body = {"subject": {"iss": "https://id.example.com", "sub": "u-secret"}, "kind": "external",
-            "url": "https://app.example.com/step/secret", "params": {"password": f"{MARKER}-params"}}
+    body = {
+        "subject": {"iss": "https://id.example.com", "sub": "u-secret"},
+        "kind": "external",
+        "url": "https://app.example.com/step/secret",
+        "params": {"password": f"{MARKER}-params"},
+    }
     async with elicitd.http(planted_key) as http:
         created = await http.post("/v1/flows", json=body)
     assert created.status_code == 201
@@ -59,19 +70,33 @@ async def test_no_secret_in_any_admin_response(elicitd: RunningApp, tokens: dict
     assert (await complete_flow(elicitd, client, flow_id, {"token": f"{MARKER}-result"})).status_code == 200
     await asyncio.sleep(0.3)  # let the worker record a delivery attempt
     async with elicitd.state.sessions() as session:
-        delivery = (await session.execute(text("SELECT id FROM webhook_outbox WHERE flow_id = :f"),
-                                          {"f": uuid.UUID(flow_id[3:])})).scalar_one()
+        delivery = (
+            await session.execute(
+                text("SELECT id FROM webhook_outbox WHERE flow_id = :f"), {"f": uuid.UUID(flow_id[3:])}
+            )
+        ).scalar_one()
     calls = [
-        ("GET", "/admin/v1/flows", None), ("GET", f"/admin/v1/flows/{flow_id}", None),
-        ("GET", "/admin/v1/server-clients?limit=500", None), ("GET", f"/admin/v1/server-clients/{client.public_id}", None),
+        ("GET", "/admin/v1/flows", None),
+        ("GET", f"/admin/v1/flows/{flow_id}", None),
+        ("GET", "/admin/v1/server-clients?limit=500", None),
+        ("GET", f"/admin/v1/server-clients/{client.public_id}", None),
         ("PATCH", f"/admin/v1/server-clients/{client.public_id}", {"flows_per_minute": 1000}),
         ("PUT", f"/admin/v1/server-clients/{client.public_id}/webhook", {"url": DEAD_HOOK + "2"}),
-        ("GET", "/admin/v1/webhooks", None), ("GET", f"/admin/v1/webhooks/evt_{delivery.hex}", None),
-        ("GET", "/admin/v1/stats", None), ("GET", "/admin/v1/audit?limit=500", None), ("GET", "/admin/v1/whoami", None),
+        ("GET", "/admin/v1/webhooks", None),
+        ("GET", f"/admin/v1/webhooks/evt_{delivery.hex}", None),
+        ("GET", "/admin/v1/stats", None),
+        ("GET", "/admin/v1/audit?limit=500", None),
+        ("GET", "/admin/v1/whoami", None),
         ("POST", f"/admin/v1/server-clients/{client.public_id}/disable", None),
     ]
-    forbidden = [MARKER, one_time_secret, admin.secret, client.api_key, base64.b64encode(blob).decode()[:24],
-                 blob.hex()[:24]]
+    forbidden = [
+        MARKER,
+        one_time_secret,
+        admin.secret,
+        client.api_key,
+        base64.b64encode(blob).decode()[:24],
+        blob.hex()[:24],
+    ]
     async with admin_http(elicitd, admin) as http:
         for method, path, payload in calls:
             response = await http.request(method, path, json=payload)
@@ -82,13 +107,26 @@ async def test_no_secret_in_any_admin_response(elicitd: RunningApp, tokens: dict
 
 def _cli_env(database_url: str, redis_url: str) -> dict[str, str]:
     keys = "test2:" + "A" * 43 + ",test1:" + "B" * 43
-    return {**os.environ, "ELICITD_DATABASE_URL": database_url, "ELICITD_REDIS_URL": redis_url,
-            "ELICITD_KEYS": keys, "ELICITD_PUBLIC_URL": "http://127.0.0.1:8000"}
+    return {
+        **os.environ,
+        "ELICITD_DATABASE_URL": database_url,
+        "ELICITD_REDIS_URL": redis_url,
+        "ELICITD_KEYS": keys,
+        "ELICITD_PUBLIC_URL": "http://127.0.0.1:8000",
+    }
 
 
 async def _cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "service.cli", "admin", *args, env=env,
-                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service.cli",
+        "admin",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await process.communicate()
     return process.returncode or 0, out.decode(), err.decode()
 
@@ -110,14 +148,27 @@ async def test_cli_parity(elicitd: RunningApp, database_url: str, backend: Any) 
     api_key = out.split("store it now): ")[1].strip()
     client_id = next(word for word in out.split() if word.startswith("sc_"))
     async with elicitd.http(api_key) as http:
-        created = await http.post("/v1/flows", json={"subject": {"iss": "https://id.example.com", "sub": "cli"},
-                                                      "kind": "external", "url": "https://app.example.com/cli"})
+        created = await http.post(
+            "/v1/flows",
+            json={
+                "subject": {"iss": "https://id.example.com", "sub": "cli"},
+                "kind": "external",
+                "url": "https://app.example.com/cli",
+            },
+        )
     flow_id = created.json()["flow"]["id"]
 
     code, out, _ = await _cli(env, "flows", "list", "--client", client_id)
     assert code == 0
-    assert out.splitlines()[0].split() == ["ID", "KIND", "STATUS", "SERVER_CLIENT", "PROVIDER", "CREATED_AT",
-                                           "EXPIRES_AT"]
+    assert out.splitlines()[0].split() == [
+        "ID",
+        "KIND",
+        "STATUS",
+        "SERVER_CLIENT",
+        "PROVIDER",
+        "CREATED_AT",
+        "EXPIRES_AT",
+    ]
     assert flow_id in out
     # The CLI cancel wakes a waiter at once (Redis publish), like the API would.
     async with elicitd.http(api_key) as http:
@@ -148,33 +199,53 @@ async def test_cli_parity(elicitd: RunningApp, database_url: str, backend: Any) 
     async with admin_http(elicitd, admin) as http:
         audit = (await http.get("/admin/v1/audit", params={"limit": 500})).json()["items"]
     cli_ops = [a["operation"] for a in audit if a["actor"] == "cli"]
-    assert {"cliCreateAdminToken", "adminCancelFlow", "adminSetServerClientWebhook", "cliRevokeAdminToken"} <= set(cli_ops)
+    assert {"cliCreateAdminToken", "adminCancelFlow", "adminSetServerClientWebhook", "cliRevokeAdminToken"} <= set(
+        cli_ops
+    )
 
 
 async def test_no_provider_issuer_or_token_secret_in_admin_responses(
-        elicitd: RunningApp, oauth: OAuthServer, stripe_double: StripeDouble, tokens: dict[str, Token],
-        database_url: str, backend: Any) -> None:
+    elicitd: RunningApp,
+    oauth: OAuthServer,
+    stripe_double: StripeDouble,
+    tokens: dict[str, Token],
+    database_url: str,
+    backend: Any,
+) -> None:
     marker = "MARKER-" + uuid.uuid4().hex[:8]
     provider_secret, issuer_secret = f"{marker}-provider-secret", f"{marker}-issuer-secret"
     access, refresh = f"{marker}-access-token", f"{marker}-refresh-token"
     name, issuer = f"p-{uuid.uuid4().hex[:10]}", f"https://id-{uuid.uuid4().hex[:10]}.example.com"
-    provider_body = {"name": name, "catalog": "oauth2", "client_id": "c", "client_secret": provider_secret,
-                     "issuer": oauth.issuer}
+    provider_body = {
+        "name": name,
+        "catalog": "oauth2",
+        "client_id": "c",
+        "client_secret": provider_secret,
+        "issuer": oauth.issuer,
+    }
     async with admin_http(elicitd, tokens["admin"]) as http:
         responses = [
             await http.post("/admin/v1/providers", json=provider_body),
             await http.patch(f"/admin/v1/providers/{name}", json={"client_secret": provider_secret + "2"}),
-            await http.post("/admin/v1/issuers", json={"issuer": issuer, "client_id": "c",
-                                                       "client_secret": issuer_secret}),
+            await http.post(
+                "/admin/v1/issuers", json={"issuer": issuer, "client_id": "c", "client_secret": issuer_secret}
+            ),
             await http.patch("/admin/v1/issuers", json={"issuer": issuer, "client_secret": issuer_secret + "2"}),
         ]
     # Tokens sealed into a connection by the connections service; a payment row beside them.
     connection = await make_connection(elicitd, oauth, name, access_token=access, refresh_token=refresh)
     payment = await make_payment(elicitd, oauth)
     async with admin_http(elicitd, tokens["admin"]) as http:
-        for path in ("/admin/v1/providers", f"/admin/v1/providers/{name}", "/admin/v1/issuers",
-                     "/admin/v1/connections?limit=500", f"/admin/v1/connections/{connection}",
-                     "/admin/v1/payments?limit=500", f"/admin/v1/payments/{payment}", "/admin/v1/audit?limit=500"):
+        for path in (
+            "/admin/v1/providers",
+            f"/admin/v1/providers/{name}",
+            "/admin/v1/issuers",
+            "/admin/v1/connections?limit=500",
+            f"/admin/v1/connections/{connection}",
+            "/admin/v1/payments?limit=500",
+            f"/admin/v1/payments/{payment}",
+            "/admin/v1/audit?limit=500",
+        ):
             responses.append(await http.get(path))
         responses.append(await http.post(f"/admin/v1/providers/{name}/disable"))
         responses.append(await http.post(f"/admin/v1/providers/{name}/test-discovery"))
@@ -185,12 +256,19 @@ async def test_no_provider_issuer_or_token_secret_in_admin_responses(
     assert '"client_secret_set":true' in responses[0].text.replace(" ", "")
 
     env = _cli_env(database_url, backend.redis_url)
-    second = await make_connection(elicitd, oauth, await make_provider(elicitd, oauth),
-                                   access_token=access + "b", refresh_token=refresh + "b")
+    second = await make_connection(
+        elicitd, oauth, await make_provider(elicitd, oauth), access_token=access + "b", refresh_token=refresh + "b"
+    )
     outputs = []
-    for args in (("providers", "list"), ("providers", "show", name), ("issuers", "list"),
-                 ("connections", "list", "--limit", "500"), ("connections", "show", second),
-                 ("payments", "show", payment), ("connections", "revoke", second)):
+    for args in (
+        ("providers", "list"),
+        ("providers", "show", name),
+        ("issuers", "list"),
+        ("connections", "list", "--limit", "500"),
+        ("connections", "show", second),
+        ("payments", "show", payment),
+        ("connections", "revoke", second),
+    ):
         code, out, err = await _cli(env, *args, "--json")
         assert code == 0, (args, err)
         outputs.append(out)
@@ -199,20 +277,53 @@ async def test_no_provider_issuer_or_token_secret_in_admin_responses(
 
 
 async def test_cli_parity_providers_issuers_connections_payments(
-        elicitd: RunningApp, oauth: OAuthServer, stripe_double: StripeDouble, database_url: str,
-        backend: Any) -> None:
-    env = {**_cli_env(database_url, backend.redis_url), "PROVIDER_SECRET_FOR_TEST": "cli-provider-secret",
-           "ELICITD_STRIPE_SECRET_KEY": API_KEY, "ELICITD_STRIPE_API_BASE": stripe_double.url}
+    elicitd: RunningApp, oauth: OAuthServer, stripe_double: StripeDouble, database_url: str, backend: Any
+) -> None:
+    env = {
+        **_cli_env(database_url, backend.redis_url),
+        "PROVIDER_SECRET_FOR_TEST": "cli-provider-secret",
+        "ELICITD_STRIPE_SECRET_KEY": API_KEY,
+        "ELICITD_STRIPE_API_BASE": stripe_double.url,
+    }
     name = f"p-{uuid.uuid4().hex[:10]}"
-    code, out, err = await _cli(env, "providers", "create", name, "--catalog", "oauth2", "--client-id",
-                                PROVIDER_CLIENT, "--client-secret-env", "PROVIDER_SECRET_FOR_TEST",
-                                "--issuer", oauth.issuer, "--scope", "files:read")
+    code, out, err = await _cli(
+        env,
+        "providers",
+        "create",
+        name,
+        "--catalog",
+        "oauth2",
+        "--client-id",
+        PROVIDER_CLIENT,
+        "--client-secret-env",
+        "PROVIDER_SECRET_FOR_TEST",
+        "--issuer",
+        oauth.issuer,
+        "--scope",
+        "files:read",
+    )
     assert code == 0, err
-    assert out.splitlines()[0].split() == ["NAME", "DISPLAY_NAME", "CATALOG", "CLIENT_ID", "CLIENT_SECRET_SET",
-                                           "ENABLED"]
+    assert out.splitlines()[0].split() == [
+        "NAME",
+        "DISPLAY_NAME",
+        "CATALOG",
+        "CLIENT_ID",
+        "CLIENT_SECRET_SET",
+        "ENABLED",
+    ]
     assert name in out and "cli-provider-secret" not in out
-    code, _, err = await _cli(env, "providers", "create", name, "--client-id", "x", "--issuer", oauth.issuer,
-                              "--client-secret-env", "PROVIDER_SECRET_FOR_TEST")
+    code, _, err = await _cli(
+        env,
+        "providers",
+        "create",
+        name,
+        "--client-id",
+        "x",
+        "--issuer",
+        oauth.issuer,
+        "--client-secret-env",
+        "PROVIDER_SECRET_FOR_TEST",
+    )
     assert code == 2 and "exists" in err
     code, out, _ = await _cli(env, "providers", "update", name, "--display-name", "CLI Files", "--json")
     assert json.loads(out)["display_name"] == "CLI Files" and json.loads(out)["client_secret_set"] is True
@@ -225,8 +336,19 @@ async def test_cli_parity_providers_issuers_connections_payments(
     code, out, err = await _cli(env, "issuers", "create", issuer, "--client-id", "login", "--json")
     assert code == 0, err
     assert json.loads(out)["client_secret_set"] is False
-    code, out, _ = await _cli(env, "issuers", "update", issuer, "--client-secret-env", "PROVIDER_SECRET_FOR_TEST",
-                              "--scope", "openid", "--scope", "email", "--json")
+    code, out, _ = await _cli(
+        env,
+        "issuers",
+        "update",
+        issuer,
+        "--client-secret-env",
+        "PROVIDER_SECRET_FOR_TEST",
+        "--scope",
+        "openid",
+        "--scope",
+        "email",
+        "--json",
+    )
     assert (json.loads(out)["client_secret_set"], json.loads(out)["scopes"]) == (True, ["openid", "email"])
     code, out, _ = await _cli(env, "issuers", "test-discovery", oauth.issuer, "--json")
     assert json.loads(out)["ok"] is True
@@ -237,8 +359,14 @@ async def test_cli_parity_providers_issuers_connections_payments(
     assert code == 0, err
     assert json.loads(out)["refreshed_at"] is not None
     code, out, _ = await _cli(env, "connections", "revoke", connection)
-    assert out.splitlines()[0].split() == ["ID", "PROVIDER", "ACCOUNT_LOGIN", "STATUS", "REVOKED",
-                                           "REVOKED_AT_PROVIDER"]
+    assert out.splitlines()[0].split() == [
+        "ID",
+        "PROVIDER",
+        "ACCOUNT_LOGIN",
+        "STATUS",
+        "REVOKED",
+        "REVOKED_AT_PROVIDER",
+    ]
     assert "revoked" in out.splitlines()[1]
 
     payment = await make_payment(elicitd, oauth)
@@ -253,5 +381,10 @@ async def test_cli_parity_providers_issuers_connections_payments(
     async with admin_http(elicitd, admin) as http:
         audit = (await http.get("/admin/v1/audit", params={"limit": 500})).json()["items"]
     cli_ops = {a["operation"] for a in audit if a["actor"] == "cli"}
-    assert {"adminCreateProvider", "adminUpdateIssuer", "adminRefreshConnection", "adminRevokeConnection",
-            "adminReconcilePayment"} <= cli_ops
+    assert {
+        "adminCreateProvider",
+        "adminUpdateIssuer",
+        "adminRefreshConnection",
+        "adminRevokeConnection",
+        "adminReconcilePayment",
+    } <= cli_ops

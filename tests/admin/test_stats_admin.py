@@ -33,11 +33,21 @@ async def plant(app: RunningApp, client: uuid.UUID, rows: list[dict[str, Any]]) 
     flow_ids = sorted(uuid7() for _ in rows)
     async with app.state.sessions() as session:
         for row, flow_id in zip(rows, flow_ids, strict=True):
-            await session.execute(_PLANT, {
-                "id": flow_id, "client": client, "kind": row["kind"], "sub": f"u-{uuid.uuid4().hex[:8]}",
-                "provider": row.get("provider"), "reuse_key": uuid.uuid4().hex, "status": row["status"],
-                "expires_at": EXPIRY_BASE + timedelta(days=row.get("day", 0)), "ago": float(row.get("ago", 600)),
-                "took": float(row.get("took", 0))})
+            await session.execute(
+                _PLANT,
+                {
+                    "id": flow_id,
+                    "client": client,
+                    "kind": row["kind"],
+                    "sub": f"u-{uuid.uuid4().hex[:8]}",
+                    "provider": row.get("provider"),
+                    "reuse_key": uuid.uuid4().hex,
+                    "status": row["status"],
+                    "expires_at": EXPIRY_BASE + timedelta(days=row.get("day", 0)),
+                    "ago": float(row.get("ago", 600)),
+                    "took": float(row.get("took", 0)),
+                },
+            )
             ids.append(FLOW_ID.format(flow_id))
         await session.commit()
     return ids
@@ -50,24 +60,29 @@ async def get_stats(app: RunningApp, token: Token, **params: str) -> Any:
     return response.json()
 
 
-async def test_stats_are_exact_for_one_server_client_over_a_window(elicitd: RunningApp,
-                                                                   tokens: dict[str, Token]) -> None:
+async def test_stats_are_exact_for_one_server_client_over_a_window(
+    elicitd: RunningApp, tokens: dict[str, Token]
+) -> None:
     client, _ = await hooked_client(elicitd)  # its webhook is a closed port: the cancel below stays undelivered
     tag = uuid.uuid4().hex[:8]
     first, second = f"{tag}-a", f"{tag}-b"
-    await plant(elicitd, client.id, [
-        {"kind": "oauth_connect", "provider": first, "status": "completed", "ago": 1800, "took": 10},
-        {"kind": "oauth_connect", "provider": first, "status": "completed", "ago": 1500, "took": 20},
-        {"kind": "oauth_connect", "provider": first, "status": "completed", "ago": 1200, "took": 60},
-        {"kind": "oauth_connect", "provider": first, "status": "failed", "ago": 900, "took": 5},
-        {"kind": "oauth_connect", "provider": first, "status": "pending", "ago": 600},
-        {"kind": "api_key", "provider": second, "status": "completed", "ago": 1700, "took": 7.5},
-        {"kind": "api_key", "provider": second, "status": "completed", "ago": 1600, "took": 12.5},
-        {"kind": "api_key", "provider": second, "status": "expired", "ago": 1400, "took": 900},
-        {"kind": "external", "status": "completed", "ago": 1000, "took": 3},
-        # Two hours old: outside a one-hour window, inside a three-hour one.
-        {"kind": "oauth_connect", "provider": first, "status": "completed", "ago": 7200, "took": 100},
-    ])
+    await plant(
+        elicitd,
+        client.id,
+        [
+            {"kind": "oauth_connect", "provider": first, "status": "completed", "ago": 1800, "took": 10},
+            {"kind": "oauth_connect", "provider": first, "status": "completed", "ago": 1500, "took": 20},
+            {"kind": "oauth_connect", "provider": first, "status": "completed", "ago": 1200, "took": 60},
+            {"kind": "oauth_connect", "provider": first, "status": "failed", "ago": 900, "took": 5},
+            {"kind": "oauth_connect", "provider": first, "status": "pending", "ago": 600},
+            {"kind": "api_key", "provider": second, "status": "completed", "ago": 1700, "took": 7.5},
+            {"kind": "api_key", "provider": second, "status": "completed", "ago": 1600, "took": 12.5},
+            {"kind": "api_key", "provider": second, "status": "expired", "ago": 1400, "took": 900},
+            {"kind": "external", "status": "completed", "ago": 1000, "took": 3},
+            # Two hours old: outside a one-hour window, inside a three-hour one.
+            {"kind": "oauth_connect", "provider": first, "status": "completed", "ago": 7200, "took": 100},
+        ],
+    )
     cancelled = await create_flow(elicitd, client)
     async with admin_http(elicitd, tokens["operator"]) as http:
         assert (await http.post(f"/admin/v1/flows/{cancelled}/cancel")).status_code == 200
@@ -85,18 +100,27 @@ async def test_stats_are_exact_for_one_server_client_over_a_window(elicitd: Runn
     ]
     assert hour["providers"] == [
         {"provider": None, "created": 2, "completed": 1, "completion_rate": 0.5, "median_seconds_to_complete": 3.0},
-        {"provider": first, "created": 5, "completed": 3, "completion_rate": 0.6,
-         "median_seconds_to_complete": 20.0},
-        {"provider": second, "created": 3, "completed": 2, "completion_rate": 0.6667,
-         "median_seconds_to_complete": 10.0},
+        {"provider": first, "created": 5, "completed": 3, "completion_rate": 0.6, "median_seconds_to_complete": 20.0},
+        {
+            "provider": second,
+            "created": 3,
+            "completed": 2,
+            "completion_rate": 0.6667,
+            "median_seconds_to_complete": 10.0,
+        },
     ]
     assert hour["webhook_backlog"] == 1
 
     three = await get_stats(elicitd, tokens["viewer"], window="3h", server_client=client.public_id)
     assert three["window_seconds"] == 10800
     assert {"status": "completed", "kind": "oauth_connect", "count": 4} in three["counts"]
-    assert three["providers"][1] == {"provider": first, "created": 6, "completed": 4, "completion_rate": 0.6667,
-                                     "median_seconds_to_complete": 40.0}
+    assert three["providers"][1] == {
+        "provider": first,
+        "created": 6,
+        "completed": 4,
+        "completion_rate": 0.6667,
+        "median_seconds_to_complete": 40.0,
+    }
 
     quiet = await new_server_client(elicitd)
     empty = await get_stats(elicitd, tokens["viewer"], window="1h", server_client=quiet.public_id)
@@ -110,18 +134,23 @@ async def test_stats_are_exact_for_one_server_client_over_a_window(elicitd: Runn
 async def test_provider_and_expiry_filters_return_exact_ids(elicitd: RunningApp, tokens: dict[str, Token]) -> None:
     client = await new_server_client(elicitd)
     provider = f"{uuid.uuid4().hex[:8]}-files"
-    ids = await plant(elicitd, client.id, [
-        {"kind": "oauth_connect", "provider": provider, "status": "pending", "day": 0},
-        {"kind": "oauth_connect", "provider": provider, "status": "completed", "took": 4, "day": 1},
-        {"kind": "api_key", "provider": f"{provider}-other", "status": "pending", "day": 2},
-        {"kind": "external", "status": "pending", "day": 3},
-        {"kind": "oauth_connect", "provider": provider, "status": "expired", "took": 60, "day": 4},
-    ])
+    ids = await plant(
+        elicitd,
+        client.id,
+        [
+            {"kind": "oauth_connect", "provider": provider, "status": "pending", "day": 0},
+            {"kind": "oauth_connect", "provider": provider, "status": "completed", "took": 4, "day": 1},
+            {"kind": "api_key", "provider": f"{provider}-other", "status": "pending", "day": 2},
+            {"kind": "external", "status": "pending", "day": 3},
+            {"kind": "oauth_connect", "provider": provider, "status": "expired", "took": 60, "day": 4},
+        ],
+    )
 
     async def listed(**params: str) -> list[str]:
         async with admin_http(elicitd, tokens["viewer"]) as http:
-            response = await http.get("/admin/v1/flows", params={"server_client": client.public_id, "limit": 500,
-                                                                  **params})
+            response = await http.get(
+                "/admin/v1/flows", params={"server_client": client.public_id, "limit": 500, **params}
+            )
         assert response.status_code == 200, response.text
         return [item["id"] for item in response.json()["items"]]
 

@@ -36,19 +36,24 @@ async def app(make_settings: Callable[..., Settings], issuer: OAuthServer) -> As
 async def provider(app: RunningApp, issuer: OAuthServer) -> str:
     name = f"acme-{uuid.uuid4().hex[:6]}"
     async with app.state.sessions() as session:
-        await upsert_api_key_provider(session, name, "Acme API", {
-            "key_label": "API key",
-            "help": "Create a key under Settings → API keys.",
-            "min_length": 20,
-            "max_length": 100,
-            "pattern": r"^[A-Za-z0-9._~+/=-]+$",
-            "fields": [
-                {"name": "region", "label": "Region", "choices": ["eu", "us"]},
-                {"name": "account", "label": "Account id", "required": False, "pattern": r"^[0-9]{4,12}$"},
-            ],
-            "account_field": "account",
-            "check": {"url": issuer.url("/api/me"), "auth": "bearer"},
-        })
+        await upsert_api_key_provider(
+            session,
+            name,
+            "Acme API",
+            {
+                "key_label": "API key",
+                "help": "Create a key under Settings → API keys.",
+                "min_length": 20,
+                "max_length": 100,
+                "pattern": r"^[A-Za-z0-9._~+/=-]+$",
+                "fields": [
+                    {"name": "region", "label": "Region", "choices": ["eu", "us"]},
+                    {"name": "account", "label": "Account id", "required": False, "pattern": r"^[0-9]{4,12}$"},
+                ],
+                "account_field": "account",
+                "check": {"url": issuer.url("/api/me"), "auth": "bearer"},
+            },
+        )
         await session.commit()
     return name
 

@@ -36,25 +36,39 @@ async def submit(page: Page, secret: str, *, region: str = "eu", account: str = 
 async def all_text(app: RunningApp, flow_ref: str) -> str:
     """Everything stored about a flow in clear: its row and its events."""
     async with app.state.sessions() as session:
-        rows = await session.execute(text(
-            "SELECT row_to_json(f)::text FROM flows f WHERE id = CAST(:id AS uuid) "
-            "UNION ALL SELECT row_to_json(e)::text FROM flow_events e WHERE flow_id = CAST(:id AS uuid)"),
-            {"id": flow_ref[3:]})
+        rows = await session.execute(
+            text(
+                "SELECT row_to_json(f)::text FROM flows f WHERE id = CAST(:id AS uuid) "
+                "UNION ALL SELECT row_to_json(e)::text FROM flow_events e WHERE flow_id = CAST(:id AS uuid)"
+            ),
+            {"id": flow_ref[3:]},
+        )
         return "\n".join(r[0] for r in rows)
 
 
 async def test_a_valid_key_is_stored_and_served_by_the_token_endpoint(
-        app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, provider: str, browser_page: Page) -> None:
+    app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, provider: str, browser_page: Page
+) -> None:
     sub = new_sub("erin")
     key = issuer.mint(sub)["access_token"]
     created = await create_flow(app, client, body(issuer, sub, provider))
     flow_id = created["flow"]["id"]
-    assert created["mcp"]["inputRequests"][f"elicitd_{flow_id}"]["params"]["message"] == \
-        "Enter your Acme API API key to continue."
+    assert (
+        created["mcp"]["inputRequests"][f"elicitd_{flow_id}"]["params"]["message"]
+        == "Enter your Acme API API key to continue."
+    )
     async with app.http(client.api_key) as http:
-        waiting = asyncio.create_task(http.post("/v1/flows/resolve", json={
-            "subject": created["flow"]["subject"], "request_state": created["mcp"]["requestState"],
-            "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}}, "wait_seconds": 25}))
+        waiting = asyncio.create_task(
+            http.post(
+                "/v1/flows/resolve",
+                json={
+                    "subject": created["flow"]["subject"],
+                    "request_state": created["mcp"]["requestState"],
+                    "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}},
+                    "wait_seconds": 25,
+                },
+            )
+        )
         capture = LogCapture()
         root = logging.getLogger()
         level = root.level
@@ -79,8 +93,12 @@ async def test_a_valid_key_is_stored_and_served_by_the_token_endpoint(
         answer = resolved.json()
         assert answer["outcome"] == "completed"
         connection_id = answer["result"]["connection_id"]
-        assert answer["result"] == {"connection_id": connection_id, "provider": provider, "account_id": "123456",
-                                    "fields": {"region": "us", "account": "123456"}}
+        assert answer["result"] == {
+            "connection_id": connection_id,
+            "provider": provider,
+            "account_id": "123456",
+            "fields": {"region": "us", "account": "123456"},
+        }
         token = await http.get(f"/v1/connections/{provider}/token", params={"iss": issuer.issuer, "sub": sub})
     assert token.status_code == 200
     assert token.json()["access_token"] == key
@@ -94,8 +112,12 @@ async def test_a_valid_key_is_stored_and_served_by_the_token_endpoint(
     assert capture.lines, "the capture saw elicitd's log lines"
     assert not [line for line in capture.lines if key in line]
     async with app.state.sessions() as session:
-        stored = (await session.execute(text("SELECT access_token_enc FROM connections WHERE provider = :p "
-                                             "AND subject_sub = :s"), {"p": provider, "s": sub})).scalar_one()
+        stored = (
+            await session.execute(
+                text("SELECT access_token_enc FROM connections WHERE provider = :p AND subject_sub = :s"),
+                {"p": provider, "s": sub},
+            )
+        ).scalar_one()
     assert key.encode() not in stored
     assert [(t["actor"], t["to_status"]) for t in await transitions(app, flow_id)] == [("browser", "completed")]
 
@@ -106,7 +128,8 @@ async def test_a_valid_key_is_stored_and_served_by_the_token_endpoint(
 
 
 async def test_a_key_the_provider_refuses_is_not_stored(
-        app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, provider: str, browser_page: Page) -> None:
+    app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, provider: str, browser_page: Page
+) -> None:
     sub = new_sub("frank")
     wrong = "at_" + "x" * 32
     created = await create_flow(app, client, body(issuer, sub, provider))
@@ -134,7 +157,8 @@ async def test_a_key_the_provider_refuses_is_not_stored(
 
 
 async def test_malformed_or_too_long_keys_are_refused_before_any_provider_call(
-        app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, provider: str, browser_page: Page) -> None:
+    app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, provider: str, browser_page: Page
+) -> None:
     sub = new_sub("gina")
     created = await create_flow(app, client, body(issuer, sub, provider))
     flow_id = created["flow"]["id"]
@@ -156,14 +180,22 @@ async def test_malformed_or_too_long_keys_are_refused_before_any_provider_call(
     assert (await flow_row(app, flow_id))["status"] == "pending"
     assert await transitions(app, flow_id) == []
     async with app.state.sessions() as session:
-        reasons = [r[0] for r in await session.execute(text(
-            "SELECT detail->>'reason' FROM flow_events WHERE flow_id = CAST(:f AS uuid) AND type = 'api_key_rejected' "
-            "ORDER BY id"), {"f": flow_id[3:]})]
+        reasons = [
+            r[0]
+            for r in await session.execute(
+                text(
+                    "SELECT detail->>'reason' FROM flow_events WHERE flow_id = CAST(:f AS uuid) AND type = 'api_key_rejected' "
+                    "ORDER BY id"
+                ),
+                {"f": flow_id[3:]},
+            )
+        ]
     assert reasons == ["too_long", "too_short", "bad_characters", "bad_field"]
 
 
 async def test_another_account_is_refused_and_cannot_submit(
-        app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, provider: str, browser_page: Page) -> None:
+    app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, provider: str, browser_page: Page
+) -> None:
     owner, intruder = new_sub("hank"), new_sub("mallory")
     created = await create_flow(app, client, body(issuer, owner, provider))
     flow_id = created["flow"]["id"]
@@ -172,8 +204,10 @@ async def test_another_account_is_refused_and_cannot_submit(
     assert "another account" in (await browser_page.locator("main").inner_text()).lower()
     await save_screenshot(browser_page, "api-key-refused-other-account")
     token = await browser_page.locator("input[name=csrf_token]").first.get_attribute("value")
-    response = await browser_page.request.post(f"{app.url}/f/{flow_id}/api-key", form={
-        "csrf_token": token or "", "secret": issuer.mint(intruder)["access_token"], "field_region": "eu"})
+    response = await browser_page.request.post(
+        f"{app.url}/f/{flow_id}/api-key",
+        form={"csrf_token": token or "", "secret": issuer.mint(intruder)["access_token"], "field_region": "eu"},
+    )
     assert response.status == 403
     assert (await flow_row(app, flow_id))["status"] == "pending"
     async with httpx.AsyncClient(base_url=app.url) as anonymous:

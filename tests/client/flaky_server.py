@@ -45,8 +45,11 @@ class FlakyServer:
             return
         if step.isdigit():
             payload = b'{"code":"unavailable","detail":"flaky"}'
-            writer.write(f"HTTP/1.1 {step} Flaky\r\nContent-Type: application/problem+json\r\n"
-                         f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode() + payload)
+            writer.write(
+                f"HTTP/1.1 {step} Flaky\r\nContent-Type: application/problem+json\r\n"
+                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                + payload
+            )
             await writer.drain()
             writer.close()
             return
@@ -56,9 +59,11 @@ class FlakyServer:
         if step == "forward-drop":
             writer.close()
             return
-        writer.write(f"HTTP/1.1 {answer.status_code} X\r\nContent-Type: {answer.headers.get('content-type', '')}"
-                     f"\r\nContent-Length: {len(answer.content)}\r\nConnection: close\r\n\r\n".encode()
-                     + answer.content)
+        writer.write(
+            f"HTTP/1.1 {answer.status_code} X\r\nContent-Type: {answer.headers.get('content-type', '')}"
+            f"\r\nContent-Length: {len(answer.content)}\r\nConnection: close\r\n\r\n".encode()
+            + answer.content
+        )
         await writer.drain()
         writer.close()
 

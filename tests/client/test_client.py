@@ -42,7 +42,10 @@ async def test_create_reuse_complete_status(elicitd: RunningApp, server_client: 
         assert first.request_state == first.mcp["requestState"]
         assert first.elicitation is not None
         assert (first.elicitation["mode"], first.elicitation["elicitationId"], first.elicitation["url"]) == (
-            "url", first.flow.id, PAGE)
+            "url",
+            first.flow.id,
+            PAGE,
+        )
         assert first.legacy is not None and first.legacy["code"] == -32042
 
         pending = await client.status(first.flow.id)
@@ -56,9 +59,9 @@ async def test_create_reuse_complete_status(elicitd: RunningApp, server_client: 
         assert (refused.value.code, refused.value.status) == ("flow_not_pending", 409)
 
 
-async def test_resolve_waits_for_completion_and_reports_outcomes(elicitd: RunningApp,
-                                                                 server_client: ServerClientHandle,
-                                                                 subject) -> None:
+async def test_resolve_waits_for_completion_and_reports_outcomes(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject
+) -> None:
     async with ElicitdClient(elicitd.url, server_client.api_key) as client:
         created = await client.create_flow(_subject(subject), "external", url=PAGE)
         key = f"elicitd_{created.flow.id}"
@@ -70,27 +73,30 @@ async def test_resolve_waits_for_completion_and_reports_outcomes(elicitd: Runnin
 
         finisher = asyncio.create_task(complete_later())
         started = time.monotonic()
-        resolved = await client.resolve(_subject(subject), created.request_state, {key: {"action": "accept"}},
-                                        wait_seconds=10)
+        resolved = await client.resolve(
+            _subject(subject), created.request_state, {key: {"action": "accept"}}, wait_seconds=10
+        )
         await finisher
         assert resolved.outcome == "completed" and resolved.result == {"n": 1}
         assert 0.4 < time.monotonic() - started < 5
 
         other = await client.create_flow(_subject(subject), "external", url=PAGE + "?b")
         assert other.request_state is not None
-        pending = await client.resolve(_subject(subject), other.request_state,
-                                       {f"elicitd_{other.flow.id}": {"action": "accept"}}, wait_seconds=0.2)
+        pending = await client.resolve(
+            _subject(subject), other.request_state, {f"elicitd_{other.flow.id}": {"action": "accept"}}, wait_seconds=0.2
+        )
         assert pending.outcome == "input_required" and pending.state_only
-        cancelled = await client.resolve(_subject(subject), other.request_state,
-                                         {f"elicitd_{other.flow.id}": {"action": "cancel"}})
+        cancelled = await client.resolve(
+            _subject(subject), other.request_state, {f"elicitd_{other.flow.id}": {"action": "cancel"}}
+        )
         assert cancelled.outcome == "cancelled" and cancelled.flow.status == "pending"
-        declined = await client.resolve(_subject(subject), other.request_state,
-                                        {f"elicitd_{other.flow.id}": {"action": "decline"}})
+        declined = await client.resolve(
+            _subject(subject), other.request_state, {f"elicitd_{other.flow.id}": {"action": "decline"}}
+        )
         assert declined.outcome == "declined" and declined.flow.status == "declined"
 
 
-async def test_errors_carry_the_problem_code(elicitd: RunningApp, server_client: ServerClientHandle,
-                                             subject) -> None:
+async def test_errors_carry_the_problem_code(elicitd: RunningApp, server_client: ServerClientHandle, subject) -> None:
     async with ElicitdClient(elicitd.url, "ek_wrong") as stranger:
         with pytest.raises(Unauthenticated) as unauth:
             await stranger.status("fl_0190a000000070008000000000000000")
@@ -124,16 +130,14 @@ async def test_retries_5xx_then_succeeds(elicitd: RunningApp, server_client: Ser
     assert flaky.seen == [("POST", "/v1/flows")] * 4
 
 
-async def test_retries_dropped_connections(elicitd: RunningApp, server_client: ServerClientHandle,
-                                           subject) -> None:
+async def test_retries_dropped_connections(elicitd: RunningApp, server_client: ServerClientHandle, subject) -> None:
     async with flaky_server(elicitd.url, ["drop", "drop"]) as flaky:
         async with ElicitdClient(flaky.url, server_client.api_key, retries=2, backoff=0.01) as client:
             created = await client.create_flow(_subject(subject), "external", url=PAGE)
     assert created.status == "pending" and len(flaky.seen) == 3
 
 
-async def test_gives_up_after_the_last_retry(elicitd: RunningApp, server_client: ServerClientHandle,
-                                             subject) -> None:
+async def test_gives_up_after_the_last_retry(elicitd: RunningApp, server_client: ServerClientHandle, subject) -> None:
     async with flaky_server(elicitd.url, ["503"] * 10) as flaky:
         async with ElicitdClient(flaky.url, server_client.api_key, retries=2, backoff=0.01) as client:
             with pytest.raises(ElicitdUnavailable) as failed:
@@ -157,8 +161,9 @@ async def test_4xx_is_not_retried(elicitd: RunningApp, server_client: ServerClie
     assert len(flaky.seen) == 1
 
 
-async def test_complete_whose_answer_was_lost_is_recognised(elicitd: RunningApp,
-                                                            server_client: ServerClientHandle, subject) -> None:
+async def test_complete_whose_answer_was_lost_is_recognised(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject
+) -> None:
     async with ElicitdClient(elicitd.url, server_client.api_key) as direct:
         created = await direct.create_flow(_subject(subject), "external", url=PAGE)
     async with flaky_server(elicitd.url, ["forward-drop"]) as flaky:
@@ -173,8 +178,9 @@ async def test_complete_whose_answer_was_lost_is_recognised(elicitd: RunningApp,
     assert flaky.seen[:3] == [("POST", complete_path), ("POST", complete_path), ("GET", f"/v1/flows/{created.flow.id}")]
 
 
-async def test_token_for_a_subject_without_connection(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                      subject) -> None:
+async def test_token_for_a_subject_without_connection(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject
+) -> None:
     async with ElicitdClient(elicitd.url, server_client.api_key) as client:
         with pytest.raises(NotConnected) as missing:
             await client.token("github", _subject(subject), scopes=["repo"])

@@ -11,11 +11,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_client_imports_without_the_service_stack() -> None:
-    code = ("import sys, elicitd_client, elicitd_client.webhooks; "
-            "heavy = sorted(m for m in ('service', 'litestar', 'sqlalchemy', 'asyncpg', 'redis', 'stripe', "
-            "'alembic', 'authlib') if m in sys.modules); print(','.join(heavy))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
-                            cwd=ROOT)
+    code = (
+        "import sys, elicitd_client, elicitd_client.webhooks; "
+        "heavy = sorted(m for m in ('service', 'litestar', 'sqlalchemy', 'asyncpg', 'redis', 'stripe', "
+        "'alembic', 'authlib') if m in sys.modules); print(','.join(heavy))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60, cwd=ROOT
+    )
     assert result.stdout.strip() == ""
 
 

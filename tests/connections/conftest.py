@@ -49,14 +49,29 @@ class Env:
         return self.oauth.issuer
 
 
-async def register_provider(app: RunningApp, server: OAuthServer, name: str, *, client_id: str = PROVIDER_CLIENT_ID,
-                            secret: str = PROVIDER_SECRET, **overrides: Any) -> None:
+async def register_provider(
+    app: RunningApp,
+    server: OAuthServer,
+    name: str,
+    *,
+    client_id: str = PROVIDER_CLIENT_ID,
+    secret: str = PROVIDER_SECRET,
+    **overrides: Any,
+) -> None:
     spec = ProviderSpec(
-        name=name, catalog="oauth2", display_name="Test Files", issuer=server.issuer,
-        account_endpoint=server.url("/api/me"), account_id_field="id", account_login_field="login",
-        client_id=client_id, client_secret=secret, default_scopes=("files:read",),
+        name=name,
+        catalog="oauth2",
+        display_name="Test Files",
+        issuer=server.issuer,
+        account_endpoint=server.url("/api/me"),
+        account_id_field="id",
+        account_login_field="login",
+        client_id=client_id,
+        client_secret=secret,
+        default_scopes=("files:read",),
         scope_descriptions={"files:read": "See your files", "files:write": "Change and delete your files"},
-        **overrides)
+        **overrides,
+    )
     async with app.state.sessions() as session:
         await upsert_provider(session, spec, app.state.vault)
         await session.commit()
@@ -65,8 +80,11 @@ async def register_provider(app: RunningApp, server: OAuthServer, name: str, *, 
 
 async def register_issuer(app: RunningApp, server: OAuthServer) -> None:
     async with app.state.sessions() as session:
-        await upsert_issuer(session, app.state.vault, IssuerConfig(issuer=server.issuer, client_id="elicitd-login",
-                                                                   display_name="Test ID"))
+        await upsert_issuer(
+            session,
+            app.state.vault,
+            IssuerConfig(issuer=server.issuer, client_id="elicitd-login", display_name="Test ID"),
+        )
         await session.commit()
     app.state.issuers.forget()
 
@@ -89,10 +107,21 @@ def new_sub(name: str = "user") -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
-async def create_flow(env: Env, client: ServerClientHandle, sub: str, *, scopes: list[str] | None = None,
-                      expect: int | None = 201, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"subject": {"iss": env.iss, "sub": sub}, "kind": "oauth_connect",
-                            "provider": env.provider, **extra}
+async def create_flow(
+    env: Env,
+    client: ServerClientHandle,
+    sub: str,
+    *,
+    scopes: list[str] | None = None,
+    expect: int | None = 201,
+    **extra: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "subject": {"iss": env.iss, "sub": sub},
+        "kind": "oauth_connect",
+        "provider": env.provider,
+        **extra,
+    }
     if scopes is not None:
         body["scopes"] = scopes
     async with env.app.http(client.api_key) as http:
@@ -103,11 +132,11 @@ async def create_flow(env: Env, client: ServerClientHandle, sub: str, *, scopes:
     return result
 
 
-async def get_token(env: Env, client: ServerClientHandle, sub: str, app: RunningApp | None = None,
-                    **params: str) -> httpx.Response:
+async def get_token(
+    env: Env, client: ServerClientHandle, sub: str, app: RunningApp | None = None, **params: str
+) -> httpx.Response:
     async with (app or env.app).http(client.api_key) as http:
-        return await http.get(f"/v1/connections/{env.provider}/token",
-                              params={"iss": env.iss, "sub": sub, **params})
+        return await http.get(f"/v1/connections/{env.provider}/token", params={"iss": env.iss, "sub": sub, **params})
 
 
 async def open_connect_page(page: Page, env: Env, flow_url: str, sub: str) -> None:
@@ -126,8 +155,9 @@ async def continue_to_provider(page: Page, env: Env) -> str:
     return page.url
 
 
-async def connect_in_browser(page: Page, env: Env, flow_url: str, sub: str, *,
-                             provider_user: str | None = None) -> None:
+async def connect_in_browser(
+    page: Page, env: Env, flow_url: str, sub: str, *, provider_user: str | None = None
+) -> None:
     await open_connect_page(page, env, flow_url, sub)
     await continue_to_provider(page, env)
     await login_at_issuer(page, provider_user or sub, issuer=env.iss)
@@ -136,28 +166,35 @@ async def connect_in_browser(page: Page, env: Env, flow_url: str, sub: str, *,
 
 async def connection_rows(app: RunningApp, sub: str) -> list[dict[str, Any]]:
     async with app.state.sessions() as session:
-        rows = await session.execute(text("SELECT * FROM connections WHERE subject_sub = :s ORDER BY id"),
-                                     {"s": sub})
+        rows = await session.execute(text("SELECT * FROM connections WHERE subject_sub = :s ORDER BY id"), {"s": sub})
         return [dict(r._mapping) for r in rows]
 
 
 async def flow_row(app: RunningApp, flow_ref: str) -> dict[str, Any]:
     async with app.state.sessions() as session:
-        row = (await session.execute(text("SELECT * FROM flows WHERE 'fl_' || replace(id::text, '-', '') = :f"),
-                                     {"f": flow_ref})).first()
+        row = (
+            await session.execute(
+                text("SELECT * FROM flows WHERE 'fl_' || replace(id::text, '-', '') = :f"), {"f": flow_ref}
+            )
+        ).first()
         assert row is not None
         return dict(row._mapping)
 
 
 async def flow_events(app: RunningApp, flow_ref: str) -> list[dict[str, Any]]:
     async with app.state.sessions() as session:
-        rows = await session.execute(text(
-            "SELECT type, actor, to_status, detail FROM flow_events "
-            "WHERE 'fl_' || replace(flow_id::text, '-', '') = :f ORDER BY id"), {"f": flow_ref})
+        rows = await session.execute(
+            text(
+                "SELECT type, actor, to_status, detail FROM flow_events "
+                "WHERE 'fl_' || replace(flow_id::text, '-', '') = :f ORDER BY id"
+            ),
+            {"f": flow_ref},
+        )
         return [dict(r._mapping) for r in rows]
 
 
-def provider_token_calls(server: OAuthServer, grant_type: str = "authorization_code",
-                         client_id: str = PROVIDER_CLIENT_ID) -> int:
+def provider_token_calls(
+    server: OAuthServer, grant_type: str = "authorization_code", client_id: str = PROVIDER_CLIENT_ID
+) -> int:
     """Token endpoint calls made *as the provider's client* (the issuer login uses another client)."""
     return sum(1 for r in server.token_requests() if r.grant_type == grant_type and r.client_id == client_id)

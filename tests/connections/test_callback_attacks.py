@@ -77,9 +77,12 @@ async def test_another_user_opens_the_url(env: Env, client: ServerClientHandle, 
     assert "location" not in posted.headers
     await assert_nothing_happened(env, victim, flow["id"], calls)
     async with env.app.state.sessions() as session:
-        states = (await session.execute(text(
-            "SELECT count(*) FROM oauth_states WHERE 'fl_' || replace(flow_id::text, '-', '') = :f"),
-            {"f": flow["id"]})).scalar_one()
+        states = (
+            await session.execute(
+                text("SELECT count(*) FROM oauth_states WHERE 'fl_' || replace(flow_id::text, '-', '') = :f"),
+                {"f": flow["id"]},
+            )
+        ).scalar_one()
     assert states == 0
     assert "subject_mismatch" in [e["type"] for e in await flow_events(env.app, flow["id"])]
 
@@ -113,8 +116,9 @@ async def test_state_replayed(env: Env, client: ServerClientHandle, browser_page
     await assert_nothing_happened(env, sub, flow["id"], calls)
 
 
-async def test_replay_after_success_makes_no_second_exchange(env: Env, client: ServerClientHandle,
-                                                             browser_page: Page) -> None:
+async def test_replay_after_success_makes_no_second_exchange(
+    env: Env, client: ServerClientHandle, browser_page: Page
+) -> None:
     sub = new_sub("ron")
     flow = (await create_flow(env, client, sub))["flow"]
     back = await genuine_callback(browser_page, env, flow["url"], sub)
@@ -129,8 +133,9 @@ async def test_replay_after_success_makes_no_second_exchange(env: Env, client: S
     assert await connection_rows(env.app, sub) == stored
 
 
-async def test_state_from_another_browser_session(env: Env, client: ServerClientHandle, browser_page: Page,
-                                                  chromium_browser: Browser) -> None:
+async def test_state_from_another_browser_session(
+    env: Env, client: ServerClientHandle, browser_page: Page, chromium_browser: Browser
+) -> None:
     sub = new_sub("bea")
     flow = (await create_flow(env, client, sub))["flow"]
     back = await genuine_callback(browser_page, env, flow["url"], sub)
@@ -153,8 +158,7 @@ async def test_state_from_another_browser_session(env: Env, client: ServerClient
 
 
 @pytest.mark.parametrize("iss", [None, "https://evil.example", "http://127.0.0.1:1"])
-async def test_iss_missing_or_wrong(env: Env, client: ServerClientHandle, browser_page: Page,
-                                    iss: str | None) -> None:
+async def test_iss_missing_or_wrong(env: Env, client: ServerClientHandle, browser_page: Page, iss: str | None) -> None:
     sub = new_sub("ivy")
     flow = (await create_flow(env, client, sub))["flow"]
     back = await genuine_callback(browser_page, env, flow["url"], sub)
@@ -163,8 +167,9 @@ async def test_iss_missing_or_wrong(env: Env, client: ServerClientHandle, browse
     assert response is not None and response.status == 400
     assert await browser_page.inner_text("#problem") == "The response did not come from the expected provider"
     await assert_nothing_happened(env, sub, flow["id"], calls)
-    reasons = [e["detail"].get("reason") for e in await flow_events(env.app, flow["id"])
-               if e["type"] == "callback_rejected"]
+    reasons = [
+        e["detail"].get("reason") for e in await flow_events(env.app, flow["id"]) if e["type"] == "callback_rejected"
+    ]
     assert reasons == ["iss_missing" if iss is None else "iss_mismatch"]
 
 
@@ -175,9 +180,14 @@ async def test_callback_for_a_terminal_flow(env: Env, client: ServerClientHandle
     back = await genuine_callback(browser_page, env, flow["url"], sub)
     calls = provider_token_calls(env.oauth)
     async with env.app.http(client.api_key) as http:
-        declined = await http.post("/v1/flows/resolve", json={
-            "subject": {"iss": env.iss, "sub": sub}, "request_state": created["mcp"]["requestState"],
-            "input_responses": {f"elicitd_{flow['id']}": {"action": "decline"}}})
+        declined = await http.post(
+            "/v1/flows/resolve",
+            json={
+                "subject": {"iss": env.iss, "sub": sub},
+                "request_state": created["mcp"]["requestState"],
+                "input_responses": {f"elicitd_{flow['id']}": {"action": "decline"}},
+            },
+        )
     assert declined.json()["outcome"] == "declined"
     response = await browser_page.goto(str(back))
     assert response is not None and response.status == 200
@@ -193,8 +203,13 @@ async def test_callback_for_an_expired_flow(env: Env, client: ServerClientHandle
     back = await genuine_callback(browser_page, env, flow["url"], sub)
     calls = provider_token_calls(env.oauth)
     async with env.app.state.sessions() as session:
-        await session.execute(text("UPDATE flows SET expires_at = now() - interval '1 second' "
-                                   "WHERE 'fl_' || replace(id::text, '-', '') = :f"), {"f": flow["id"]})
+        await session.execute(
+            text(
+                "UPDATE flows SET expires_at = now() - interval '1 second' "
+                "WHERE 'fl_' || replace(id::text, '-', '') = :f"
+            ),
+            {"f": flow["id"]},
+        )
         await session.commit()
     response = await browser_page.goto(str(back))
     assert response is not None
@@ -212,17 +227,20 @@ async def test_open_redirect_attempts(env: Env, client: ServerClientHandle, brow
     cookies = {c["name"]: c["value"] for c in await browser_page.context.cookies()}
     # A forged Host header and extra return parameters cannot move the redirect URI anywhere.
     async with httpx.AsyncClient(base_url=env.app.url, cookies=cookies) as http:
-        posted = await http.post(f"/connect/{flow['id']}/continue?next=https://evil.example/",
-                                 data={"csrf_token": csrf, "redirect_uri": "https://evil.example/cb"},
-                                 headers={"Host": "evil.example"})
+        posted = await http.post(
+            f"/connect/{flow['id']}/continue?next=https://evil.example/",
+            data={"csrf_token": csrf, "redirect_uri": "https://evil.example/cb"},
+            headers={"Host": "evil.example"},
+        )
     assert posted.status_code == 303
     location = httpx.URL(posted.headers["location"])
     assert str(location).startswith(env.oauth.url("/authorize"))
     assert location.params["redirect_uri"] == env.app.url + "/connect/callback"
     back = await genuine_callback(browser_page, env, flow["url"], sub)
     calls = provider_token_calls(env.oauth)
-    response = await browser_page.goto(tampered(back, next="https://evil.example/", return_to="//evil.example",
-                                                redirect_uri="https://evil.example/"))
+    response = await browser_page.goto(
+        tampered(back, next="https://evil.example/", return_to="//evil.example", redirect_uri="https://evil.example/")
+    )
     assert response is not None and response.status == 200
     assert browser_page.url == f"{env.app.url}/connect/done/{flow['id']}"
     assert provider_token_calls(env.oauth) == calls + 1

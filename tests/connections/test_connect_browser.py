@@ -31,15 +31,23 @@ async def test_connect_end_to_end(env: Env, client: ServerClientHandle, browser_
     sub = new_sub("alice")
     created = await create_flow(env, client, sub, scopes=["files:read"])
     flow = created["flow"]
-    assert created["mcp"]["inputRequests"][f"elicitd_{flow['id']}"]["params"]["message"] == \
-        "Connect your Test Files account to continue."
+    assert (
+        created["mcp"]["inputRequests"][f"elicitd_{flow['id']}"]["params"]["message"]
+        == "Connect your Test Files account to continue."
+    )
     calls_before = provider_token_calls(env.oauth)
 
     async def resolve() -> httpx.Response:
         async with env.app.http(client.api_key) as http:
-            return await http.post("/v1/flows/resolve", json={
-                "subject": {"iss": env.iss, "sub": sub}, "request_state": created["mcp"]["requestState"],
-                "input_responses": {f"elicitd_{flow['id']}": {"action": "accept"}}, "wait_seconds": 60})
+            return await http.post(
+                "/v1/flows/resolve",
+                json={
+                    "subject": {"iss": env.iss, "sub": sub},
+                    "request_state": created["mcp"]["requestState"],
+                    "input_responses": {f"elicitd_{flow['id']}": {"action": "accept"}},
+                    "wait_seconds": 60,
+                },
+            )
 
     waiter = asyncio.create_task(resolve())
     await open_connect_page(browser_page, env, flow["url"], sub)

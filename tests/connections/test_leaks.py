@@ -49,8 +49,10 @@ async def test_planted_secrets_appear_nowhere(env: Env, client: ServerClientHand
     try:
         sub = new_sub("leak")
         async with env.app.http(client.api_key) as http:
-            created = await http.post("/v1/flows", json={"subject": {"iss": env.iss, "sub": sub},
-                                                         "kind": "oauth_connect", "provider": provider})
+            created = await http.post(
+                "/v1/flows",
+                json={"subject": {"iss": env.iss, "sub": sub}, "kind": "oauth_connect", "provider": provider},
+            )
             responses.append(("create", created))
             flow = created.json()["flow"]
             await open_connect_page(browser_page, leak_env, flow["url"], sub)
@@ -58,8 +60,7 @@ async def test_planted_secrets_appear_nowhere(env: Env, client: ServerClientHand
             env.oauth.plant(access_token=access, refresh_token=refresh, code=code)
             await continue_to_provider(browser_page, leak_env)
             callback_urls: list[str] = []
-            browser_page.on("request", lambda r: callback_urls.append(r.url) if "/connect/callback" in r.url
-                            else None)
+            browser_page.on("request", lambda r: callback_urls.append(r.url) if "/connect/callback" in r.url else None)
             await login_at_issuer(browser_page, sub, issuer=env.iss)
             await browser_page.locator("#outcome").wait_for()
             pages = [await browser_page.content()]
@@ -70,17 +71,43 @@ async def test_planted_secrets_appear_nowhere(env: Env, client: ServerClientHand
             assert replay is not None and replay.status == 400
             pages.append(await browser_page.content())
 
-            responses.append(("resolve", await http.post("/v1/flows/resolve", json={
-                "subject": {"iss": env.iss, "sub": sub}, "request_state": created.json()["mcp"]["requestState"],
-                "input_responses": {f"elicitd_{flow['id']}": {"action": "accept"}}, "wait_seconds": 5})))
+            responses.append(
+                (
+                    "resolve",
+                    await http.post(
+                        "/v1/flows/resolve",
+                        json={
+                            "subject": {"iss": env.iss, "sub": sub},
+                            "request_state": created.json()["mcp"]["requestState"],
+                            "input_responses": {f"elicitd_{flow['id']}": {"action": "accept"}},
+                            "wait_seconds": 5,
+                        },
+                    ),
+                )
+            )
             responses.append(("status", await http.get(f"/v1/flows/{flow['id']}")))
-            responses.append(("create again", await http.post("/v1/flows", json={
-                "subject": {"iss": env.iss, "sub": sub}, "kind": "oauth_connect", "provider": provider})))
-            responses.append(("insufficient scope", await http.get(
-                f"/v1/connections/{provider}/token", params={"iss": env.iss, "sub": sub, "scopes": "files:write"})))
+            responses.append(
+                (
+                    "create again",
+                    await http.post(
+                        "/v1/flows",
+                        json={"subject": {"iss": env.iss, "sub": sub}, "kind": "oauth_connect", "provider": provider},
+                    ),
+                )
+            )
+            responses.append(
+                (
+                    "insufficient scope",
+                    await http.get(
+                        f"/v1/connections/{provider}/token",
+                        params={"iss": env.iss, "sub": sub, "scopes": "files:write"},
+                    ),
+                )
+            )
             token = await get_token(leak_env, client, sub)
-            responses.append(("revoke", await http.delete(f"/v1/connections/{provider}",
-                                                          params={"iss": env.iss, "sub": sub})))
+            responses.append(
+                ("revoke", await http.delete(f"/v1/connections/{provider}", params={"iss": env.iss, "sub": sub}))
+            )
             responses.append(("token after revoke", await get_token(leak_env, client, sub)))
     finally:
         root.removeHandler(capture)

@@ -47,19 +47,29 @@ def test_catalog_entries_need_only_client_id_and_secret(key: str) -> None:
 
 
 def test_catalog_has_the_well_known_providers() -> None:
-    assert {"github", "google", "slack", "microsoft", "atlassian", "notion", "linear", "oidc", "oauth2"} <= set(
-        CATALOG)
+    assert {"github", "google", "slack", "microsoft", "atlassian", "notion", "linear", "oidc", "oauth2"} <= set(CATALOG)
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    (ProviderSpec(name="oidc", client_id="id", client_secret="s"), "issuer"),
-    (ProviderSpec(name="github", client_id="id"), "client secret is required"),
-    (ProviderSpec(name="github", client_id=""), "client id"),
-    (ProviderSpec(name="Bad Name", client_id="id", client_secret="s", catalog="github"), "lowercase"),
-    (ProviderSpec(name="x", client_id="id", client_secret="s", catalog="nope"), "unknown catalog"),
-    (ProviderSpec(name="x", client_id="id", client_secret="s", authorization_endpoint="http://evil.example/a",
-                  token_endpoint="https://t.example/t"), "https"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (ProviderSpec(name="oidc", client_id="id", client_secret="s"), "issuer"),
+        (ProviderSpec(name="github", client_id="id"), "client secret is required"),
+        (ProviderSpec(name="github", client_id=""), "client id"),
+        (ProviderSpec(name="Bad Name", client_id="id", client_secret="s", catalog="github"), "lowercase"),
+        (ProviderSpec(name="x", client_id="id", client_secret="s", catalog="nope"), "unknown catalog"),
+        (
+            ProviderSpec(
+                name="x",
+                client_id="id",
+                client_secret="s",
+                authorization_endpoint="http://evil.example/a",
+                token_endpoint="https://t.example/t",
+            ),
+            "https",
+        ),
+    ],
+)
 def test_invalid_specs_are_refused_with_a_reason(spec: ProviderSpec, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         spec_values(spec, VAULT)
@@ -68,11 +78,15 @@ def test_invalid_specs_are_refused_with_a_reason(spec: ProviderSpec, message: st
 async def test_secret_is_stored_encrypted_and_never_shown(env: Env) -> None:
     name = f"gh-{uuid.uuid4().hex[:6]}"
     async with env.app.state.sessions() as session:
-        row = await upsert_provider(session, ProviderSpec(name=name, catalog="github", client_id="cid",
-                                                          client_secret="github-secret-value"), env.app.state.vault)
+        row = await upsert_provider(
+            session,
+            ProviderSpec(name=name, catalog="github", client_id="cid", client_secret="github-secret-value"),
+            env.app.state.vault,
+        )
         await session.commit()
-        raw = (await session.execute(text("SELECT row_to_json(p)::text FROM providers p WHERE name = :n"),
-                                     {"n": name})).scalar_one()
+        raw = (
+            await session.execute(text("SELECT row_to_json(p)::text FROM providers p WHERE name = :n"), {"n": name})
+        ).scalar_one()
     assert "github-secret-value" not in raw and b"github-secret-value".hex() not in raw
     view = public_view(row)
     assert view["has_client_secret"] is True
@@ -99,38 +113,83 @@ async def test_discovery_fills_endpoints_and_checks_the_issuer(env: Env, oauth: 
 
 async def test_config_file_section(env: Env) -> None:
     first, second = f"cfg-{uuid.uuid4().hex[:6]}", f"cfg-{uuid.uuid4().hex[:6]}"
-    data = {"providers": [{"name": first, "catalog": "linear", "client_id": "lin", "client_secret_env": "LIN_SECRET"},
-                          {"name": second, "catalog": "github", "client_id": "gh", "client_secret_env": "GH_SECRET",
-                           "display_name": "GitHub (work)", "default_scopes": ["repo"]}]}
-    counts = await apply_config(env.app.state.sessions, env.app.state.vault, data,
-                                {"LIN_SECRET": "lin-s", "GH_SECRET": "gh-s"})
+    data = {
+        "providers": [
+            {"name": first, "catalog": "linear", "client_id": "lin", "client_secret_env": "LIN_SECRET"},
+            {
+                "name": second,
+                "catalog": "github",
+                "client_id": "gh",
+                "client_secret_env": "GH_SECRET",
+                "display_name": "GitHub (work)",
+                "default_scopes": ["repo"],
+            },
+        ]
+    }
+    counts = await apply_config(
+        env.app.state.sessions, env.app.state.vault, data, {"LIN_SECRET": "lin-s", "GH_SECRET": "gh-s"}
+    )
     assert counts["providers"] == 2
     async with env.app.state.sessions() as session:
         row = await get_provider(session, second)
     assert row is not None
     assert (row.display_name, list(row.default_scopes), row.client_id) == ("GitHub (work)", ["repo"], "gh")
     with pytest.raises(ConfigurationError, match="NOPE"):
-        await apply_config(env.app.state.sessions, env.app.state.vault,
-                           {"providers": {first: {"client_id": "x", "client_secret_env": "NOPE"}}}, {})
+        await apply_config(
+            env.app.state.sessions,
+            env.app.state.vault,
+            {"providers": {first: {"client_id": "x", "client_secret_env": "NOPE"}}},
+            {},
+        )
     with pytest.raises(ConfigurationError, match="client_secret_env"):
-        await apply_config(env.app.state.sessions, env.app.state.vault,
-                           {"providers": {first: {"client_id": "x", "client_secret": "inline"}}}, {})
+        await apply_config(
+            env.app.state.sessions,
+            env.app.state.vault,
+            {"providers": {first: {"client_id": "x", "client_secret": "inline"}}},
+            {},
+        )
 
 
-def _cli(settings: Settings, *args: str, stdin: str | None = None,
-         extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ELICITD_DATABASE_URL": settings.database_url, "ELICITD_PUBLIC_URL": settings.public_url,
-           "ELICITD_KEYS": ",".join(f"{k}:{base64.urlsafe_b64encode(v).decode().rstrip('=')}"
-                                    for k, v in settings.keys.keys), **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True, env=env,
-                          input=stdin, timeout=60, cwd=Path(__file__).resolve().parents[2], check=False)
+def _cli(
+    settings: Settings, *args: str, stdin: str | None = None, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "ELICITD_DATABASE_URL": settings.database_url,
+        "ELICITD_PUBLIC_URL": settings.public_url,
+        "ELICITD_KEYS": ",".join(
+            f"{k}:{base64.urlsafe_b64encode(v).decode().rstrip('=')}" for k, v in settings.keys.keys
+        ),
+        **(extra_env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        input=stdin,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+        check=False,
+    )
 
 
 async def test_cli_add_list_disable(make_settings: Callable[..., Settings], env: Env) -> None:
     settings = make_settings(public_url="http://127.0.0.1:8000")
     name = f"cli-{uuid.uuid4().hex[:6]}"
-    added = await asyncio.to_thread(_cli, settings, "providers", "add", name, "--catalog", "github",
-                                    "--client-id", "abc", "--client-secret-stdin", stdin="cli-secret-value\n")
+    added = await asyncio.to_thread(
+        _cli,
+        settings,
+        "providers",
+        "add",
+        name,
+        "--catalog",
+        "github",
+        "--client-id",
+        "abc",
+        "--client-secret-stdin",
+        stdin="cli-secret-value\n",
+    )
     assert added.returncode == 0, added.stderr
     assert "cli-secret-value" not in added.stdout + added.stderr
     listed = await asyncio.to_thread(_cli, settings, "providers", "list", "--json")
@@ -145,6 +204,7 @@ async def test_cli_add_list_disable(make_settings: Callable[..., Settings], env:
     assert row is not None and row.enabled is False
     missing = await asyncio.to_thread(_cli, settings, "providers", "disable", "no-such-provider")
     assert missing.returncode == 2 and "no provider" in missing.stderr
-    no_secret = await asyncio.to_thread(_cli, settings, "providers", "add", "x-" + name, "--catalog", "github",
-                                        "--client-id", "abc")
+    no_secret = await asyncio.to_thread(
+        _cli, settings, "providers", "add", "x-" + name, "--catalog", "github", "--client-id", "abc"
+    )
     assert no_secret.returncode == 2 and "client secret is required" in no_secret.stderr

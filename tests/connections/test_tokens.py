@@ -25,27 +25,47 @@ from tests.connections.conftest import (
 from tests.support.apps import ServerClientHandle, new_server_client, running_app
 
 
-async def plant_connection(env: Env, sub: str, *, provider_user: str | None = None, expires_in: int = 3600,
-                           scope: str = "files:read") -> tuple[str, dict[str, Any]]:
+async def plant_connection(
+    env: Env, sub: str, *, provider_user: str | None = None, expires_in: int = 3600, scope: str = "files:read"
+) -> tuple[str, dict[str, Any]]:
     """A connection made of tokens the provider really issued (``mint``), stored by the service."""
     user = provider_user or sub
     minted = env.oauth.mint(user, client_id=PROVIDER_CLIENT_ID, scope=scope)
-    tokens = provider_oauth.TokenSet(access_token=minted["access_token"], refresh_token=minted["refresh_token"],
-                                     token_type="Bearer", expires_in=expires_in, scope=scope, raw=minted)
+    tokens = provider_oauth.TokenSet(
+        access_token=minted["access_token"],
+        refresh_token=minted["refresh_token"],
+        token_type="Bearer",
+        expires_in=expires_in,
+        scope=scope,
+        raw=minted,
+    )
     service = env.app.state.connections
     async with env.app.state.sessions() as session:
         provider = await service.provider(session, env.provider)
         done = await service.store_authorization(
-            session, iss=env.iss, sub=sub, provider=provider, tokens=tokens,
-            account_id=env.oauth.account_id(user), account_login=user, requested=scope.split(), reconnect=None)
+            session,
+            iss=env.iss,
+            sub=sub,
+            provider=provider,
+            tokens=tokens,
+            account_id=env.oauth.account_id(user),
+            account_login=user,
+            requested=scope.split(),
+            reconnect=None,
+        )
         await session.commit()
     return str(done.result["connection_id"]), minted
 
 
 async def expire_soon(env: Env, connection_ref: str) -> None:
     async with env.app.state.sessions() as session:
-        await session.execute(text("UPDATE connections SET expires_at = now() + interval '5 seconds' "
-                                   "WHERE 'cn_' || replace(id::text, '-', '') = :c"), {"c": connection_ref})
+        await session.execute(
+            text(
+                "UPDATE connections SET expires_at = now() + interval '5 seconds' "
+                "WHERE 'cn_' || replace(id::text, '-', '') = :c"
+            ),
+            {"c": connection_ref},
+        )
         await session.commit()
 
 
@@ -68,16 +88,16 @@ async def test_fresh_token_is_returned_without_refresh(env: Env, client: ServerC
     assert provider_token_calls(env.oauth, "refresh_token") == calls
 
 
-async def test_twenty_concurrent_requests_on_two_instances_refresh_once(env: Env,
-                                                                        client: ServerClientHandle) -> None:
+async def test_twenty_concurrent_requests_on_two_instances_refresh_once(env: Env, client: ServerClientHandle) -> None:
     sub = new_sub("burst")
     connection, minted = await plant_connection(env, sub, expires_in=5)  # inside the 60 s refresh margin
     calls = provider_token_calls(env.oauth, "refresh_token")
     env.oauth.set_token_delay(0.5)  # the refresh is slow, so the other 19 requests pile up behind it
     try:
         async with running_app(env.app.settings, keep_public_url=True) as second:
-            responses = await asyncio.gather(*(
-                get_token(env, client, sub, app=env.app if i % 2 else second) for i in range(20)))
+            responses = await asyncio.gather(
+                *(get_token(env, client, sub, app=env.app if i % 2 else second) for i in range(20))
+            )
     finally:
         env.oauth.set_token_delay(0)
     assert [r.status_code for r in responses] == [200] * 20
@@ -102,15 +122,17 @@ async def test_rotating_refresh_token_is_never_reused(env: Env, client: ServerCl
     # Four refresh tokens in one family: three used exactly once (each replaced), one active,
     # none revoked — a reuse would have revoked the whole family.
     assert statuses == ["active", "used", "used", "used"]
-    ours = [r for r in env.oauth.token_requests() if r.grant_type == "refresh_token"
-            and r.client_id == PROVIDER_CLIENT_ID]
+    ours = [
+        r for r in env.oauth.token_requests() if r.grant_type == "refresh_token" and r.client_id == PROVIDER_CLIENT_ID
+    ]
     assert all(r.outcome == "ok" for r in ours)
     final = (await get_token(env, client, sub)).json()["access_token"]
     assert accepted_by_provider(env, final)
 
 
 async def test_invalid_grant_requires_reauthorization_and_a_reconnect_flow(
-        env: Env, client: ServerClientHandle) -> None:
+    env: Env, client: ServerClientHandle
+) -> None:
     sub = new_sub("gone")
     connection, _ = await plant_connection(env, sub)
     await expire_soon(env, connection)
@@ -125,7 +147,8 @@ async def test_invalid_grant_requires_reauthorization_and_a_reconnect_flow(
     assert provider_token_calls(env.oauth, "refresh_token") == calls
     rows = await connection_rows(env.app, sub)
     assert [(r["status"], r["access_token_enc"], r["refresh_token_enc"]) for r in rows] == [
-        ("reauthorization_required", None, None)]
+        ("reauthorization_required", None, None)
+    ]
     created = await create_flow(env, client, sub, scopes=["files:read"])
     assert created["status"] == "pending"
     row = await flow_row(env.app, created["flow"]["id"])
@@ -188,11 +211,11 @@ async def test_access_rules(env: Env, client: ServerClientHandle) -> None:
     refused = await get_token(env, other, sub)
     assert (refused.status_code, refused.json()["code"]) == (403, "provider_not_allowed")
     async with env.app.http(client.api_key) as http:
-        unknown = await http.post("/v1/flows", json={"subject": {"iss": env.iss, "sub": sub},
-                                                     "kind": "oauth_connect", "provider": "no-such"})
+        unknown = await http.post(
+            "/v1/flows", json={"subject": {"iss": env.iss, "sub": sub}, "kind": "oauth_connect", "provider": "no-such"}
+        )
         bad = await http.get("/v1/connections/NOT_VALID/token", params={"iss": env.iss, "sub": sub})
-        unauth = await env.app.http().get(f"/v1/connections/{env.provider}/token",
-                                          params={"iss": env.iss, "sub": sub})
+        unauth = await env.app.http().get(f"/v1/connections/{env.provider}/token", params={"iss": env.iss, "sub": sub})
     assert (unknown.status_code, unknown.json()["code"]) == (400, "unknown_provider")
     assert (bad.status_code, bad.json()["code"]) == (400, "invalid_request")
     assert unauth.status_code == 401
@@ -201,8 +224,9 @@ async def test_access_rules(env: Env, client: ServerClientHandle) -> None:
 
 
 @pytest.mark.browser
-async def test_reconnect_in_browser_keeps_the_connection_id(env: Env, client: ServerClientHandle,
-                                                            browser_page: Page) -> None:
+async def test_reconnect_in_browser_keeps_the_connection_id(
+    env: Env, client: ServerClientHandle, browser_page: Page
+) -> None:
     sub = new_sub("back")
     connection, _ = await plant_connection(env, sub)
     await expire_soon(env, connection)
@@ -220,16 +244,19 @@ async def test_reconnect_in_browser_keeps_the_connection_id(env: Env, client: Se
     assert accepted_by_provider(env, token.json()["access_token"])
 
 
-async def test_an_unreadable_stored_token_asks_for_reconnection_not_a_500(env: Env,
-                                                                          client: ServerClientHandle) -> None:
+async def test_an_unreadable_stored_token_asks_for_reconnection_not_a_500(env: Env, client: ServerClientHandle) -> None:
     """A ciphertext moved from another connection's row does not open here (owner is bound)."""
     sub, other = new_sub("moved"), new_sub("donor")
     connection, minted = await plant_connection(env, sub)
     await plant_connection(env, other)
     async with env.app.state.sessions() as session:
-        await session.execute(text(
-            "UPDATE connections SET access_token_enc = (SELECT access_token_enc FROM connections "
-            "WHERE subject_sub = :other) WHERE subject_sub = :sub"), {"other": other, "sub": sub})
+        await session.execute(
+            text(
+                "UPDATE connections SET access_token_enc = (SELECT access_token_enc FROM connections "
+                "WHERE subject_sub = :other) WHERE subject_sub = :sub"
+            ),
+            {"other": other, "sub": sub},
+        )
         await session.commit()
     response = await get_token(env, client, sub)
     assert response.status_code == 409

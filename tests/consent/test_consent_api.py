@@ -20,21 +20,25 @@ def body(issuer: OAuthServer, sub: str, **params: Any) -> dict[str, Any]:
     return {"subject": {"iss": issuer.issuer, "sub": sub}, "kind": "consent", "params": params}
 
 
-@pytest.mark.parametrize("params", [
-    {"description": "no title"},
-    {"title": "no description"},
-    {"title": "", "description": "empty title"},
-    {"title": "bidi \u202e override", "description": "x"},
-    {"title": "line\nbreak in title", "description": "x"},
-    {"title": "t", "description": "nul \x00 byte"},
-    {"title": "t", "description": "d", "unexpected": 1},
-    {"title": "t", "description": "d", "details": [{"key": "k"}]},
-    {"title": "t", "description": "d", "details": [{"key": "k", "value": "v"}] * 21},
-    {"title": "t" * 201, "description": "d"},
-    {"title": "t", "description": "d" * 4001},
-])
-async def test_invalid_params_are_refused_with_a_stable_code(app: RunningApp, client: ServerClientHandle,
-                                                             issuer: OAuthServer, params: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"description": "no title"},
+        {"title": "no description"},
+        {"title": "", "description": "empty title"},
+        {"title": "bidi \u202e override", "description": "x"},
+        {"title": "line\nbreak in title", "description": "x"},
+        {"title": "t", "description": "nul \x00 byte"},
+        {"title": "t", "description": "d", "unexpected": 1},
+        {"title": "t", "description": "d", "details": [{"key": "k"}]},
+        {"title": "t", "description": "d", "details": [{"key": "k", "value": "v"}] * 21},
+        {"title": "t" * 201, "description": "d"},
+        {"title": "t", "description": "d" * 4001},
+    ],
+)
+async def test_invalid_params_are_refused_with_a_stable_code(
+    app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, params: dict[str, Any]
+) -> None:
     async with app.http(client.api_key) as http:
         response = await http.post("/v1/flows", json=body(issuer, new_sub("v"), **params))
     assert response.status_code == 400
@@ -42,8 +46,7 @@ async def test_invalid_params_are_refused_with_a_stable_code(app: RunningApp, cl
     assert response.json()["code"] == "invalid_params"
 
 
-async def test_provider_or_scopes_are_refused(app: RunningApp, client: ServerClientHandle,
-                                              issuer: OAuthServer) -> None:
+async def test_provider_or_scopes_are_refused(app: RunningApp, client: ServerClientHandle, issuer: OAuthServer) -> None:
     request = body(issuer, new_sub("p"), title="t", description="d")
     async with app.http(client.api_key) as http:
         response = await http.post("/v1/flows", json={**request, "provider": "github"})
@@ -52,12 +55,19 @@ async def test_provider_or_scopes_are_refused(app: RunningApp, client: ServerCli
 
 
 async def test_the_same_request_reuses_the_pending_flow_and_details_may_be_an_object(
-        app: RunningApp, client: ServerClientHandle, issuer: OAuthServer) -> None:
+    app: RunningApp, client: ServerClientHandle, issuer: OAuthServer
+) -> None:
     sub = new_sub("r")
-    as_list = body(issuer, sub, title="Delete repo", description="Deletes acme/site.",
-                   details=[{"key": "Repository", "value": "acme/site"}])
-    as_object = body(issuer, sub, title="Delete repo", description="Deletes acme/site.",
-                     details={"Repository": "acme/site"})
+    as_list = body(
+        issuer,
+        sub,
+        title="Delete repo",
+        description="Deletes acme/site.",
+        details=[{"key": "Repository", "value": "acme/site"}],
+    )
+    as_object = body(
+        issuer, sub, title="Delete repo", description="Deletes acme/site.", details={"Repository": "acme/site"}
+    )
     first = await create_flow(app, client, as_list)
     second = await create_flow(app, client, as_object, expect=200)
     assert first["flow"]["id"] == second["flow"]["id"]
@@ -70,9 +80,14 @@ async def test_consent_needs_a_signing_key(make_settings: Callable[..., Settings
     async with running_app(make_settings(signing_key=None)) as bare:
         client = await new_server_client(bare)
         async with bare.http(client.api_key) as http:
-            response = await http.post("/v1/flows", json={
-                "subject": {"iss": "https://id.example.com", "sub": "u1"}, "kind": "consent",
-                "params": {"title": "t", "description": "d"}})
+            response = await http.post(
+                "/v1/flows",
+                json={
+                    "subject": {"iss": "https://id.example.com", "sub": "u1"},
+                    "kind": "consent",
+                    "params": {"title": "t", "description": "d"},
+                },
+            )
             keys = await http.get("/.well-known/jwks.json")
     assert response.status_code == 503
     assert response.json()["code"] == "consent_unavailable"

@@ -28,23 +28,33 @@ from tests.support.browser import save_screenshot
 from tests.support.oauth_server import OAuthServer
 
 TITLE = "Book flight LH 123 to Lisbon"
-DESCRIPTION = ("Acme Travel will book one economy seat on LH 123 from Berlin to Lisbon on 12 March\n"
-               "and charge the card on file. The booking cannot be cancelled for free.")
+DESCRIPTION = (
+    "Acme Travel will book one economy seat on LH 123 from Berlin to Lisbon on 12 March\n"
+    "and charge the card on file. The booking cannot be cancelled for free."
+)
 DETAILS = [{"key": "Flight", "value": "LH 123, BER → LIS"}, {"key": "Price", "value": "189.00 EUR"}]
 SHOWN_TEXT = f"{TITLE}\n\n{DESCRIPTION}\n\nFlight: LH 123, BER → LIS\nPrice: 189.00 EUR"
 
 
 def consent_body(issuer: OAuthServer, sub: str) -> dict[str, Any]:
-    return {"subject": {"iss": issuer.issuer, "sub": sub}, "kind": "consent",
-            "params": {"title": TITLE, "description": DESCRIPTION, "details": DETAILS}}
+    return {
+        "subject": {"iss": issuer.issuer, "sub": sub},
+        "kind": "consent",
+        "params": {"title": TITLE, "description": DESCRIPTION, "details": DETAILS},
+    }
 
 
-async def start_waiting_resolve(app: RunningApp, client: ServerClientHandle, created: dict[str, Any],
-                                sub: str, issuer: OAuthServer) -> asyncio.Task[httpx.Response]:
+async def start_waiting_resolve(
+    app: RunningApp, client: ServerClientHandle, created: dict[str, Any], sub: str, issuer: OAuthServer
+) -> asyncio.Task[httpx.Response]:
     """The MCP client accepted the URL elicitation; its retry waits for the browser side."""
     flow_id = created["flow"]["id"]
-    body = {"subject": {"iss": issuer.issuer, "sub": sub}, "request_state": created["mcp"]["requestState"],
-            "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}}, "wait_seconds": 25}
+    body = {
+        "subject": {"iss": issuer.issuer, "sub": sub},
+        "request_state": created["mcp"]["requestState"],
+        "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}},
+        "wait_seconds": 25,
+    }
 
     async def call() -> httpx.Response:
         async with app.http(client.api_key) as http:
@@ -54,7 +64,8 @@ async def start_waiting_resolve(app: RunningApp, client: ServerClientHandle, cre
 
 
 async def test_approve_completes_with_a_receipt_verifiable_with_the_published_key(
-        app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, browser_page: Page) -> None:
+    app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, browser_page: Page
+) -> None:
     sub = new_sub("alice")
     created = await create_flow(app, client, consent_body(issuer, sub))
     flow_id = created["flow"]["id"]
@@ -120,8 +131,12 @@ async def test_approve_completes_with_a_receipt_verifiable_with_the_published_ke
     assert status.json()["result"] == result
     assert [(t["actor"], t["to_status"]) for t in await transitions(app, flow_id)] == [("browser", "completed")]
     async with app.state.sessions() as session:
-        stored = (await session.execute(text("SELECT text_sha256, receipt FROM consent_receipts WHERE flow_id = :f"),
-                                        {"f": uuid.UUID(flow_id[3:])})).all()
+        stored = (
+            await session.execute(
+                text("SELECT text_sha256, receipt FROM consent_receipts WHERE flow_id = :f"),
+                {"f": uuid.UUID(flow_id[3:])},
+            )
+        ).all()
     assert [(r[0], r[1]) for r in stored] == [(claims["text_sha256"], result["receipt"])]
 
     # Reloading the link afterwards shows the finished page, and approving again changes nothing.
@@ -129,8 +144,9 @@ async def test_approve_completes_with_a_receipt_verifiable_with_the_published_ke
     assert await browser_page.locator("h1").inner_text() == "All done"
 
 
-async def test_decline_declines_and_issues_no_receipt(app: RunningApp, client: ServerClientHandle,
-                                                      issuer: OAuthServer, browser_page: Page) -> None:
+async def test_decline_declines_and_issues_no_receipt(
+    app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, browser_page: Page
+) -> None:
     sub = new_sub("bob")
     created = await create_flow(app, client, consent_body(issuer, sub))
     flow_id = created["flow"]["id"]
@@ -149,13 +165,17 @@ async def test_decline_declines_and_issues_no_receipt(app: RunningApp, client: S
     assert (row["status"], row["result"], row["error_code"]) == ("declined", None, "declined")
     assert [(t["actor"], t["to_status"]) for t in await transitions(app, flow_id)] == [("browser", "declined")]
     async with app.state.sessions() as session:
-        count = (await session.execute(text("SELECT count(*) FROM consent_receipts WHERE flow_id = :f"),
-                                       {"f": uuid.UUID(flow_id[3:])})).scalar_one()
+        count = (
+            await session.execute(
+                text("SELECT count(*) FROM consent_receipts WHERE flow_id = :f"), {"f": uuid.UUID(flow_id[3:])}
+            )
+        ).scalar_one()
     assert count == 0
 
 
 async def test_another_account_is_refused_and_the_flow_is_untouched(
-        app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, browser_page: Page) -> None:
+    app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, browser_page: Page
+) -> None:
     owner, intruder = new_sub("carol"), new_sub("mallory")
     created = await create_flow(app, client, consent_body(issuer, owner))
     flow_id = created["flow"]["id"]
@@ -167,8 +187,11 @@ async def test_another_account_is_refused_and_the_flow_is_untouched(
 
     # Even a direct POST with this browser's session (and its own valid CSRF token) is refused.
     token = await browser_page.locator("input[name=csrf_token]").first.get_attribute("value")
-    response = await browser_page.request.post(f"{app.url}/consent/{flow_id}/decide", form={
-        "csrf_token": token or "", "decision": "approve", "text_sha256": "x"}, max_redirects=0)
+    response = await browser_page.request.post(
+        f"{app.url}/consent/{flow_id}/decide",
+        form={"csrf_token": token or "", "decision": "approve", "text_sha256": "x"},
+        max_redirects=0,
+    )
     assert response.status == 403
     row = await flow_row(app, flow_id)
     assert (row["status"], row["result"]) == ("pending", None)
@@ -177,7 +200,8 @@ async def test_another_account_is_refused_and_the_flow_is_untouched(
 
 
 async def test_post_without_a_valid_csrf_token_or_with_other_text_is_refused(
-        app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, browser_page: Page) -> None:
+    app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, browser_page: Page
+) -> None:
     sub = new_sub("dave")
     created = await create_flow(app, client, consent_body(issuer, sub))
     flow_id = created["flow"]["id"]
@@ -186,15 +210,21 @@ async def test_post_without_a_valid_csrf_token_or_with_other_text_is_refused(
     token = await browser_page.locator("input[name=csrf_token]").get_attribute("value")
     assert digest == hashlib.sha256(SHOWN_TEXT.encode()).hexdigest()
 
-    bad_csrf = await browser_page.request.post(f"{app.url}/consent/{flow_id}/decide", form={
-        "csrf_token": "A" * 43, "decision": "approve", "text_sha256": digest or ""})
+    bad_csrf = await browser_page.request.post(
+        f"{app.url}/consent/{flow_id}/decide",
+        form={"csrf_token": "A" * 43, "decision": "approve", "text_sha256": digest or ""},
+    )
     assert bad_csrf.status == 403
     assert "text/html" in bad_csrf.headers["content-type"]
-    other_text = await browser_page.request.post(f"{app.url}/consent/{flow_id}/decide", form={
-        "csrf_token": token or "", "decision": "approve", "text_sha256": "0" * 64})
+    other_text = await browser_page.request.post(
+        f"{app.url}/consent/{flow_id}/decide",
+        form={"csrf_token": token or "", "decision": "approve", "text_sha256": "0" * 64},
+    )
     assert other_text.status == 409
-    bad_decision = await browser_page.request.post(f"{app.url}/consent/{flow_id}/decide", form={
-        "csrf_token": token or "", "decision": "maybe", "text_sha256": digest or ""})
+    bad_decision = await browser_page.request.post(
+        f"{app.url}/consent/{flow_id}/decide",
+        form={"csrf_token": token or "", "decision": "maybe", "text_sha256": digest or ""},
+    )
     assert bad_decision.status == 400
     row = await flow_row(app, flow_id)
     assert row["status"] == "pending"

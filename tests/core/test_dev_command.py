@@ -29,8 +29,13 @@ def test_dev_serves_on_embedded_backends_and_prints_how_to_call_it() -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ELICITD_")}
     env["ELICITD_DATA_DIR"] = str(data)
-    process = subprocess.Popen([sys.executable, "-m", "service.cli", "dev", "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "dev", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     output: list[str] = []
     try:
         deadline = time.monotonic() + 120
@@ -50,10 +55,16 @@ def test_dev_serves_on_embedded_backends_and_prints_how_to_call_it() -> None:
         assert (data / "dev-api-key").read_text().strip() == key.group(1)
         ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).json()
         assert ready == {"status": "ready", "postgres": "ok", "redis": "ok", "wakeups": "redis"}
-        created = httpx.post(f"http://127.0.0.1:{port}/v1/flows", timeout=10,
-                             headers={"Authorization": f"Bearer {key.group(1)}"},
-                             json={"subject": {"iss": "https://id.example.com", "sub": "u-123"},
-                                   "kind": "external", "url": "http://127.0.0.1:9000/step"})
+        created = httpx.post(
+            f"http://127.0.0.1:{port}/v1/flows",
+            timeout=10,
+            headers={"Authorization": f"Bearer {key.group(1)}"},
+            json={
+                "subject": {"iss": "https://id.example.com", "sub": "u-123"},
+                "kind": "external",
+                "url": "http://127.0.0.1:9000/step",
+            },
+        )
         assert created.status_code == 201
     finally:
         process.send_signal(signal.SIGINT)
@@ -68,8 +79,14 @@ def test_migrate_builds_the_schema_in_an_empty_database(backend: backends.Backen
     url = asyncio.run(backends.create_database(backend.server_url))
     try:
         env = {**os.environ, "ELICITD_DATABASE_URL": url}
-        result = subprocess.run([sys.executable, "-m", "service.cli", "migrate"], capture_output=True, text=True,
-                                env=env, timeout=120, check=False)
+        result = subprocess.run(
+            [sys.executable, "-m", "service.cli", "migrate"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "migrated to head"
 
@@ -83,10 +100,23 @@ def test_migrate_builds_the_schema_in_an_empty_database(backend: backends.Backen
             return {r["tablename"] for r in rows} | {f"version:{version}"}
 
         found = asyncio.run(tables())
-        assert {"flows", "flow_events", "server_clients", "server_client_keys", "webhook_outbox", "issuers",
-                "browser_sessions", "providers", "connections", "payments", "admin_tokens"} <= found
-        heads = sorted(p.name.split("_")[0] for p in (Path(__file__).resolve().parents[2] / "migrations" /
-                                                          "versions").glob("0*.py"))
+        assert {
+            "flows",
+            "flow_events",
+            "server_clients",
+            "server_client_keys",
+            "webhook_outbox",
+            "issuers",
+            "browser_sessions",
+            "providers",
+            "connections",
+            "payments",
+            "admin_tokens",
+        } <= found
+        heads = sorted(
+            p.name.split("_")[0]
+            for p in (Path(__file__).resolve().parents[2] / "migrations" / "versions").glob("0*.py")
+        )
         assert f"version:{heads[-1]}" in found
     finally:
         asyncio.run(backends.drop_database(backend.server_url, url))

@@ -20,14 +20,26 @@ def _record(created: float, **extra: object) -> logging.LogRecord:
 def test_line_holds_allowed_fields_and_an_isoformat_timestamp() -> None:
     formatter = JsonFormatter()
     for created in (1_780_000_000.0, 1_780_000_000.999, 1_780_000_001.5, 1_780_086_399.042):
-        record = _record(created, method="GET", route="/v1/flows/{flow_id:str}", status=200, duration_ms=1.25,
-                         access_token="planted-secret", flow_ref=object())
+        record = _record(
+            created,
+            method="GET",
+            route="/v1/flows/{flow_id:str}",
+            status=200,
+            duration_ms=1.25,
+            access_token="planted-secret",
+            flow_ref=object(),
+        )
         line = formatter.format(record)
         assert "planted-secret" not in line
         assert json.loads(line) == {
             "ts": datetime.fromtimestamp(created, tz=UTC).isoformat(timespec="milliseconds"),
-            "level": "info", "logger": "elicitd.requests", "msg": "request",
-            "method": "GET", "route": "/v1/flows/{flow_id:str}", "status": 200, "duration_ms": 1.25,
+            "level": "info",
+            "logger": "elicitd.requests",
+            "msg": "request",
+            "method": "GET",
+            "route": "/v1/flows/{flow_id:str}",
+            "status": 200,
+            "duration_ms": 1.25,
         }
 
 

@@ -19,7 +19,8 @@ def _asyncpg_url(settings: Settings) -> str:
 
 
 async def test_connection_terminated_by_the_server_is_replaced_without_a_failed_request(
-        make_settings: Callable[..., Settings], subject: Subject) -> None:
+    make_settings: Callable[..., Settings], subject: Subject
+) -> None:
     # One pooled connection, used one request at a time, so every request reuses it.
     settings = make_settings(db_pool_size=1, background_tasks=False, api_key_cache_seconds=0)
     async with running_app(settings) as app:
@@ -40,7 +41,9 @@ async def test_connection_terminated_by_the_server_is_replaced_without_a_failed_
                 answers = [await http.get(f"/v1/flows/{flow_id}") for _ in range(3)]
                 after = await admin.fetchval(
                     "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'elicitd' AND datname = "
-                    "current_database() AND pid <> $1", pid)
+                    "current_database() AND pid <> $1",
+                    pid,
+                )
             finally:
                 await admin.close()
     assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]

@@ -14,10 +14,12 @@ from tests.support.apps import new_server_client, running_app
 
 
 async def test_full_pool_answers_503_with_retry_after_then_recovers(
-        make_settings: Callable[..., Settings], subject: Subject) -> None:
+    make_settings: Callable[..., Settings], subject: Subject
+) -> None:
     # A pool of one connection; the background sweeper/dispatcher would compete for it.
-    settings = make_settings(db_pool_size=1, db_pool_timeout_seconds=0.2, background_tasks=False,
-                             api_key_cache_seconds=0)
+    settings = make_settings(
+        db_pool_size=1, db_pool_timeout_seconds=0.2, background_tasks=False, api_key_cache_seconds=0
+    )
     async with running_app(settings) as app:
         client = await new_server_client(app)
         async with app.http(client.api_key) as http:

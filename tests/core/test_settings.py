@@ -8,8 +8,11 @@ from service.errors import ConfigurationError
 from service.settings import KeyRing, Settings
 
 KEYS = KeyRing.generate_entry("k1")
-BASE = {"ELICITD_DATABASE_URL": "postgresql://u@db/elicitd", "ELICITD_PUBLIC_URL": "https://elicitd.example.com",
-        "ELICITD_KEYS": KEYS}
+BASE = {
+    "ELICITD_DATABASE_URL": "postgresql://u@db/elicitd",
+    "ELICITD_PUBLIC_URL": "https://elicitd.example.com",
+    "ELICITD_KEYS": KEYS,
+}
 
 
 def test_minimal_production_settings() -> None:
@@ -22,22 +25,25 @@ def test_minimal_production_settings() -> None:
     assert settings.dev_mode is False
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"ELICITD_DATABASE_URL": None}, "ELICITD_DATABASE_URL is required"),
-    ({"ELICITD_DATABASE_URL": "mysql://x/y"}, "must be a postgresql:// URL"),
-    ({"ELICITD_PUBLIC_URL": None}, "ELICITD_PUBLIC_URL is required"),
-    ({"ELICITD_PUBLIC_URL": "http://elicitd.example.com"}, "must be https://"),
-    ({"ELICITD_KEYS": None}, "ELICITD_KEYS is required"),
-    ({"ELICITD_KEYS": "k1:c2hvcnQ"}, "must decode to 32 bytes"),
-    ({"ELICITD_KEYS": "k1:not*base64"}, "not valid base64"),
-    ({"ELICITD_KEYS": "nocolon"}, "keyid:base64key"),
-    ({"ELICITD_KEYS": KEYS + "," + KEYS}, "appears twice"),
-    ({"ELICITD_DEFAULT_TTL_SECONDS": "abc"}, "ELICITD_DEFAULT_TTL_SECONDS must be an integer"),
-    ({"ELICITD_DEFAULT_TTL_SECONDS": "-5"}, "ELICITD_DEFAULT_TTL_SECONDS must be positive"),
-    ({"ELICITD_POLL_INTERVAL_SECONDS": "-1"}, "must not be negative"),
-    ({"ELICITD_DEV": "maybe"}, "ELICITD_DEV must be true or false"),
-    ({"ELICITD_DEFAULT_TTL_SECONDS": "999", "ELICITD_MAX_TTL_SECONDS": "100"}, "must not exceed"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"ELICITD_DATABASE_URL": None}, "ELICITD_DATABASE_URL is required"),
+        ({"ELICITD_DATABASE_URL": "mysql://x/y"}, "must be a postgresql:// URL"),
+        ({"ELICITD_PUBLIC_URL": None}, "ELICITD_PUBLIC_URL is required"),
+        ({"ELICITD_PUBLIC_URL": "http://elicitd.example.com"}, "must be https://"),
+        ({"ELICITD_KEYS": None}, "ELICITD_KEYS is required"),
+        ({"ELICITD_KEYS": "k1:c2hvcnQ"}, "must decode to 32 bytes"),
+        ({"ELICITD_KEYS": "k1:not*base64"}, "not valid base64"),
+        ({"ELICITD_KEYS": "nocolon"}, "keyid:base64key"),
+        ({"ELICITD_KEYS": KEYS + "," + KEYS}, "appears twice"),
+        ({"ELICITD_DEFAULT_TTL_SECONDS": "abc"}, "ELICITD_DEFAULT_TTL_SECONDS must be an integer"),
+        ({"ELICITD_DEFAULT_TTL_SECONDS": "-5"}, "ELICITD_DEFAULT_TTL_SECONDS must be positive"),
+        ({"ELICITD_POLL_INTERVAL_SECONDS": "-1"}, "must not be negative"),
+        ({"ELICITD_DEV": "maybe"}, "ELICITD_DEV must be true or false"),
+        ({"ELICITD_DEFAULT_TTL_SECONDS": "999", "ELICITD_MAX_TTL_SECONDS": "100"}, "must not exceed"),
+    ],
+)
 def test_invalid_settings_name_the_variable(change: dict[str, str | None], message: str) -> None:
     env = {**BASE, **{k: v for k, v in change.items() if v is not None}}
     for key, value in change.items():
@@ -59,4 +65,3 @@ def test_key_ring_order_and_lookup() -> None:
     assert ring.current[0] == "new"
     assert ring.get("old") is not None
     assert ring.get("missing") is None
-

@@ -76,10 +76,13 @@ Cell = tuple[str, str]  # (column label, row id)
 async def read_column(sessions: async_sessionmaker[AsyncSession], c: EncryptedColumn) -> list[Any]:
     purpose = c.purpose_sql or "CAST(:purpose AS text)"
     async with sessions() as session:
-        rows = await session.execute(text(
-            f"SELECT {c.id_column} AS id, {c.key_id_column} AS key_id, {c.blob_column} AS blob, "
-            f"{c.owner_sql} AS owner, {purpose} AS purpose FROM {c.table} WHERE {c.key_id_column} IS NOT NULL"),
-            {"purpose": c.purpose})
+        rows = await session.execute(
+            text(
+                f"SELECT {c.id_column} AS id, {c.key_id_column} AS key_id, {c.blob_column} AS blob, "
+                f"{c.owner_sql} AS owner, {purpose} AS purpose FROM {c.table} WHERE {c.key_id_column} IS NOT NULL"
+            ),
+            {"purpose": c.purpose},
+        )
         return list(rows)
 
 
@@ -87,7 +90,9 @@ def row_id(value: Any) -> str:
     return value.hex() if isinstance(value, bytes) else str(value)
 
 
-async def open_everything(sessions: async_sessionmaker[AsyncSession], vault: Vault) -> tuple[dict[Cell, str], dict[Cell, str]]:
+async def open_everything(
+    sessions: async_sessionmaker[AsyncSession], vault: Vault
+) -> tuple[dict[Cell, str], dict[Cell, str]]:
     """Every stored value in clear (opened with ``vault``) and the key id it is stored under."""
     plain: dict[Cell, str] = {}
     key_ids: dict[Cell, str] = {}
@@ -113,18 +118,31 @@ class World:
     planted: set[str] = field(default_factory=set)  # secrets the test itself chose
 
 
-async def mint_connection(app: RunningApp, oauth: OAuthServer, world: World, sub: str,
-                          expires_in: int = 3600) -> str:
+async def mint_connection(app: RunningApp, oauth: OAuthServer, world: World, sub: str, expires_in: int = 3600) -> str:
     """Tokens the provider really issued, stored by the connection service (as a callback does)."""
     minted = oauth.mint(sub, client_id=PROVIDER_CLIENT_ID, scope="files:read")
-    tokens = provider_oauth.TokenSet(access_token=minted["access_token"], refresh_token=minted["refresh_token"],
-                                     token_type="Bearer", expires_in=expires_in, scope="files:read", raw=minted)
+    tokens = provider_oauth.TokenSet(
+        access_token=minted["access_token"],
+        refresh_token=minted["refresh_token"],
+        token_type="Bearer",
+        expires_in=expires_in,
+        scope="files:read",
+        raw=minted,
+    )
     service = app.state.connections
     async with app.state.sessions() as session:
         provider = await service.provider(session, PROVIDER)
         done = await service.store_authorization(
-            session, iss=oauth.issuer, sub=sub, provider=provider, tokens=tokens,
-            account_id=oauth.account_id(sub), account_login=sub, requested=["files:read"], reconnect=None)
+            session,
+            iss=oauth.issuer,
+            sub=sub,
+            provider=provider,
+            tokens=tokens,
+            account_id=oauth.account_id(sub),
+            account_login=sub,
+            requested=["files:read"],
+            reconnect=None,
+        )
         await session.commit()
     ref = str(done.result["connection_id"])
     world.subs[sub] = PROVIDER
@@ -136,8 +154,9 @@ async def mint_connection(app: RunningApp, oauth: OAuthServer, world: World, sub
 
 async def follow(http: httpx.AsyncClient, response: httpx.Response, app: RunningApp) -> httpx.Response:
     """Follow redirects that stay on elicitd (the test plays the provider's side by hand)."""
-    while response.status_code in (302, 303) and (response.headers["location"].startswith("/")
-                                                  or response.headers["location"].startswith(app.url)):
+    while response.status_code in (302, 303) and (
+        response.headers["location"].startswith("/") or response.headers["location"].startswith(app.url)
+    ):
         response = await http.get(response.headers["location"])
     return response
 
@@ -146,8 +165,10 @@ async def connect_over_http(app: RunningApp, oauth: OAuthServer, world: World, s
     """A complete oauth_connect flow without a browser: login at the issuer, Continue, provider
     login, callback. Leaves a login attempt and an OAuth state (both vault-encrypted) behind."""
     async with app.http(world.client.api_key) as api:
-        created = await api.post("/v1/flows", json={"subject": {"iss": oauth.issuer, "sub": sub},
-                                                     "kind": "oauth_connect", "provider": PROVIDER})
+        created = await api.post(
+            "/v1/flows",
+            json={"subject": {"iss": oauth.issuer, "sub": sub}, "kind": "oauth_connect", "provider": PROVIDER},
+        )
     assert created.status_code == 201, created.text
     flow = created.json()["flow"]
     async with httpx.AsyncClient(base_url=app.url, timeout=30) as http:
@@ -181,8 +202,10 @@ async def connect_over_http(app: RunningApp, oauth: OAuthServer, world: World, s
 async def api_key_connection(app: RunningApp, oauth: OAuthServer, world: World, sub: str, key: str) -> str:
     """An ``api_key`` flow completed by the API-key service (what the form's POST calls)."""
     async with app.http(world.client.api_key) as api:
-        created = await api.post("/v1/flows", json={"subject": {"iss": oauth.issuer, "sub": sub},
-                                                     "kind": "api_key", "provider": API_KEY_PROVIDER})
+        created = await api.post(
+            "/v1/flows",
+            json={"subject": {"iss": oauth.issuer, "sub": sub}, "kind": "api_key", "provider": API_KEY_PROVIDER},
+        )
     assert created.status_code == 201, created.text
     flow_id = FLOW_ID.parse(created.json()["flow"]["id"])
     async with app.state.sessions() as session:
@@ -206,21 +229,39 @@ async def fill_vault(app: RunningApp, oauth: OAuthServer, *, connections: int) -
     """Put real data in every registered encrypted column, on the old key ring."""
     oauth.register_client(LOGIN_CLIENT, LOGIN_SECRET, redirect_uris=[app.url + "/auth/callback"])
     async with app.state.sessions() as session:
-        await upsert_issuer(session, app.state.vault, IssuerConfig(
-            issuer=oauth.issuer, client_id=LOGIN_CLIENT, client_secret=LOGIN_SECRET, display_name="Test ID"))
+        await upsert_issuer(
+            session,
+            app.state.vault,
+            IssuerConfig(
+                issuer=oauth.issuer, client_id=LOGIN_CLIENT, client_secret=LOGIN_SECRET, display_name="Test ID"
+            ),
+        )
         for n in range(4):
-            await upsert_issuer(session, app.state.vault, IssuerConfig(
-                issuer=f"https://id{n}.rot.example", client_id=f"c{n}", client_secret=f"issuer-secret-{n}"))
+            await upsert_issuer(
+                session,
+                app.state.vault,
+                IssuerConfig(
+                    issuer=f"https://id{n}.rot.example", client_id=f"c{n}", client_secret=f"issuer-secret-{n}"
+                ),
+            )
         for name in ("github", "slack", "notion"):
-            await upsert_provider(session, ProviderSpec(name=name, client_id=f"{name}-id",
-                                                        client_secret=f"{name}-client-secret"), app.state.vault)
+            await upsert_provider(
+                session,
+                ProviderSpec(name=name, client_id=f"{name}-id", client_secret=f"{name}-client-secret"),
+                app.state.vault,
+            )
         await upsert_api_key_provider(session, API_KEY_PROVIDER, "Acme API", {"min_length": 20})
         await session.commit()
     app.state.issuers.forget()
     await register_provider(app, oauth, PROVIDER)
     world = World(app=app, client=await new_server_client(app, display_name="Rotation Assistant"))
-    world.planted |= {LOGIN_SECRET, "github-client-secret", "slack-client-secret", "notion-client-secret",
-                      *(f"issuer-secret-{n}" for n in range(4))}
+    world.planted |= {
+        LOGIN_SECRET,
+        "github-client-secret",
+        "slack-client-secret",
+        "notion-client-secret",
+        *(f"issuer-secret-{n}" for n in range(4)),
+    }
     for _ in range(5):
         handle = await new_server_client(app)
         async with app.state.sessions() as session:
@@ -234,8 +275,16 @@ async def fill_vault(app: RunningApp, oauth: OAuthServer, *, connections: int) -
     async with httpx.AsyncClient(base_url=app.url) as http:  # two logins left half-way: pending attempts
         for _ in range(2):
             async with app.http(world.client.api_key) as api:
-                flow = (await api.post("/v1/flows", json={"subject": {"iss": oauth.issuer, "sub": "someone"},
-                                                          "kind": "oauth_connect", "provider": PROVIDER})).json()
+                flow = (
+                    await api.post(
+                        "/v1/flows",
+                        json={
+                            "subject": {"iss": oauth.issuer, "sub": "someone"},
+                            "kind": "oauth_connect",
+                            "provider": PROVIDER,
+                        },
+                    )
+                ).json()
             assert (await follow(http, await http.get(f"/f/{flow['flow']['id']}"), app)).status_code == 303
     for n in range(2):
         await api_key_connection(app, oauth, world, f"key-{uuid.uuid4().hex[:8]}", f"acme-key-{n}-{uuid.uuid4().hex}")
@@ -257,23 +306,37 @@ def expected_cells(world: World, plain: dict[Cell, str]) -> dict[Cell, str]:
 
 
 def settings_for(make_settings: Callable[..., Settings], url: str, keys: str) -> Settings:
-    return make_settings(database_url=url, keys=KeyRing.parse(keys, name="ring"),
-                         redis_channel=f"elicitd:rot:{uuid.uuid4().hex[:8]}")
+    return make_settings(
+        database_url=url, keys=KeyRing.parse(keys, name="ring"), redis_channel=f"elicitd:rot:{uuid.uuid4().hex[:8]}"
+    )
 
 
 async def run_cli(url: str, keys: str, *args: str) -> tuple[int, dict[str, Any], str]:
-    env = {**os.environ, "ELICITD_DATABASE_URL": url, "ELICITD_PUBLIC_URL": "http://127.0.0.1:8000",
-           "ELICITD_KEYS": keys}
+    env = {
+        **os.environ,
+        "ELICITD_DATABASE_URL": url,
+        "ELICITD_PUBLIC_URL": "http://127.0.0.1:8000",
+        "ELICITD_KEYS": keys,
+    }
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service.cli", "keys", "rotate", *args, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "service.cli",
+        "keys",
+        "rotate",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode is not None
     return process.returncode, json.loads(out), err.decode()
 
 
-async def test_rotate_cli_while_serving(fresh_database: str, make_settings: Callable[..., Settings],
-                                        oauth: OAuthServer) -> None:
+async def test_rotate_cli_while_serving(
+    fresh_database: str, make_settings: Callable[..., Settings], oauth: OAuthServer
+) -> None:
     url = fresh_database
     async with running_app(settings_for(make_settings, url, OLD)) as old_app:
         world = await fill_vault(old_app, oauth, connections=24)
@@ -305,8 +368,9 @@ async def test_rotate_cli_while_serving(fresh_database: str, make_settings: Call
                 while not stop.is_set():
                     for ref, sub in list(world.conn_sub.items()):
                         provider = world.subs[sub]
-                        answer = await api.get(f"/v1/connections/{provider}/token",
-                                               params={"iss": oauth.issuer, "sub": sub})
+                        answer = await api.get(
+                            f"/v1/connections/{provider}/token", params={"iss": oauth.issuer, "sub": sub}
+                        )
                         served += 1
                         if answer.status_code != 200:
                             problems.append(f"{ref}: {answer.status_code} {answer.text}")
@@ -342,20 +406,29 @@ async def test_rotate_cli_while_serving(fresh_database: str, make_settings: Call
             them (row lock, provider call, new ciphertexts) while their rows are being re-keyed."""
             while not stop.is_set():
                 async with app.state.sessions() as session:
-                    done = (await session.execute(text(
-                        "SELECT count(*) FROM issuers WHERE client_secret_key_id = :k"), {"k": NEW_ID})).scalar_one()
+                    done = (
+                        await session.execute(
+                            text("SELECT count(*) FROM issuers WHERE client_secret_key_id = :k"), {"k": NEW_ID}
+                        )
+                    ).scalar_one()
                 if done:
                     async with app.state.sessions() as session:
-                        await session.execute(text(
-                            "UPDATE connections SET expires_at = now() + interval '5 seconds' "
-                            "WHERE id = ANY(:ids)"), {"ids": [uuid.UUID(r[3:]) for r in refreshing]})
+                        await session.execute(
+                            text(
+                                "UPDATE connections SET expires_at = now() + interval '5 seconds' WHERE id = ANY(:ids)"
+                            ),
+                            {"ids": [uuid.UUID(r[3:]) for r in refreshing]},
+                        )
                         await session.commit()
                     return
                 await asyncio.sleep(0.005)
 
         oauth.set_token_delay(0.2)  # each refresh holds its connection's row lock a while
-        tasks = [asyncio.create_task(read_tokens()), asyncio.create_task(write_secrets()),
-                 asyncio.create_task(refresh_midway())]
+        tasks = [
+            asyncio.create_task(read_tokens()),
+            asyncio.create_task(write_secrets()),
+            asyncio.create_task(refresh_midway()),
+        ]
         try:
             await asyncio.sleep(0.3)
             started = time.monotonic()
@@ -375,8 +448,11 @@ async def test_rotate_cli_while_serving(fresh_database: str, make_settings: Call
         assert all(v == [] for v in report["failed"].values()), report
         assert all(v == 0 for v in report["remaining"].values()), report
         # Rows the app rewrote (new webhook secrets) may have been re-keyed by the CLI or not.
-        rewritten = {"server_clients.webhook_secret_enc": sum(
-            1 for ref, secret in world.webhook.items() if secret != original_webhooks[ref])}
+        rewritten = {
+            "server_clients.webhook_secret_enc": sum(
+                1 for ref, secret in world.webhook.items() if secret != original_webhooks[ref]
+            )
+        }
         for c in registry:
             old_rows = sum(1 for cell in before if cell[0] == c.label)
             app_rows = rewritten.get(c.label, 0)
@@ -403,8 +479,7 @@ async def test_rotate_cli_while_serving(fresh_database: str, make_settings: Call
 
     # An instance holding only the new key serves every connection and refreshes at the provider
     # (its client secret re-keyed too).
-    async with running_app(settings_for(make_settings, url, NEW)) as new_app, \
-            new_app.http(world.client.api_key) as api:
+    async with running_app(settings_for(make_settings, url, NEW)) as new_app, new_app.http(world.client.api_key) as api:
         for ref, sub in world.conn_sub.items():
             answer = await api.get(f"/v1/connections/{world.subs[sub]}/token", params={"iss": oauth.issuer, "sub": sub})
             assert answer.status_code == 200, answer.text
@@ -415,7 +490,8 @@ async def test_rotate_cli_while_serving(fresh_database: str, make_settings: Call
 
 
 async def test_rotate_cli_reports_a_moved_ciphertext_and_rekeys_the_rest(
-        fresh_database: str, make_settings: Callable[..., Settings], oauth: OAuthServer) -> None:
+    fresh_database: str, make_settings: Callable[..., Settings], oauth: OAuthServer
+) -> None:
     url = fresh_database
     async with running_app(settings_for(make_settings, url, OLD)) as old_app:
         world = await fill_vault(old_app, oauth, connections=6)
@@ -424,12 +500,20 @@ async def test_rotate_cli_reports_a_moved_ciphertext_and_rekeys_the_rest(
         victim_id, source_id = uuid.UUID(victim[3:]), uuid.UUID(source[3:])
         async with old_app.state.sessions() as session:
             # Move one connection's access-token ciphertext onto another connection's row.
-            await session.execute(text(
-                "UPDATE connections SET access_token_enc = (SELECT access_token_enc FROM connections WHERE id = :s) "
-                "WHERE id = :v"), {"s": source_id, "v": victim_id})
+            await session.execute(
+                text(
+                    "UPDATE connections SET access_token_enc = (SELECT access_token_enc FROM connections WHERE id = :s) "
+                    "WHERE id = :v"
+                ),
+                {"s": source_id, "v": victim_id},
+            )
             await session.commit()
-            moved = (await session.execute(text("SELECT access_token_key_id, access_token_enc FROM connections "
-                                                "WHERE id = :v"), {"v": victim_id})).one()
+            moved = (
+                await session.execute(
+                    text("SELECT access_token_key_id, access_token_enc FROM connections WHERE id = :v"),
+                    {"v": victim_id},
+                )
+            ).one()
 
     ring = f"{NEW},{OLD}"
     code, report, _ = await run_cli(url, ring, "--batch", "3", "--json")
@@ -444,8 +528,12 @@ async def test_rotate_cli_reports_a_moved_ciphertext_and_rekeys_the_rest(
     try:
         sessions = make_sessionmaker(engine)
         async with sessions() as session:
-            row = (await session.execute(text("SELECT access_token_key_id, access_token_enc FROM connections "
-                                              "WHERE id = :v"), {"v": victim_id})).one()
+            row = (
+                await session.execute(
+                    text("SELECT access_token_key_id, access_token_enc FROM connections WHERE id = :v"),
+                    {"v": victim_id},
+                )
+            ).one()
         assert tuple(row) == tuple(moved)  # left exactly as it was
         new_only = Vault(KeyRing.parse(NEW, name="new"))
         for c in load_registry():
@@ -466,7 +554,8 @@ async def test_rotate_cli_reports_a_moved_ciphertext_and_rekeys_the_rest(
 
 
 async def test_rotate_cli_waits_for_a_row_the_app_holds(
-        fresh_database: str, make_settings: Callable[..., Settings], oauth: OAuthServer) -> None:
+    fresh_database: str, make_settings: Callable[..., Settings], oauth: OAuthServer
+) -> None:
     """A refresh holds its connection's row lock for the whole provider call. The CLI skips the
     locked row at first (it never blocks other rows), but must come back to it, not give up."""
     url = fresh_database
@@ -477,14 +566,19 @@ async def test_rotate_cli_waits_for_a_row_the_app_holds(
         oauth.configure(rotate_refresh_tokens=False)  # the refresh leaves the old refresh token in place
         held = next(iter(r for r in world.access if world.subs[world.conn_sub[r]] == PROVIDER))
         async with app.state.sessions() as session:
-            await session.execute(text("UPDATE connections SET expires_at = now() + interval '5 seconds' "
-                                       "WHERE id = :i"), {"i": uuid.UUID(held[3:])})
+            await session.execute(
+                text("UPDATE connections SET expires_at = now() + interval '5 seconds' WHERE id = :i"),
+                {"i": uuid.UUID(held[3:])},
+            )
             await session.commit()
         oauth.set_token_delay(6)
         try:
             async with app.http(world.client.api_key) as api:
-                refresh = asyncio.create_task(api.get(f"/v1/connections/{PROVIDER}/token",
-                                                      params={"iss": oauth.issuer, "sub": world.conn_sub[held]}))
+                refresh = asyncio.create_task(
+                    api.get(
+                        f"/v1/connections/{PROVIDER}/token", params={"iss": oauth.issuer, "sub": world.conn_sub[held]}
+                    )
+                )
                 await asyncio.sleep(1)
                 code, report, stderr = await run_cli(url, ring, "--batch", "3", "--json")
                 answer = await refresh
@@ -495,7 +589,10 @@ async def test_rotate_cli_waits_for_a_row_the_app_holds(
         assert code == 0, (report, stderr)
         assert all(v == 0 for v in report["remaining"].values()), report
         async with app.state.sessions() as session:
-            kids = (await session.execute(text(
-                "SELECT access_token_key_id, refresh_token_key_id FROM connections WHERE id = :i"),
-                {"i": uuid.UUID(held[3:])})).one()
+            kids = (
+                await session.execute(
+                    text("SELECT access_token_key_id, refresh_token_key_id FROM connections WHERE id = :i"),
+                    {"i": uuid.UUID(held[3:])},
+                )
+            ).one()
         assert tuple(kids) == (NEW_ID, NEW_ID)

@@ -17,8 +17,9 @@ from tests.flows.helpers import (
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
 
 
-async def test_create_returns_ready_mcp_and_legacy_objects(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                          subject: Subject) -> None:
+async def test_create_returns_ready_mcp_and_legacy_objects(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         response = await http.post("/v1/flows", json=external_body(subject, message="Finish the setup."))
     assert response.status_code == 201
@@ -29,20 +30,29 @@ async def test_create_returns_ready_mcp_and_legacy_objects(elicitd: RunningApp, 
     assert body["flow"]["subject"] == subject_json(subject)
     key = f"elicitd_{flow_id}"
     assert body["mcp"]["resultType"] == "input_required"
-    assert body["mcp"]["inputRequests"] == {key: {"method": "elicitation/create", "params": {
-        "mode": "url", "message": "Finish the setup.", "url": "https://app.example.com/step"}}}
+    assert body["mcp"]["inputRequests"] == {
+        key: {
+            "method": "elicitation/create",
+            "params": {"mode": "url", "message": "Finish the setup.", "url": "https://app.example.com/step"},
+        }
+    }
     assert body["mcp"]["requestState"].startswith("v1.test2.")
     legacy = body["legacy"]
     assert legacy["code"] == -32042
-    assert legacy["elicitation"] == {"mode": "url", "elicitationId": flow_id, "message": "Finish the setup.",
-                                     "url": "https://app.example.com/step"}
+    assert legacy["elicitation"] == {
+        "mode": "url",
+        "elicitationId": flow_id,
+        "message": "Finish the setup.",
+        "url": "https://app.example.com/step",
+    }
     assert legacy["data"]["elicitations"] == [legacy["elicitation"]]
     events = await db_events(elicitd, flow_id)
     assert [(e["type"], e["to_status"]) for e in events] == [("created", "pending")]
 
 
-async def test_reuse_only_for_the_same_request(elicitd: RunningApp, server_client: ServerClientHandle,
-                                               subject: Subject) -> None:
+async def test_reuse_only_for_the_same_request(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         first = await create_external(http, subject)
         again = await http.post("/v1/flows", json=external_body(subject))
@@ -54,18 +64,18 @@ async def test_reuse_only_for_the_same_request(elicitd: RunningApp, server_clien
     assert len({first["flow"]["id"], other_url["flow"]["id"], other_subject["flow"]["id"]}) == 3
 
 
-async def test_concurrent_identical_creates_converge_on_one_flow(elicitd: RunningApp,
-                                                                 server_client: ServerClientHandle,
-                                                                 subject: Subject) -> None:
+async def test_concurrent_identical_creates_converge_on_one_flow(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         responses = await asyncio.gather(*(http.post("/v1/flows", json=external_body(subject)) for _ in range(20)))
     assert sorted(r.status_code for r in responses) == [200] * 19 + [201]
     assert len({r.json()["flow"]["id"] for r in responses}) == 1
 
 
-async def test_other_server_client_cannot_see_or_touch_a_flow(elicitd: RunningApp,
-                                                              server_client: ServerClientHandle,
-                                                              subject: Subject) -> None:
+async def test_other_server_client_cannot_see_or_touch_a_flow(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     intruder = await new_server_client(elicitd)
     async with elicitd.http(server_client.api_key) as owner_http, elicitd.http(intruder.api_key) as other:
         created = await create_external(owner_http, subject)
@@ -96,8 +106,9 @@ async def test_resolve_decline(elicitd: RunningApp, server_client: ServerClientH
     assert [(e["type"], e["actor"], e["to_status"]) for e in events][-1] == ("transition", "mcp_client", "declined")
 
 
-async def test_resolve_cancel_keeps_flow_pending_and_reused(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                             subject: Subject) -> None:
+async def test_resolve_cancel_keeps_flow_pending_and_reused(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
         response = await http.post("/v1/flows/resolve", json=resolve_body(created, subject, "cancel"))
@@ -111,18 +122,18 @@ async def test_resolve_cancel_keeps_flow_pending_and_reused(elicitd: RunningApp,
     assert [e["type"] for e in await db_events(elicitd, created["flow"]["id"])] == ["created", "client_cancelled"]
 
 
-async def test_accept_while_pending_returns_state_only_input_required(elicitd: RunningApp,
-                                                                      server_client: ServerClientHandle,
-                                                                      subject: Subject) -> None:
+async def test_accept_while_pending_returns_state_only_input_required(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
         first = (await http.post("/v1/flows/resolve", json=resolve_body(created, subject, "accept", wait=0.2))).json()
         assert first["outcome"] == "input_required"
         assert set(first["mcp"]) == {"resultType", "requestState"}  # state-only: nobody is asked again
         # The client retries with the state-only state and no input responses: still pending.
-        second = await http.post("/v1/flows/resolve",
-                                 json=resolve_body(created, subject, None, wait=0.2,
-                                                   state=first["mcp"]["requestState"]))
+        second = await http.post(
+            "/v1/flows/resolve", json=resolve_body(created, subject, None, wait=0.2, state=first["mcp"]["requestState"])
+        )
         assert second.json()["outcome"] == "input_required"
         assert "inputRequests" not in second.json()["mcp"]
         # A retry that ignores the URL request it was given gets the full request again.
@@ -132,15 +143,19 @@ async def test_accept_while_pending_returns_state_only_input_required(elicitd: R
         # Completion: the next retry gets the final result.
         done = await http.post(f"/v1/flows/{created['flow']['id']}/complete", json={"result": {"answer": 42}})
         assert done.status_code == 200
-        final = (await http.post("/v1/flows/resolve",
-                                 json=resolve_body(created, subject, None, state=first["mcp"]["requestState"]))).json()
+        final = (
+            await http.post(
+                "/v1/flows/resolve", json=resolve_body(created, subject, None, state=first["mcp"]["requestState"])
+            )
+        ).json()
     assert final["outcome"] == "completed"
     assert final["result"] == {"answer": 42}
     assert "mcp" not in final
 
 
-async def test_resolve_rejects_keys_it_did_not_ask_for(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                       subject: Subject) -> None:
+async def test_resolve_rejects_keys_it_did_not_ask_for(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
         body = resolve_body(created, subject)
@@ -150,8 +165,9 @@ async def test_resolve_rejects_keys_it_did_not_ask_for(elicitd: RunningApp, serv
     assert response.json()["code"] == "invalid_request"
 
 
-async def test_external_complete_and_fail_are_final(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                    subject: Subject) -> None:
+async def test_external_complete_and_fail_are_final(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
         flow_id = created["flow"]["id"]
@@ -167,11 +183,18 @@ async def test_external_complete_and_fail_are_final(elicitd: RunningApp, server_
     assert (await db_flow(elicitd, flow_id))["status"] == "failed"
 
 
-async def test_complete_is_only_for_external_flows(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                   subject: Subject) -> None:
+async def test_complete_is_only_for_external_flows(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
-        created = (await http.post("/v1/flows", json={"subject": subject_json(subject), "kind": "consent",
-                                                      "params": {"title": "Deploy", "description": "Deploy v2"}}))
+        created = await http.post(
+            "/v1/flows",
+            json={
+                "subject": subject_json(subject),
+                "kind": "consent",
+                "params": {"title": "Deploy", "description": "Deploy v2"},
+            },
+        )
         assert created.status_code == 201
         flow_id = created.json()["flow"]["id"]
         assert created.json()["flow"]["url"] == f"{elicitd.url}/f/{flow_id}"
@@ -181,8 +204,9 @@ async def test_complete_is_only_for_external_flows(elicitd: RunningApp, server_c
     assert (await db_flow(elicitd, flow_id))["status"] == "pending"
 
 
-async def test_expiry_by_database_clock(elicitd: RunningApp, server_client: ServerClientHandle,
-                                        subject: Subject) -> None:
+async def test_expiry_by_database_clock(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
         flow_id = created["flow"]["id"]
@@ -200,8 +224,9 @@ async def test_expiry_by_database_clock(elicitd: RunningApp, server_client: Serv
     assert [(e["type"], e["to_status"]) for e in events] == [("created", "pending"), ("transition", "expired")]
 
 
-async def test_pending_past_expiry_is_replaced_on_create(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                         subject: Subject) -> None:
+async def test_pending_past_expiry_is_replaced_on_create(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
         await force_expiry(elicitd, created["flow"]["id"])
@@ -211,8 +236,9 @@ async def test_pending_past_expiry_is_replaced_on_create(elicitd: RunningApp, se
     assert (await db_flow(elicitd, created["flow"]["id"]))["status"] == "expired"
 
 
-async def test_status_long_poll_returns_on_completion(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                      subject: Subject) -> None:
+async def test_status_long_poll_returns_on_completion(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
         flow_id = created["flow"]["id"]
@@ -225,8 +251,9 @@ async def test_status_long_poll_returns_on_completion(elicitd: RunningApp, serve
     assert response.json()["result"] == {"ok": True}
 
 
-async def test_status_wait_times_out_pending(elicitd: RunningApp, server_client: ServerClientHandle,
-                                             subject: Subject) -> None:
+async def test_status_wait_times_out_pending(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
         loop = asyncio.get_running_loop()

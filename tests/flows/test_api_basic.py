@@ -3,10 +3,14 @@ from __future__ import annotations
 from tests.support.apps import RunningApp, ServerClientHandle
 
 
-async def test_create_then_reuse_returns_same_flow(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                   subject) -> None:
-    body = {"subject": {"iss": subject.iss, "sub": subject.sub}, "kind": "external",
-            "url": "https://app.example.com/step"}
+async def test_create_then_reuse_returns_same_flow(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject
+) -> None:
+    body = {
+        "subject": {"iss": subject.iss, "sub": subject.sub},
+        "kind": "external",
+        "url": "https://app.example.com/step",
+    }
     async with elicitd.http(server_client.api_key) as http:
         first = await http.post("/v1/flows", json=body)
         second = await http.post("/v1/flows", json=body)

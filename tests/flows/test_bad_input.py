@@ -11,19 +11,26 @@ from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
 PROBLEM = "application/problem+json"
 
 
-@pytest.mark.parametrize("header", [None, "", "Bearer", "Bearer x", "Basic abc", "Bearer elk_nope",
-                                    "Bearer elk_" + "x" * 300, "Bearer not-a-key"])
-async def test_missing_or_wrong_api_key_is_401_without_detail(elicitd: RunningApp, subject: Subject,
-                                                              header: str | None) -> None:
+@pytest.mark.parametrize(
+    "header",
+    [None, "", "Bearer", "Bearer x", "Basic abc", "Bearer elk_nope", "Bearer elk_" + "x" * 300, "Bearer not-a-key"],
+)
+async def test_missing_or_wrong_api_key_is_401_without_detail(
+    elicitd: RunningApp, subject: Subject, header: str | None
+) -> None:
     headers = {} if header is None else {"Authorization": header}
     async with elicitd.http() as http:
         response = await http.post("/v1/flows", json=external_body(subject), headers=headers)
     assert response.status_code == 401
     assert response.headers["content-type"].startswith(PROBLEM)
     assert response.headers["www-authenticate"] == "Bearer"
-    assert response.json() == {"type": "https://elicitd.dev/problems/unauthenticated",
-                               "title": "Authentication required", "status": 401, "code": "unauthenticated",
-                               "detail": "A valid API key is required."}
+    assert response.json() == {
+        "type": "https://elicitd.dev/problems/unauthenticated",
+        "title": "Authentication required",
+        "status": 401,
+        "code": "unauthenticated",
+        "detail": "A valid API key is required.",
+    }
 
 
 async def test_revoked_key_and_disabled_client_are_401(elicitd: RunningApp, subject: Subject) -> None:
@@ -32,8 +39,9 @@ async def test_revoked_key_and_disabled_client_are_401(elicitd: RunningApp, subj
     revoked = await new_server_client(elicitd)
     disabled = await new_server_client(elicitd)
     async with elicitd.state.sessions() as session:
-        await session.execute(text("UPDATE server_client_keys SET revoked_at = now() WHERE server_client_id = :c"),
-                              {"c": revoked.id})
+        await session.execute(
+            text("UPDATE server_client_keys SET revoked_at = now() WHERE server_client_id = :c"), {"c": revoked.id}
+        )
         await session.execute(text("UPDATE server_clients SET disabled = true WHERE id = :c"), {"c": disabled.id})
         await session.commit()
     for handle in (revoked, disabled):
@@ -43,22 +51,28 @@ async def test_revoked_key_and_disabled_client_are_401(elicitd: RunningApp, subj
         assert response.json()["detail"] == "A valid API key is required."
 
 
-@pytest.mark.parametrize(("body", "fragment"), [
-    (b"{not json", None),
-    (b"", None),
-    (b"[]", None),
-    (b'{"subject": {"iss": "https://i", "sub": "u"}, "kind": "external", "url": "https://a.example/x", "zzz": 1}',
-     "unknown field `zzz`"),
-    (b'{"subject": {"iss": "https://i", "sub": "u", "name": "x"}, "kind": "external"}', "unknown field `name`"),
-    (b'{"subject": {"iss": "https://i"}, "kind": "external"}', "sub"),
-    (b'{"subject": {"iss": "https://i", "sub": ""}, "kind": "external"}', None),
-    (b'{"subject": {"iss": "https://i", "sub": "u"}, "kind": "teleport"}', None),
-    (b'{"subject": {"iss": "https://i", "sub": "u"}, "kind": "external", "ttl_seconds": 1}', None),
-    (b'{"subject": {"iss": "https://i", "sub": "u"}, "kind": "external", "ttl_seconds": "x"}', None),
-    (b'{"subject": {"iss": "https://i", "sub": "u"}, "kind": "external", "scopes": ["a b"]}', None),
-])
-async def test_malformed_create_is_400(elicitd: RunningApp, server_client: ServerClientHandle, body: bytes,
-                                       fragment: str | None) -> None:
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", None),
+        (b"", None),
+        (b"[]", None),
+        (
+            b'{"subject": {"iss": "https://i", "sub": "u"}, "kind": "external", "url": "https://a.example/x", "zzz": 1}',
+            "unknown field `zzz`",
+        ),
+        (b'{"subject": {"iss": "https://i", "sub": "u", "name": "x"}, "kind": "external"}', "unknown field `name`"),
+        (b'{"subject": {"iss": "https://i"}, "kind": "external"}', "sub"),
+        (b'{"subject": {"iss": "https://i", "sub": ""}, "kind": "external"}', None),
+        (b'{"subject": {"iss": "https://i", "sub": "u"}, "kind": "teleport"}', None),
+        (b'{"subject": {"iss": "https://i", "sub": "u"}, "kind": "external", "ttl_seconds": 1}', None),
+        (b'{"subject": {"iss": "https://i", "sub": "u"}, "kind": "external", "ttl_seconds": "x"}', None),
+        (b'{"subject": {"iss": "https://i", "sub": "u"}, "kind": "external", "scopes": ["a b"]}', None),
+    ],
+)
+async def test_malformed_create_is_400(
+    elicitd: RunningApp, server_client: ServerClientHandle, body: bytes, fragment: str | None
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         response = await http.post("/v1/flows", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code == 400
@@ -68,15 +82,19 @@ async def test_malformed_create_is_400(elicitd: RunningApp, server_client: Serve
         assert fragment in response.json()["detail"]
 
 
-@pytest.mark.parametrize(("extra", "code"), [
-    ({"url": None}, "invalid_request"),
-    ({"url": "ftp://files.example.com/x"}, "invalid_request"),
-    ({"url": "http://app.example.com/x"}, "invalid_request"),
-    ({"url": "https://user:pw@app.example.com/x"}, "invalid_request"),
-    ({"ttl_seconds": 10**8}, "invalid_request"),
-])
-async def test_invalid_external_requests(elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject,
-                                         extra: dict, code: str) -> None:
+@pytest.mark.parametrize(
+    ("extra", "code"),
+    [
+        ({"url": None}, "invalid_request"),
+        ({"url": "ftp://files.example.com/x"}, "invalid_request"),
+        ({"url": "http://app.example.com/x"}, "invalid_request"),
+        ({"url": "https://user:pw@app.example.com/x"}, "invalid_request"),
+        ({"ttl_seconds": 10**8}, "invalid_request"),
+    ],
+)
+async def test_invalid_external_requests(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject, extra: dict, code: str
+) -> None:
     body = external_body(subject)
     body.update(extra)
     if body["url"] is None:
@@ -87,8 +105,9 @@ async def test_invalid_external_requests(elicitd: RunningApp, server_client: Ser
     assert response.json()["code"] == code
 
 
-async def test_loopback_http_url_is_allowed(elicitd: RunningApp, server_client: ServerClientHandle,
-                                            subject: Subject) -> None:
+async def test_loopback_http_url_is_allowed(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         response = await http.post("/v1/flows", json=external_body(subject, url="http://127.0.0.1:9000/step"))
     assert response.status_code == 201
@@ -103,10 +122,23 @@ async def test_oversized_body_is_413(elicitd: RunningApp, server_client: ServerC
     assert response.json()["code"] == "payload_too_large"
 
 
-@pytest.mark.parametrize("flow_ref", ["nope", "fl_", "fl_zz", "fl_" + "g" * 32, "fl_" + "0" * 31,
-                                      "fl_" + "0" * 32, "sc_" + "0" * 32, "%00", "fl_" + "A" * 32])
-async def test_bad_or_unknown_flow_ids_are_404(elicitd: RunningApp, server_client: ServerClientHandle,
-                                               flow_ref: str) -> None:
+@pytest.mark.parametrize(
+    "flow_ref",
+    [
+        "nope",
+        "fl_",
+        "fl_zz",
+        "fl_" + "g" * 32,
+        "fl_" + "0" * 31,
+        "fl_" + "0" * 32,
+        "sc_" + "0" * 32,
+        "%00",
+        "fl_" + "A" * 32,
+    ],
+)
+async def test_bad_or_unknown_flow_ids_are_404(
+    elicitd: RunningApp, server_client: ServerClientHandle, flow_ref: str
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         status = await http.get(f"/v1/flows/{flow_ref}")
         complete = await http.post(f"/v1/flows/{flow_ref}/complete", json={"result": {}})
@@ -115,8 +147,9 @@ async def test_bad_or_unknown_flow_ids_are_404(elicitd: RunningApp, server_clien
         assert response.json()["code"] == "flow_not_found"
 
 
-async def test_bad_wait_and_fail_bodies_are_400(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                subject: Subject) -> None:
+async def test_bad_wait_and_fail_bodies_are_400(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
         flow_id = created["flow"]["id"]
@@ -133,9 +166,9 @@ async def test_bad_wait_and_fail_bodies_are_400(elicitd: RunningApp, server_clie
 
 
 @pytest.mark.parametrize("mangle", ["tamper", "other_subject", "other_issuer", "expired", "garbage", "empty_key"])
-async def test_bad_request_state_is_rejected_and_changes_nothing(elicitd: RunningApp,
-                                                                 server_client: ServerClientHandle,
-                                                                 subject: Subject, mangle: str) -> None:
+async def test_bad_request_state_is_rejected_and_changes_nothing(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject, mangle: str
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
         flow_id = created["flow"]["id"]
@@ -151,7 +184,8 @@ async def test_bad_request_state_is_rejected_and_changes_nothing(elicitd: Runnin
         elif mangle == "expired":
             flow_uuid = __import__("uuid").UUID(hex=flow_id.removeprefix("fl_"))
             body["request_state"] = elicitd.state.flows.codec.mint(
-                flow_id=flow_uuid, server_client_id=server_client.id, subject=subject, expires_at=1, asked=True)
+                flow_id=flow_uuid, server_client_id=server_client.id, subject=subject, expires_at=1, asked=True
+            )
             expected = "request_state_expired"
         elif mangle == "garbage":
             body["request_state"] = "v1.test2.!!!"
@@ -165,9 +199,9 @@ async def test_bad_request_state_is_rejected_and_changes_nothing(elicitd: Runnin
     assert row["status"] == "pending"
 
 
-async def test_request_state_from_another_server_client_is_rejected(elicitd: RunningApp,
-                                                                    server_client: ServerClientHandle,
-                                                                    subject: Subject) -> None:
+async def test_request_state_from_another_server_client_is_rejected(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     other = await new_server_client(elicitd)
     async with elicitd.http(server_client.api_key) as http, elicitd.http(other.api_key) as other_http:
         created = await create_external(http, subject)
@@ -185,8 +219,9 @@ async def test_unknown_route_is_problem_json(elicitd: RunningApp) -> None:
 
 
 @pytest.mark.parametrize("where", ["sub", "message", "url", "context", "params"])
-async def test_nul_characters_are_400_and_store_nothing(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                        subject: Subject, where: str) -> None:
+async def test_nul_characters_are_400_and_store_nothing(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject, where: str
+) -> None:
     body = external_body(subject)
     if where == "sub":
         body["subject"]["sub"] = "alice\x00"
@@ -206,14 +241,17 @@ async def test_nul_characters_are_400_and_store_nothing(elicitd: RunningApp, ser
     from sqlalchemy import text
 
     async with elicitd.state.sessions() as session:
-        count = (await session.execute(text("SELECT count(*) FROM flows WHERE server_client_id = :c"),
-                                       {"c": server_client.id})).scalar_one()
+        count = (
+            await session.execute(
+                text("SELECT count(*) FROM flows WHERE server_client_id = :c"), {"c": server_client.id}
+            )
+        ).scalar_one()
     assert count == 0
 
 
-async def test_nul_in_complete_and_fail_is_400_and_flow_stays_pending(elicitd: RunningApp,
-                                                                       server_client: ServerClientHandle,
-                                                                       subject: Subject) -> None:
+async def test_nul_in_complete_and_fail_is_400_and_flow_stays_pending(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
         flow_id = created["flow"]["id"]
@@ -225,18 +263,26 @@ async def test_nul_in_complete_and_fail_is_400_and_flow_stays_pending(elicitd: R
 
 
 @pytest.mark.parametrize("url", ["https://[::1/x", "https://a.example:99999/x", "https://a.example:port/x"])
-async def test_unparseable_external_urls_are_400(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                 subject: Subject, url: str) -> None:
+async def test_unparseable_external_urls_are_400(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject, url: str
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         response = await http.post("/v1/flows", json=external_body(subject, url=url))
     assert response.status_code == 400
     assert response.json()["code"] == "invalid_request"
 
 
-@pytest.mark.parametrize("params", [{"iss": "https://i\x00", "sub": "u"}, {"iss": "https://i", "sub": "u\x00"},
-                                    {"iss": "https://i", "sub": "u", "account": "a\x00"}])
-async def test_nul_in_connection_queries_is_400(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                params: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"iss": "https://i\x00", "sub": "u"},
+        {"iss": "https://i", "sub": "u\x00"},
+        {"iss": "https://i", "sub": "u", "account": "a\x00"},
+    ],
+)
+async def test_nul_in_connection_queries_is_400(
+    elicitd: RunningApp, server_client: ServerClientHandle, params: dict[str, str]
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         token = await http.get("/v1/connections/github/token", params=params)
         revoke = await http.delete("/v1/connections/github", params=params)

@@ -14,14 +14,19 @@ from tests.flows.helpers import create_external, db_events, force_expiry
 from tests.support.apps import RunningApp, ServerClientHandle
 
 
-async def test_fifty_concurrent_completers_one_transition(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                          subject: Subject) -> None:
+async def test_fifty_concurrent_completers_one_transition(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         for round_no in range(15):
             created = await create_external(http, Subject(iss=subject.iss, sub=f"{subject.sub}-{round_no}"))
             flow_id = created["flow"]["id"]
-            calls = [http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"by": i}}) if i % 2 == 0
-                     else http.post(f"/v1/flows/{flow_id}/fail", json={"code": f"c{i}"}) for i in range(50)]
+            calls = [
+                http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"by": i}})
+                if i % 2 == 0
+                else http.post(f"/v1/flows/{flow_id}/fail", json={"code": f"c{i}"})
+                for i in range(50)
+            ]
             responses = await asyncio.gather(*calls)
             codes = sorted(r.status_code for r in responses)
             assert codes == [200] + [409] * 49, codes
@@ -31,17 +36,20 @@ async def test_fifty_concurrent_completers_one_transition(elicitd: RunningApp, s
             assert transitions[0]["to_status"] == winner["status"]
 
 
-async def test_concurrent_service_level_transitions(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                    subject: Subject) -> None:
+async def test_concurrent_service_level_transitions(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     """Completion, decline, cancel and expiry racing inside the service: one winner."""
     flows = elicitd.state.flows
     async with elicitd.http(server_client.api_key) as http:
         created = await create_external(http, subject)
     flow_id = uuid.UUID(hex=created["flow"]["id"].removeprefix("fl_"))
-    changes = [Transition(FlowStatus.COMPLETED, Actor.API, result={"n": 1}),
-               Transition(FlowStatus.DECLINED, Actor.MCP_CLIENT),
-               Transition(FlowStatus.CANCELLED, Actor.ADMIN),
-               Transition(FlowStatus.FAILED, Actor.PROVIDER, error_code="x")] * 10
+    changes = [
+        Transition(FlowStatus.COMPLETED, Actor.API, result={"n": 1}),
+        Transition(FlowStatus.DECLINED, Actor.MCP_CLIENT),
+        Transition(FlowStatus.CANCELLED, Actor.ADMIN),
+        Transition(FlowStatus.FAILED, Actor.PROVIDER, error_code="x"),
+    ] * 10
     results = await asyncio.gather(*(flows.finish(flow_id, c) for c in changes))
     winners = [r for r in results if r is not None]
     assert len(winners) == 1
@@ -49,8 +57,9 @@ async def test_concurrent_service_level_transitions(elicitd: RunningApp, server_
     assert len(transitions) == 1
 
 
-async def test_two_sweepers_expire_each_flow_once(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                  subject: Subject) -> None:
+async def test_two_sweepers_expire_each_flow_once(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     flows = elicitd.state.flows
     ids = []
     async with elicitd.http(server_client.api_key) as http:
@@ -60,11 +69,25 @@ async def test_two_sweepers_expire_each_flow_once(elicitd: RunningApp, server_cl
             await force_expiry(elicitd, created["flow"]["id"])
     await asyncio.gather(*(flows.sweep_once() for _ in range(6)))
     async with elicitd.state.sessions() as session:
-        rows = (await session.execute(
-            text("SELECT flow_id, count(*) FROM flow_events WHERE type = 'transition' AND flow_id = ANY(:ids) "
-                 "GROUP BY flow_id"), {"ids": [uuid.UUID(hex=i.removeprefix("fl_")) for i in ids]})).all()
-        statuses = (await session.execute(text("SELECT DISTINCT status FROM flows WHERE id = ANY(:ids)"),
-                                          {"ids": [uuid.UUID(hex=i.removeprefix("fl_")) for i in ids]})).scalars().all()
+        rows = (
+            await session.execute(
+                text(
+                    "SELECT flow_id, count(*) FROM flow_events WHERE type = 'transition' AND flow_id = ANY(:ids) "
+                    "GROUP BY flow_id"
+                ),
+                {"ids": [uuid.UUID(hex=i.removeprefix("fl_")) for i in ids]},
+            )
+        ).all()
+        statuses = (
+            (
+                await session.execute(
+                    text("SELECT DISTINCT status FROM flows WHERE id = ANY(:ids)"),
+                    {"ids": [uuid.UUID(hex=i.removeprefix("fl_")) for i in ids]},
+                )
+            )
+            .scalars()
+            .all()
+        )
     assert len(rows) == 30
     assert all(count == 1 for _, count in rows)
     assert statuses == ["expired"]

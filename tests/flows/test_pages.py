@@ -21,16 +21,19 @@ async def test_unknown_flow_page(elicitd: RunningApp, flow_ref: str) -> None:
     assert response.headers["referrer-policy"] == "no-referrer"
 
 
-async def test_finished_and_expired_pages(elicitd: RunningApp, server_client: ServerClientHandle,
-                                          subject: Subject) -> None:
+async def test_finished_and_expired_pages(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
         done = await create_external(http, subject)
         await http.post(f"/v1/flows/{done['flow']['id']}/complete", json={"result": {}})
         expired = await create_external(http, Subject(iss=subject.iss, sub=subject.sub + "-e"))
         await force_expiry(elicitd, expired["flow"]["id"])
         pending = await create_external(http, Subject(iss=subject.iss, sub=subject.sub + "-p"))
-        pages = {name: await http.get(f"/f/{created['flow']['id']}")
-                 for name, created in (("done", done), ("expired", expired), ("pending", pending))}
+        pages = {
+            name: await http.get(f"/f/{created['flow']['id']}")
+            for name, created in (("done", done), ("expired", expired), ("pending", pending))
+        }
     assert pages["done"].status_code == 200
     assert "<h1>All done</h1>" in pages["done"].text
     assert pages["expired"].status_code == 410
@@ -42,19 +45,34 @@ async def test_finished_and_expired_pages(elicitd: RunningApp, server_client: Se
         assert elicitd.url in response.text  # the elicitd domain is always shown
 
 
-async def test_kind_without_a_page_says_so(elicitd: RunningApp, server_client: ServerClientHandle,
-                                           subject: Subject) -> None:
+async def test_kind_without_a_page_says_so(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     """A kind whose browser side is not installed says so on its URL: no fake completion."""
     from service.db.base import FLOW_ID, uuid7
     from service.flows import repository
 
     flow_id = uuid7()
     async with elicitd.state.sessions() as session:
-        await repository.insert_pending(session, {
-            "id": flow_id, "server_client_id": server_client.id, "subject_iss": subject.iss,
-            "subject_sub": subject.sub, "kind": "payment", "reuse_key": "k", "provider": None, "scopes": [],
-            "params": {}, "context": {}, "message": "Pay", "external_url": None, "connection_id": None,
-            "ttl_seconds": 60})
+        await repository.insert_pending(
+            session,
+            {
+                "id": flow_id,
+                "server_client_id": server_client.id,
+                "subject_iss": subject.iss,
+                "subject_sub": subject.sub,
+                "kind": "payment",
+                "reuse_key": "k",
+                "provider": None,
+                "scopes": [],
+                "params": {},
+                "context": {},
+                "message": "Pay",
+                "external_url": None,
+                "connection_id": None,
+                "ttl_seconds": 60,
+            },
+        )
         await session.commit()
     kind_pages = elicitd.state.kind_pages
     saved = kind_pages.pop("payment", None)
@@ -79,10 +97,13 @@ async def test_health_and_ready(elicitd: RunningApp) -> None:
     assert ready.status_code == 200
     assert ready.json() == {"status": "ready", "postgres": "ok", "redis": "ok", "wakeups": "redis"}
     paths = schema.json()["paths"]
-    for path, method, operation in [("/v1/flows", "post", "createFlow"), ("/v1/flows/resolve", "post", "resolveFlow"),
-                                    ("/v1/flows/{flow_id}", "get", "getFlow"),
-                                    ("/v1/flows/{flow_id}/complete", "post", "completeExternalFlow"),
-                                    ("/v1/flows/{flow_id}/fail", "post", "failExternalFlow")]:
+    for path, method, operation in [
+        ("/v1/flows", "post", "createFlow"),
+        ("/v1/flows/resolve", "post", "resolveFlow"),
+        ("/v1/flows/{flow_id}", "get", "getFlow"),
+        ("/v1/flows/{flow_id}/complete", "post", "completeExternalFlow"),
+        ("/v1/flows/{flow_id}/fail", "post", "failExternalFlow"),
+    ]:
         assert paths[path][method]["operationId"] == operation
 
 

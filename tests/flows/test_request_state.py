@@ -18,8 +18,13 @@ CLIENT = uuid.uuid4()
 
 
 def mint(codec: RequestStateCodec, **kw) -> str:
-    values = {"flow_id": uuid.UUID(int=7), "server_client_id": CLIENT, "subject": ALICE,
-              "expires_at": int(time.time()) + 60, "asked": True}
+    values = {
+        "flow_id": uuid.UUID(int=7),
+        "server_client_id": CLIENT,
+        "subject": ALICE,
+        "expires_at": int(time.time()) + 60,
+        "asked": True,
+    }
     values.update(kw)
     return codec.mint(**values)
 
@@ -53,15 +58,18 @@ def test_expired_is_rejected() -> None:
         codec.verify(token, server_client_id=CLIENT, subject=ALICE)
 
 
-@pytest.mark.parametrize("mangle", [
-    lambda t: t[:-2] + ("AA" if t[-2:] != "AA" else "BB"),
-    lambda t: t.replace("v1.", "v2.", 1),
-    lambda t: "v1.nokey." + t.split(".", 2)[2],
-    lambda t: t[:20],
-    lambda t: "",
-    lambda t: "not-a-state",
-    lambda t: "v1.new.!!!!",
-])
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda t: t[:-2] + ("AA" if t[-2:] != "AA" else "BB"),
+        lambda t: t.replace("v1.", "v2.", 1),
+        lambda t: "v1.nokey." + t.split(".", 2)[2],
+        lambda t: t[:20],
+        lambda t: "",
+        lambda t: "not-a-state",
+        lambda t: "v1.new.!!!!",
+    ],
+)
 def test_tampered_is_rejected(mangle) -> None:
     codec = RequestStateCodec(RING)
     with pytest.raises(InvalidRequestState):

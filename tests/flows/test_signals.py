@@ -14,7 +14,8 @@ from tests.support.apps import new_server_client, running_app
 
 
 async def test_resolve_on_one_instance_wakes_on_completion_made_on_another(
-        make_settings: Callable[..., Settings], subject: Subject) -> None:
+    make_settings: Callable[..., Settings], subject: Subject
+) -> None:
     # Polling so slow that only a Redis wake-up can finish this within the assertion's bound.
     settings = make_settings(poll_interval_seconds=120.0)
     async with running_app(settings) as a, running_app(settings) as b:
@@ -27,7 +28,8 @@ async def test_resolve_on_one_instance_wakes_on_completion_made_on_another(
                     break
                 await asyncio.sleep(0.05)
             waiting = asyncio.create_task(
-                http_a.post("/v1/flows/resolve", json=resolve_body(created, subject, "accept", wait=25)))
+                http_a.post("/v1/flows/resolve", json=resolve_body(created, subject, "accept", wait=25))
+            )
             await asyncio.sleep(0.5)
             assert not waiting.done()
             received_before = a.state.hub.received
@@ -44,7 +46,8 @@ async def test_resolve_on_one_instance_wakes_on_completion_made_on_another(
 
 
 async def test_redis_stopped_mid_wait_still_returns_the_completion(
-        make_settings: Callable[..., Settings], subject: Subject, tmp_path: Path) -> None:
+    make_settings: Callable[..., Settings], subject: Subject, tmp_path: Path
+) -> None:
     redis = EmbeddedRedis(tmp_path / "redis").start()
     try:
         settings = make_settings(redis_url=redis.url, poll_interval_seconds=0.3)
@@ -58,7 +61,8 @@ async def test_redis_stopped_mid_wait_still_returns_the_completion(
                     await asyncio.sleep(0.05)
                 assert a.state.hub.healthy
                 waiting = asyncio.create_task(
-                    http_a.post("/v1/flows/resolve", json=resolve_body(created, subject, "accept", wait=20)))
+                    http_a.post("/v1/flows/resolve", json=resolve_body(created, subject, "accept", wait=20))
+                )
                 await asyncio.sleep(0.3)
                 redis.stop()
                 for _ in range(100):
@@ -78,14 +82,14 @@ async def test_redis_stopped_mid_wait_still_returns_the_completion(
 
 
 async def test_without_redis_configured_waits_finish_by_polling(
-        make_settings: Callable[..., Settings], subject: Subject) -> None:
+    make_settings: Callable[..., Settings], subject: Subject
+) -> None:
     settings = make_settings(redis_url=None, poll_interval_seconds=0.2)
     async with running_app(settings) as a, running_app(settings) as b:
         client = await new_server_client(a)
         async with a.http(client.api_key) as http_a, b.http(client.api_key) as http_b:
             created = await create_external(http_a, subject)
-            waiting = asyncio.create_task(http_a.get(f"/v1/flows/{created['flow']['id']}",
-                                                     params={"wait_seconds": 15}))
+            waiting = asyncio.create_task(http_a.get(f"/v1/flows/{created['flow']['id']}", params={"wait_seconds": 15}))
             await asyncio.sleep(0.3)
             await http_b.post(f"/v1/flows/{created['flow']['id']}/complete", json={"result": {}})
             response = await asyncio.wait_for(waiting, 5)

@@ -21,20 +21,27 @@ from service.flows.states import (
 )
 
 ALLOWED = {
-    (FlowStatus.COMPLETED, Actor.API), (FlowStatus.COMPLETED, Actor.BROWSER),
-    (FlowStatus.COMPLETED, Actor.PROVIDER), (FlowStatus.COMPLETED, Actor.ADMIN),
-    (FlowStatus.DECLINED, Actor.MCP_CLIENT), (FlowStatus.DECLINED, Actor.BROWSER),
+    (FlowStatus.COMPLETED, Actor.API),
+    (FlowStatus.COMPLETED, Actor.BROWSER),
+    (FlowStatus.COMPLETED, Actor.PROVIDER),
+    (FlowStatus.COMPLETED, Actor.ADMIN),
+    (FlowStatus.DECLINED, Actor.MCP_CLIENT),
+    (FlowStatus.DECLINED, Actor.BROWSER),
     (FlowStatus.DECLINED, Actor.PROVIDER),
-    (FlowStatus.CANCELLED, Actor.ADMIN), (FlowStatus.CANCELLED, Actor.API),
-    (FlowStatus.EXPIRED, Actor.SWEEPER), (FlowStatus.EXPIRED, Actor.ADMIN), (FlowStatus.EXPIRED, Actor.API),
+    (FlowStatus.CANCELLED, Actor.ADMIN),
+    (FlowStatus.CANCELLED, Actor.API),
+    (FlowStatus.EXPIRED, Actor.SWEEPER),
+    (FlowStatus.EXPIRED, Actor.ADMIN),
+    (FlowStatus.EXPIRED, Actor.API),
     (FlowStatus.EXPIRED, Actor.PROVIDER),
-    (FlowStatus.FAILED, Actor.API), (FlowStatus.FAILED, Actor.BROWSER), (FlowStatus.FAILED, Actor.PROVIDER),
+    (FlowStatus.FAILED, Actor.API),
+    (FlowStatus.FAILED, Actor.BROWSER),
+    (FlowStatus.FAILED, Actor.PROVIDER),
     (FlowStatus.FAILED, Actor.ADMIN),
 }
 
 
-@pytest.mark.parametrize(("current", "target", "actor"),
-                         list(itertools.product(FlowStatus, FlowStatus, Actor)))
+@pytest.mark.parametrize(("current", "target", "actor"), list(itertools.product(FlowStatus, FlowStatus, Actor)))
 def test_every_transition(current: FlowStatus, target: FlowStatus, actor: Actor) -> None:
     expected = current is FlowStatus.PENDING and (target, actor) in ALLOWED
     assert can_transition(current, target, actor) is expected
@@ -59,12 +66,15 @@ def test_status_for_action() -> None:
     assert status_for_action(Action.ACCEPT) is None  # accept only means "the user opened it"
 
 
-@pytest.mark.parametrize(("action", "status", "outcome"), [
-    (Action.ACCEPT, FlowStatus.PENDING, Outcome.INPUT_REQUIRED),
-    (Action.CANCEL, FlowStatus.PENDING, Outcome.CANCELLED),
-    (Action.DECLINE, FlowStatus.PENDING, Outcome.DECLINED),
-    *[(a, s, Outcome(s.value)) for a in Action for s in TERMINAL],
-])
+@pytest.mark.parametrize(
+    ("action", "status", "outcome"),
+    [
+        (Action.ACCEPT, FlowStatus.PENDING, Outcome.INPUT_REQUIRED),
+        (Action.CANCEL, FlowStatus.PENDING, Outcome.CANCELLED),
+        (Action.DECLINE, FlowStatus.PENDING, Outcome.DECLINED),
+        *[(a, s, Outcome(s.value)) for a in Action for s in TERMINAL],
+    ],
+)
 def test_outcome_for_action(action: Action, status: FlowStatus, outcome: Outcome) -> None:
     assert outcome_for_action(action, status) is outcome
 

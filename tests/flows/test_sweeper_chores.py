@@ -17,14 +17,18 @@ async def test_chores_drop_only_dead_rows_and_survive_a_failing_one(elicitd: Run
     issuer_id = uuid.uuid4()
     dead, live = os.urandom(32), os.urandom(32)
     async with elicitd.state.sessions() as session:
-        await session.execute(text("INSERT INTO issuers (id, issuer, display_name, client_id) "
-                                   "VALUES (:id, :iss, 'Chores', 'c')"),
-                              {"id": issuer_id, "iss": f"https://chores-{issuer_id.hex}.example"})
-        await session.execute(text(
-            "INSERT INTO browser_sessions (id, issuer_id, iss, sub, csrf_secret, expires_at) VALUES "
-            "(:dead, :issuer, 'https://i', 'u', :secret, now() - interval '1 minute'), "
-            "(:live, :issuer, 'https://i', 'u', :secret, now() + interval '1 hour')"),
-            {"dead": dead, "live": live, "issuer": issuer_id, "secret": os.urandom(32)})
+        await session.execute(
+            text("INSERT INTO issuers (id, issuer, display_name, client_id) VALUES (:id, :iss, 'Chores', 'c')"),
+            {"id": issuer_id, "iss": f"https://chores-{issuer_id.hex}.example"},
+        )
+        await session.execute(
+            text(
+                "INSERT INTO browser_sessions (id, issuer_id, iss, sub, csrf_secret, expires_at) VALUES "
+                "(:dead, :issuer, 'https://i', 'u', :secret, now() - interval '1 minute'), "
+                "(:live, :issuer, 'https://i', 'u', :secret, now() + interval '1 hour')"
+            ),
+            {"dead": dead, "live": live, "issuer": issuer_id, "secret": os.urandom(32)},
+        )
         await session.commit()
 
     async def broken(session):  # type: ignore[no-untyped-def]
@@ -32,7 +36,10 @@ async def test_chores_drop_only_dead_rows_and_survive_a_failing_one(elicitd: Run
 
     removed = await run_chores(elicitd.state.flows, [broken, purge_expired, purge_states])
     async with elicitd.state.sessions() as session:
-        left = (await session.execute(text(
-            "SELECT id FROM browser_sessions WHERE issuer_id = :i"), {"i": issuer_id})).scalars().all()
+        left = (
+            (await session.execute(text("SELECT id FROM browser_sessions WHERE issuer_id = :i"), {"i": issuer_id}))
+            .scalars()
+            .all()
+        )
     assert removed >= 1
     assert [bytes(x) for x in left] == [live]

@@ -41,10 +41,12 @@ async def whoami_page(request: Request[Any, Any, Any], flow: Flow) -> Response[A
     identity = await require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
-    body = (f'<!doctype html><title>whoami</title><p id="who">{identity.iss} {identity.sub}</p>'
-            f'<form id="act" method="post" action="/f/{FLOW_ID.format(flow.id)}/test-action">'
-            f'<input type="hidden" name="csrf_token" value="{identity.csrf_token}">'
-            f'<button id="go" type="submit">Go</button></form>')
+    body = (
+        f'<!doctype html><title>whoami</title><p id="who">{identity.iss} {identity.sub}</p>'
+        f'<form id="act" method="post" action="/f/{FLOW_ID.format(flow.id)}/test-action">'
+        f'<input type="hidden" name="csrf_token" value="{identity.csrf_token}">'
+        f'<button id="go" type="submit">Go</button></form>'
+    )
     return Response(body, media_type="text/html")
 
 
@@ -91,13 +93,27 @@ async def client(identity_app: RunningApp) -> ServerClientHandle:
     return await new_server_client(identity_app)
 
 
-async def make_flow(app: RunningApp, client: ServerClientHandle, *, iss: str, sub: str,
-                    kind: str = TEST_KIND) -> Flow:
+async def make_flow(app: RunningApp, client: ServerClientHandle, *, iss: str, sub: str, kind: str = TEST_KIND) -> Flow:
     async with app.state.flows.unit_of_work() as uow:
-        flow = await repo.insert_pending(uow.session, {
-            "id": uuid7(), "server_client_id": client.id, "subject_iss": iss, "subject_sub": sub, "kind": kind,
-            "reuse_key": uuid.uuid4().hex, "provider": None, "scopes": [], "params": {}, "context": {},
-            "message": "test", "external_url": None, "connection_id": None, "ttl_seconds": 900})
+        flow = await repo.insert_pending(
+            uow.session,
+            {
+                "id": uuid7(),
+                "server_client_id": client.id,
+                "subject_iss": iss,
+                "subject_sub": sub,
+                "kind": kind,
+                "reuse_key": uuid.uuid4().hex,
+                "provider": None,
+                "scopes": [],
+                "params": {},
+                "context": {},
+                "message": "test",
+                "external_url": None,
+                "connection_id": None,
+                "ttl_seconds": 900,
+            },
+        )
     assert flow is not None
     return flow
 
@@ -106,14 +122,18 @@ async def events(app: RunningApp, flow_id: uuid.UUID) -> list[dict[str, Any]]:
     async with app.state.sessions() as session:
         rows = await session.execute(
             text("SELECT type, actor, from_status, to_status, detail FROM flow_events WHERE flow_id = :f ORDER BY id"),
-            {"f": flow_id})
+            {"f": flow_id},
+        )
         return [dict(r._mapping) for r in rows]
 
 
 async def sessions_for(app: RunningApp, iss: str) -> int:
     async with app.state.sessions() as session:
-        return int((await session.execute(text("SELECT count(*) FROM browser_sessions WHERE iss = :i"),
-                                          {"i": iss})).scalar_one())
+        return int(
+            (
+                await session.execute(text("SELECT count(*) FROM browser_sessions WHERE iss = :i"), {"i": iss})
+            ).scalar_one()
+        )
 
 
 def new_sub(name: str) -> str:

@@ -52,12 +52,14 @@ async def _assert_refused(page: Page, url: str, code_title: str) -> None:
     assert response.headers["referrer-policy"] == "no-referrer"
 
 
-async def test_state_missing_or_wrong(identity_app: RunningApp, issuer_server: OAuthServer,
-                                      client: ServerClientHandle, browser_page: Page) -> None:
+async def test_state_missing_or_wrong(
+    identity_app: RunningApp, issuer_server: OAuthServer, client: ServerClientHandle, browser_page: Page
+) -> None:
     alice = new_sub("alice")
     flow = await make_flow(identity_app, client, iss=issuer_server.issuer, sub=alice)
-    callback = await _capture_callback(browser_page, f"{identity_app.url}/f/{FLOW_ID.format(flow.id)}", alice,
-                                       issuer_server.issuer)
+    callback = await _capture_callback(
+        browser_page, f"{identity_app.url}/f/{FLOW_ID.format(flow.id)}", alice, issuer_server.issuer
+    )
     issuer_server.reset_stats()
     before = await sessions_for(identity_app, issuer_server.issuer)
     url = httpx.URL(callback)
@@ -70,12 +72,14 @@ async def test_state_missing_or_wrong(identity_app: RunningApp, issuer_server: O
     assert "elicitd_session" not in {c["name"] for c in await browser_page.context.cookies()}
 
 
-async def test_state_replayed(identity_app: RunningApp, issuer_server: OAuthServer,
-                              client: ServerClientHandle, browser_page: Page) -> None:
+async def test_state_replayed(
+    identity_app: RunningApp, issuer_server: OAuthServer, client: ServerClientHandle, browser_page: Page
+) -> None:
     alice = new_sub("alice")
     flow = await make_flow(identity_app, client, iss=issuer_server.issuer, sub=alice)
-    callback = await _capture_callback(browser_page, f"{identity_app.url}/f/{FLOW_ID.format(flow.id)}", alice,
-                                       issuer_server.issuer)
+    callback = await _capture_callback(
+        browser_page, f"{identity_app.url}/f/{FLOW_ID.format(flow.id)}", alice, issuer_server.issuer
+    )
     issuer_server.reset_stats()
     await browser_page.goto(callback)
     assert await browser_page.locator("#who").inner_text() == f"{issuer_server.issuer} {alice}"
@@ -85,9 +89,13 @@ async def test_state_replayed(identity_app: RunningApp, issuer_server: OAuthServ
     assert await sessions_for(identity_app, issuer_server.issuer) == sessions
 
 
-async def test_state_from_another_browser(identity_app: RunningApp, issuer_server: OAuthServer,
-                                          client: ServerClientHandle, browser_page: Page,
-                                          browser_context: BrowserContext) -> None:
+async def test_state_from_another_browser(
+    identity_app: RunningApp,
+    issuer_server: OAuthServer,
+    client: ServerClientHandle,
+    browser_page: Page,
+    browser_context: BrowserContext,
+) -> None:
     """A callback forwarded to (or forced on) another browser fails there and stays usable by its owner."""
     alice = new_sub("alice")
     flow = await make_flow(identity_app, client, iss=issuer_server.issuer, sub=alice)
@@ -114,8 +122,12 @@ async def test_state_from_another_browser(identity_app: RunningApp, issuer_serve
 
 @pytest.mark.parametrize("returned_iss", ["https://evil.example", None])
 async def test_wrong_or_missing_iss_is_rejected_before_code_exchange(
-        identity_app: RunningApp, issuer_server: OAuthServer, client: ServerClientHandle, browser_page: Page,
-        returned_iss: str | None) -> None:
+    identity_app: RunningApp,
+    issuer_server: OAuthServer,
+    client: ServerClientHandle,
+    browser_page: Page,
+    returned_iss: str | None,
+) -> None:
     alice = new_sub("alice")
     flow = await make_flow(identity_app, client, iss=issuer_server.issuer, sub=alice)
     issuer_server.configure(authorization_response_iss=returned_iss)
@@ -132,10 +144,18 @@ async def test_wrong_or_missing_iss_is_rejected_before_code_exchange(
         issuer_server.configure(authorization_response_iss=issuer_server.issuer)
 
 
-@pytest.mark.parametrize("return_to", [
-    "https://evil.example/f/fl_" + "0" * 32, "//evil.example/f/fl_" + "0" * 32, "/\\evil.example",
-    "https:evil.example", "/f/fl_" + "0" * 32 + "/../../x", "", "/auth/logout",
-])
+@pytest.mark.parametrize(
+    "return_to",
+    [
+        "https://evil.example/f/fl_" + "0" * 32,
+        "//evil.example/f/fl_" + "0" * 32,
+        "/\\evil.example",
+        "https:evil.example",
+        "/f/fl_" + "0" * 32 + "/../../x",
+        "",
+        "/auth/logout",
+    ],
+)
 async def test_open_redirect_is_refused(identity_app: RunningApp, return_to: str) -> None:
     async with identity_app.http() as http:
         response = await http.get("/auth/login", params={"return_to": return_to})
@@ -144,12 +164,14 @@ async def test_open_redirect_is_refused(identity_app: RunningApp, return_to: str
     assert "text/html" in response.headers["content-type"]
 
 
-async def test_login_for_a_flow_page_redirects_to_its_issuer(identity_app: RunningApp, issuer_server: OAuthServer,
-                                                            client: ServerClientHandle) -> None:
+async def test_login_for_a_flow_page_redirects_to_its_issuer(
+    identity_app: RunningApp, issuer_server: OAuthServer, client: ServerClientHandle
+) -> None:
     flow = await make_flow(identity_app, client, iss=issuer_server.issuer, sub=new_sub("alice"))
     async with identity_app.http() as http:
-        response = await http.get("/auth/login", params={"return_to": f"/f/{FLOW_ID.format(flow.id)}",
-                                                         "switch": "true"})
+        response = await http.get(
+            "/auth/login", params={"return_to": f"/f/{FLOW_ID.format(flow.id)}", "switch": "true"}
+        )
     assert response.status_code == 303
     location = httpx.URL(response.headers["location"])
     assert str(location).startswith(issuer_server.authorization_endpoint)
@@ -166,13 +188,17 @@ async def _resolved(identity_app: RunningApp, issuer_server: OAuthServer) -> Res
     return resolved
 
 
-@pytest.mark.parametrize(("client_id", "nonce", "ok"), [
-    ("elicitd-test", "n-expected", True),
-    ("elicitd-test", "n-other", False),
-    ("another-client", "n-expected", False),
-])
-async def test_id_token_nonce_and_audience(identity_app: RunningApp, issuer_server: OAuthServer, client_id: str,
-                                           nonce: str, ok: bool) -> None:
+@pytest.mark.parametrize(
+    ("client_id", "nonce", "ok"),
+    [
+        ("elicitd-test", "n-expected", True),
+        ("elicitd-test", "n-other", False),
+        ("another-client", "n-expected", False),
+    ],
+)
+async def test_id_token_nonce_and_audience(
+    identity_app: RunningApp, issuer_server: OAuthServer, client_id: str, nonce: str, ok: bool
+) -> None:
     minted = issuer_server.mint("alice", client_id=client_id, nonce=nonce)
     issuer = await _resolved(identity_app, issuer_server)
     if ok:
@@ -183,8 +209,9 @@ async def test_id_token_nonce_and_audience(identity_app: RunningApp, issuer_serv
             await verify_id_token(identity_app.state.issuers, issuer, minted["id_token"], nonce="n-expected")
 
 
-async def test_id_token_from_another_issuer_is_rejected(identity_app: RunningApp, issuer_server: OAuthServer,
-                                                        oauth_server_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_id_token_from_another_issuer_is_rejected(
+    identity_app: RunningApp, issuer_server: OAuthServer, oauth_server_factory
+) -> None:  # type: ignore[no-untyped-def]
     stranger = oauth_server_factory()
     minted = stranger.mint("alice", client_id="elicitd-test", nonce="n")
     issuer = await _resolved(identity_app, issuer_server)

@@ -14,8 +14,9 @@ from tests.support.oauth_server import OAuthServer
 pytestmark = pytest.mark.browser
 
 
-async def test_subject_logs_in_and_passes(identity_app: RunningApp, issuer_server: OAuthServer,
-                                          client: ServerClientHandle, browser_page: Page) -> None:
+async def test_subject_logs_in_and_passes(
+    identity_app: RunningApp, issuer_server: OAuthServer, client: ServerClientHandle, browser_page: Page
+) -> None:
     issuer_server.reset_stats()
     alice = new_sub("alice")
     flow = await make_flow(identity_app, client, iss=issuer_server.issuer, sub=alice)
@@ -48,8 +49,9 @@ async def test_subject_logs_in_and_passes(identity_app: RunningApp, issuer_serve
     assert await sessions_for(identity_app, issuer_server.issuer) >= 1
 
 
-async def test_another_account_is_refused(identity_app: RunningApp, issuer_server: OAuthServer,
-                                          client: ServerClientHandle, browser_page: Page) -> None:
+async def test_another_account_is_refused(
+    identity_app: RunningApp, issuer_server: OAuthServer, client: ServerClientHandle, browser_page: Page
+) -> None:
     alice, mallory = new_sub("alice"), new_sub("mallory")
     flow = await make_flow(identity_app, client, iss=issuer_server.issuer, sub=alice)
     url = f"{identity_app.url}/f/{FLOW_ID.format(flow.id)}"

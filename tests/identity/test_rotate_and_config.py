@@ -38,8 +38,11 @@ async def own_database(backend: backends.Backends) -> AsyncIterator[async_sessio
     await upgrade_async(sa_url)
     from service.settings import Settings
 
-    engine = make_engine(Settings(database_url=sa_url, redis_url=None, public_url="http://127.0.0.1:1",
-                                  keys=KeyRing.parse(OLD, name="k")))
+    engine = make_engine(
+        Settings(
+            database_url=sa_url, redis_url=None, public_url="http://127.0.0.1:1", keys=KeyRing.parse(OLD, name="k")
+        )
+    )
     try:
         yield make_sessionmaker(engine)
     finally:
@@ -49,8 +52,9 @@ async def own_database(backend: backends.Backends) -> AsyncIterator[async_sessio
 
 async def _secret_rows(sessions: async_sessionmaker[AsyncSession]) -> dict[uuid.UUID, tuple[str, bytes]]:
     async with sessions() as session:
-        rows = await session.execute(text("SELECT id, client_secret_key_id, client_secret_enc FROM issuers "
-                                          "WHERE client_secret_enc IS NOT NULL"))
+        rows = await session.execute(
+            text("SELECT id, client_secret_key_id, client_secret_enc FROM issuers WHERE client_secret_enc IS NOT NULL")
+        )
         return {r.id: (r.client_secret_key_id, r.client_secret_enc) for r in rows}
 
 
@@ -59,14 +63,20 @@ async def test_rotate_reencrypts_old_rows_and_reports_tampered(own_database: asy
     ids = []
     async with own_database() as session:
         for n in range(7):
-            ids.append(await upsert_issuer(session, old_vault, IssuerConfig(
-                issuer=f"https://id{n}.example", client_id=f"c{n}", client_secret=f"secret-{n}")))
+            ids.append(
+                await upsert_issuer(
+                    session,
+                    old_vault,
+                    IssuerConfig(issuer=f"https://id{n}.example", client_id=f"c{n}", client_secret=f"secret-{n}"),
+                )
+            )
         await session.commit()
     # Tamper: move row 0's ciphertext onto row 1 (another owner) — it must not decrypt, nor rotate.
     rows = await _secret_rows(own_database)
     async with own_database() as session:
-        await session.execute(text("UPDATE issuers SET client_secret_enc = :b WHERE id = :i"),
-                              {"b": rows[ids[0]][1], "i": ids[1]})
+        await session.execute(
+            text("UPDATE issuers SET client_secret_enc = :b WHERE id = :i"), {"b": rows[ids[0]][1], "i": ids[1]}
+        )
         await session.commit()
 
     ring = KeyRing.parse(f"{NEW},{OLD}", name="ring")
@@ -101,8 +111,9 @@ def test_registry_names_existing_columns() -> None:
     assert len(labels) == len(set(labels))
 
 
-async def test_config_file_applies_issuers(own_database: async_sessionmaker[AsyncSession], tmp_path: Path,
-                                           issuer_server: OAuthServer) -> None:
+async def test_config_file_applies_issuers(
+    own_database: async_sessionmaker[AsyncSession], tmp_path: Path, issuer_server: OAuthServer
+) -> None:
     vault = Vault(KeyRing.parse(OLD, name="k"))
     path = tmp_path / "elicitd.toml"
     path.write_text(f"""
@@ -142,15 +153,36 @@ scopes = ["openid", "email"]
 
 def test_issuers_cli(database_url: str, issuer_server: OAuthServer) -> None:
     issuer = issuer_server.issuer
-    env = {**os.environ, "ELICITD_DATABASE_URL": database_url, "ELICITD_PUBLIC_URL": "http://127.0.0.1:8000",
-           "ELICITD_KEYS": OLD, "CLI_ISSUER_SECRET": "cli-secret-value"}
+    env = {
+        **os.environ,
+        "ELICITD_DATABASE_URL": database_url,
+        "ELICITD_PUBLIC_URL": "http://127.0.0.1:8000",
+        "ELICITD_KEYS": OLD,
+        "CLI_ISSUER_SECRET": "cli-secret-value",
+    }
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "service.cli", *args], env=env, capture_output=True,
-                              text=True, timeout=60, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "service.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
-    added = run("issuers", "add", "--issuer", issuer, "--client-id", "cli-client",
-                "--client-secret-env", "CLI_ISSUER_SECRET", "--display-name", "CLI ID")
+    added = run(
+        "issuers",
+        "add",
+        "--issuer",
+        issuer,
+        "--client-id",
+        "cli-client",
+        "--client-secret-env",
+        "CLI_ISSUER_SECRET",
+        "--display-name",
+        "CLI ID",
+    )
     assert added.returncode == 0, added.stderr
     listed = run("issuers", "list", "--json")
     assert listed.returncode == 0, listed.stderr

@@ -62,8 +62,9 @@ async def test_cookies_under_tls_are_host_prefixed_and_secure(make_settings, iss
             assert f"{issuer_server.issuer} {alice}" in page.text
 
 
-async def test_csrf_logout_and_switch_account(identity_app: RunningApp, issuer_server: OAuthServer,
-                                              client: ServerClientHandle, browser_page: Page) -> None:
+async def test_csrf_logout_and_switch_account(
+    identity_app: RunningApp, issuer_server: OAuthServer, client: ServerClientHandle, browser_page: Page
+) -> None:
     alice, bob = new_sub("alice"), new_sub("bob")
     flow = await make_flow(identity_app, client, iss=issuer_server.issuer, sub=alice)
     url = f"{identity_app.url}/f/{FLOW_ID.format(flow.id)}"
@@ -106,8 +107,9 @@ async def test_csrf_logout_and_switch_account(identity_app: RunningApp, issuer_s
     assert await browser_page.locator("#done").inner_text() == "accepted"
 
 
-async def test_flow_of_an_unregistered_issuer(identity_app: RunningApp, client: ServerClientHandle,
-                                              browser_page: Page) -> None:
+async def test_flow_of_an_unregistered_issuer(
+    identity_app: RunningApp, client: ServerClientHandle, browser_page: Page
+) -> None:
     flow = await make_flow(identity_app, client, iss="https://unknown-idp.example", sub="u-1")
     response = await browser_page.goto(f"{identity_app.url}/f/{FLOW_ID.format(flow.id)}")
     assert response is not None and response.status == 403
@@ -116,8 +118,9 @@ async def test_flow_of_an_unregistered_issuer(identity_app: RunningApp, client: 
     assert [e["type"] for e in await events(identity_app, flow.id)] == ["created", "issuer_not_registered"]
 
 
-async def test_disabling_an_issuer_ends_its_sessions(identity_app: RunningApp, client: ServerClientHandle,
-                                                     browser_page: Page, oauth_server_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_disabling_an_issuer_ends_its_sessions(
+    identity_app: RunningApp, client: ServerClientHandle, browser_page: Page, oauth_server_factory
+) -> None:  # type: ignore[no-untyped-def]
     other = oauth_server_factory()
     await register_issuer(identity_app, other, display_name="Other ID")
     alice = new_sub("alice")

@@ -42,20 +42,33 @@ class OAuthEnv:
 
 
 @pytest.fixture(scope="module")
-async def oauth_env(make_settings: Callable[..., Settings],
-                    oauth_server: OAuthServer) -> AsyncIterator[OAuthEnv]:  # noqa: F811 (fixture)
+async def oauth_env(make_settings: Callable[..., Settings], oauth_server: OAuthServer) -> AsyncIterator[OAuthEnv]:  # noqa: F811 (fixture)
     async with running_app(make_settings()) as app:
         async with app.state.sessions() as session:
-            await upsert_issuer(session, app.state.vault, IssuerConfig(
-                issuer=oauth_server.issuer, client_id="elicitd-login", display_name="Test ID"))
+            await upsert_issuer(
+                session,
+                app.state.vault,
+                IssuerConfig(issuer=oauth_server.issuer, client_id="elicitd-login", display_name="Test ID"),
+            )
             name = f"files-{uuid.uuid4().hex[:8]}"
-            await upsert_provider(session, ProviderSpec(
-                name=name, catalog="oauth2", display_name="Test Files", issuer=oauth_server.issuer,
-                account_endpoint=oauth_server.url("/api/me"), account_id_field="id", account_login_field="login",
-                client_id=PROVIDER_CLIENT_ID, client_secret=PROVIDER_SECRET, default_scopes=("files:read",),
-                scope_descriptions={"files:read": "See your files"}), app.state.vault)
+            await upsert_provider(
+                session,
+                ProviderSpec(
+                    name=name,
+                    catalog="oauth2",
+                    display_name="Test Files",
+                    issuer=oauth_server.issuer,
+                    account_endpoint=oauth_server.url("/api/me"),
+                    account_id_field="id",
+                    account_login_field="login",
+                    client_id=PROVIDER_CLIENT_ID,
+                    client_secret=PROVIDER_SECRET,
+                    default_scopes=("files:read",),
+                    scope_descriptions={"files:read": "See your files"},
+                ),
+                app.state.vault,
+            )
             await session.commit()
         app.state.issuers.forget()
-        oauth_server.register_client(PROVIDER_CLIENT_ID, PROVIDER_SECRET,
-                                     redirect_uris=[app.url + "/connect/callback"])
+        oauth_server.register_client(PROVIDER_CLIENT_ID, PROVIDER_SECRET, redirect_uris=[app.url + "/connect/callback"])
         yield OAuthEnv(app=app, oauth=oauth_server, provider=name)

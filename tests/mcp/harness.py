@@ -39,15 +39,25 @@ class ExampleServer:
 
 
 @contextlib.asynccontextmanager
-async def example_server(elicitd_url: str, api_key: str, issuer: str, *,
-                         customize: Callable[[MCPServer, Elicitd], None] | None = None,
-                         port: int | None = None, **options: Any) -> AsyncIterator[ExampleServer]:
+async def example_server(
+    elicitd_url: str,
+    api_key: str,
+    issuer: str,
+    *,
+    customize: Callable[[MCPServer, Elicitd], None] | None = None,
+    port: int | None = None,
+    **options: Any,
+) -> AsyncIterator[ExampleServer]:
     """Start the example server. ``options`` go to ``Elicitd`` (``wait_seconds`` ...) or, when they
     name an ``ExampleConfig`` field, to the config."""
     port = port or free_port()
     config_fields = set(ExampleConfig.__dataclass_fields__)
-    config = ExampleConfig(issuer=issuer, audience=AUDIENCE, resource_url=f"http://127.0.0.1:{port}/mcp",
-                           **{k: v for k, v in options.items() if k in config_fields})
+    config = ExampleConfig(
+        issuer=issuer,
+        audience=AUDIENCE,
+        resource_url=f"http://127.0.0.1:{port}/mcp",
+        **{k: v for k, v in options.items() if k in config_fields},
+    )
     client = ElicitdClient(elicitd_url, api_key)
     helper = Elicitd(client, **{k: v for k, v in options.items() if k not in config_fields})
     mcp = build_server(config, helper)
@@ -55,8 +65,7 @@ async def example_server(elicitd_url: str, api_key: str, issuer: str, *,
         customize(mcp, helper)
     try:
         async with serve(mcp, port):
-            yield ExampleServer(url=f"http://127.0.0.1:{port}/mcp", port=port, mcp=mcp, elicitd=helper,
-                                config=config)
+            yield ExampleServer(url=f"http://127.0.0.1:{port}/mcp", port=port, mcp=mcp, elicitd=helper, config=config)
     finally:
         await client.aclose()
 
@@ -64,9 +73,17 @@ async def example_server(elicitd_url: str, api_key: str, issuer: str, *,
 @contextlib.asynccontextmanager
 async def serve(mcp: MCPServer, port: int) -> AsyncIterator[str]:
     """Serve ``mcp`` over streamable HTTP on ``port``; yields the MCP endpoint URL."""
-    server = uvicorn.Server(uvicorn.Config(mcp.streamable_http_app(), host="127.0.0.1", port=port,
-                                           log_config=None, access_log=False, lifespan="on",
-                                           timeout_graceful_shutdown=1))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            mcp.streamable_http_app(),
+            host="127.0.0.1",
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=1,
+        )
+    )
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -105,11 +122,18 @@ class RoundRobin(httpx2.AsyncBaseTransport):
 
 
 @contextlib.asynccontextmanager
-async def mcp_client(url: str, bearer: str, *, mode: Literal["2026-07-28", "legacy"] = "2026-07-28",
-                     transport: httpx2.AsyncBaseTransport | None = None, **options: Any) -> AsyncIterator[Client]:
+async def mcp_client(
+    url: str,
+    bearer: str,
+    *,
+    mode: Literal["2026-07-28", "legacy"] = "2026-07-28",
+    transport: httpx2.AsyncBaseTransport | None = None,
+    **options: Any,
+) -> AsyncIterator[Client]:
     """The SDK's ``Client`` with the user's bearer token (``options``: ``elicitation_callback`` ...)."""
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, transport=transport,
-                                  timeout=httpx2.Timeout(120)) as http:
+    async with httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {bearer}"}, transport=transport, timeout=httpx2.Timeout(120)
+    ) as http:
         async with Client(streamable_http_client(url, http_client=http), mode=mode, **options) as client:
             yield client
 
@@ -123,8 +147,9 @@ class RoundLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.getMessage() == "elicitation round":
-            self.rounds.append({"outcome": record.__dict__.get("outcome"),
-                                "state_only": record.__dict__.get("state_only")})
+            self.rounds.append(
+                {"outcome": record.__dict__.get("outcome"), "state_only": record.__dict__.get("state_only")}
+            )
 
 
 @contextlib.contextmanager

@@ -54,13 +54,16 @@ async def client(oauth_env: OAuthEnv) -> ServerClientHandle:
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
-async def test_deploy_after_approval_with_a_verifiable_receipt(oauth_env: OAuthEnv, client: ServerClientHandle,
-                                                               browser_page: Page, mode: str) -> None:
+async def test_deploy_after_approval_with_a_verifiable_receipt(
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: str
+) -> None:
     sub = f"u{uuid.uuid4().hex[:10]}"
     token = oauth_env.oauth.mint(sub, client_id=AUDIENCE)["id_token"]
     user = Approver(browser_page, oauth_env, sub)
-    async with example_server(oauth_env.app.url, client.api_key, oauth_env.iss) as server, \
-            mcp_client(server.url, token, mode=mode, elicitation_callback=user.callback) as mcp:  # type: ignore[arg-type]
+    async with (
+        example_server(oauth_env.app.url, client.api_key, oauth_env.iss) as server,
+        mcp_client(server.url, token, mode=mode, elicitation_callback=user.callback) as mcp,
+    ):  # type: ignore[arg-type]
         result = await mcp.call_tool("deploy", {"service": "web", "environment": "prod"})
         await user.settle()
     assert result.is_error is False, result.content
@@ -76,25 +79,33 @@ async def test_deploy_after_approval_with_a_verifiable_receipt(oauth_env: OAuthE
         keys = KeySet.import_key_set((await http.get("/.well-known/jwks.json")).json())
     claims = json.loads(jws.deserialize_compact(done.result["receipt"], keys, algorithms=["ES256"]).payload)
     assert (claims["sub"], claims["subject_iss"], claims["flow_id"], claims["decision"]) == (
-        sub, oauth_env.iss, flow_id, "approved")
+        sub,
+        oauth_env.iss,
+        flow_id,
+        "approved",
+    )
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
-async def test_declined_on_the_page_is_a_normal_result(oauth_env: OAuthEnv, client: ServerClientHandle,
-                                                       browser_page: Page, mode: str) -> None:
+async def test_declined_on_the_page_is_a_normal_result(
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: str
+) -> None:
     sub = f"u{uuid.uuid4().hex[:10]}"
     token = oauth_env.oauth.mint(sub, client_id=AUDIENCE)["id_token"]
     user = Approver(browser_page, oauth_env, sub, decision="decline")
-    async with example_server(oauth_env.app.url, client.api_key, oauth_env.iss) as server, \
-            mcp_client(server.url, token, mode=mode, elicitation_callback=user.callback) as mcp:  # type: ignore[arg-type]
+    async with (
+        example_server(oauth_env.app.url, client.api_key, oauth_env.iss) as server,
+        mcp_client(server.url, token, mode=mode, elicitation_callback=user.callback) as mcp,
+    ):  # type: ignore[arg-type]
         result = await mcp.call_tool("deploy", {"service": "web", "environment": "prod"})
         await user.settle()
     assert result.is_error is False
     assert result.content[0].text == "Deploy of web to prod cancelled: not approved."
 
 
-async def test_a_consent_round_cannot_be_replayed_for_other_arguments(oauth_env: OAuthEnv,
-                                                                      client: ServerClientHandle) -> None:
+async def test_a_consent_round_cannot_be_replayed_for_other_arguments(
+    oauth_env: OAuthEnv, client: ServerClientHandle
+) -> None:
     """Why the SDK's request-state boundary stays: it binds the round to the tool's arguments,
     which elicitd never sees. Approving ``deploy(web, staging)`` must not finish ``deploy(web, prod)``."""
     from mcp import MCPError
@@ -105,15 +116,22 @@ async def test_a_consent_round_cannot_be_replayed_for_other_arguments(oauth_env:
     async def accept(context: Any, params: Any) -> ElicitResult:
         return ElicitResult(action="accept")
 
-    async with example_server(oauth_env.app.url, client.api_key, oauth_env.iss) as server, \
-            mcp_client(server.url, token, elicitation_callback=accept) as mcp:
-        first = await mcp.session.call_tool("deploy", {"service": "web", "environment": "staging"},
-                                            allow_input_required=True)
+    async with (
+        example_server(oauth_env.app.url, client.api_key, oauth_env.iss) as server,
+        mcp_client(server.url, token, elicitation_callback=accept) as mcp,
+    ):
+        first = await mcp.session.call_tool(
+            "deploy", {"service": "web", "environment": "staging"}, allow_input_required=True
+        )
         assert isinstance(first, InputRequiredResult) and first.input_requests and first.request_state
         (key,) = first.input_requests
         with pytest.raises(MCPError) as refused:
-            await mcp.session.call_tool("deploy", {"service": "web", "environment": "prod"},
-                                        input_responses={key: ElicitResult(action="accept")},
-                                        request_state=first.request_state, allow_input_required=True)
+            await mcp.session.call_tool(
+                "deploy",
+                {"service": "web", "environment": "prod"},
+                input_responses={key: ElicitResult(action="accept")},
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
     assert refused.value.error.code == -32602
     assert refused.value.error.message == "Invalid or expired requestState"

@@ -49,8 +49,14 @@ def flow_of(context: Any, params: Any) -> str:
 Callback = Callable[[Any, Any], Awaitable[ElicitResult]]
 
 
-def finishing(api: ElicitdClient, *, action: str = "accept", delay: float = 0.2, who: str = "alice",
-              seen: list[tuple[str, str]] | None = None) -> Callback:
+def finishing(
+    api: ElicitdClient,
+    *,
+    action: str = "accept",
+    delay: float = 0.2,
+    who: str = "alice",
+    seen: list[tuple[str, str]] | None = None,
+) -> Callback:
     """An elicitation callback: record the URL, answer ``action``; on accept finish the flow in the
     background after ``delay`` (the user completing the page while the client already retries)."""
 
@@ -59,9 +65,11 @@ def finishing(api: ElicitdClient, *, action: str = "accept", delay: float = 0.2,
         if seen is not None:
             seen.append((flow_id, params.url))
         if action == "accept":
+
             async def finish() -> None:
                 await asyncio.sleep(delay)
                 await api.complete(flow_id, {"who": who})
+
             asyncio.get_running_loop().create_task(finish())
         return ElicitResult(action=action)  # type: ignore[arg-type]
 
@@ -76,14 +84,16 @@ def user(oauth_server: OAuthServer) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
-async def test_external_step_completes(elicitd: RunningApp, server_client: ServerClientHandle,
-                                       oauth_server: OAuthServer, user: tuple[str, str], mode: str) -> None:
+async def test_external_step_completes(
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: str
+) -> None:
     sub, token = user
     seen: list[tuple[str, str]] = []
-    async with ElicitdClient(elicitd.url, server_client.api_key) as api, \
-            example_server(elicitd.url, server_client.api_key, oauth_server.issuer,
-                           customize=add_external_tools) as server, \
-            mcp_client(server.url, token, mode=mode, elicitation_callback=finishing(api, seen=seen)) as client:  # type: ignore[arg-type]
+    async with (
+        ElicitdClient(elicitd.url, server_client.api_key) as api,
+        example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as server,
+        mcp_client(server.url, token, mode=mode, elicitation_callback=finishing(api, seen=seen)) as client,
+    ):  # type: ignore[arg-type]
         assert client.protocol_version == ("2026-07-28" if mode == "2026-07-28" else "2025-11-25")
         result = await client.call_tool("verify", {"step": "email"})
         assert result.is_error is False, result.content
@@ -93,19 +103,26 @@ async def test_external_step_completes(elicitd: RunningApp, server_client: Serve
         status = await api.status(flow_id)
         assert status.flow.status == "completed"
         assert status.flow.subject is not None and (status.flow.subject.iss, status.flow.subject.sub) == (
-            oauth_server.issuer, sub)
+            oauth_server.issuer,
+            sub,
+        )
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
-async def test_decline_is_a_readable_tool_result(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                 oauth_server: OAuthServer, user: tuple[str, str],
-                                                 mode: str) -> None:
+async def test_decline_is_a_readable_tool_result(
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: str
+) -> None:
     seen: list[tuple[str, str]] = []
-    async with ElicitdClient(elicitd.url, server_client.api_key) as api, \
-            example_server(elicitd.url, server_client.api_key, oauth_server.issuer,
-                           customize=add_external_tools) as server, \
-            mcp_client(server.url, user[1], mode=mode,  # type: ignore[arg-type]
-                       elicitation_callback=finishing(api, action="decline", seen=seen)) as client:
+    async with (
+        ElicitdClient(elicitd.url, server_client.api_key) as api,
+        example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as server,
+        mcp_client(
+            server.url,
+            user[1],
+            mode=mode,  # type: ignore[arg-type]
+            elicitation_callback=finishing(api, action="decline", seen=seen),
+        ) as client,
+    ):
         result = await client.call_tool("verify", {"step": "phone"})
         assert result.is_error is True
         assert result.content[0].text == "Error executing tool verify: The user declined."
@@ -113,21 +130,30 @@ async def test_decline_is_a_readable_tool_result(elicitd: RunningApp, server_cli
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
-async def test_cancel_then_the_next_call_reuses_the_flow(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                         oauth_server: OAuthServer, user: tuple[str, str],
-                                                         mode: str) -> None:
+async def test_cancel_then_the_next_call_reuses_the_flow(
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: str
+) -> None:
     seen: list[tuple[str, str]] = []
-    async with ElicitdClient(elicitd.url, server_client.api_key) as api, \
-            example_server(elicitd.url, server_client.api_key, oauth_server.issuer,
-                           customize=add_external_tools) as server:
-        async with mcp_client(server.url, user[1], mode=mode,  # type: ignore[arg-type]
-                              elicitation_callback=finishing(api, action="cancel", seen=seen)) as client:
+    async with (
+        ElicitdClient(elicitd.url, server_client.api_key) as api,
+        example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as server,
+    ):
+        async with mcp_client(
+            server.url,
+            user[1],
+            mode=mode,  # type: ignore[arg-type]
+            elicitation_callback=finishing(api, action="cancel", seen=seen),
+        ) as client:
             cancelled = await client.call_tool("verify", {"step": "id"})
         assert cancelled.is_error is True
         assert "dismissed" in cancelled.content[0].text
         assert (await api.status(seen[0][0])).flow.status == "pending"
-        async with mcp_client(server.url, user[1], mode=mode,  # type: ignore[arg-type]
-                              elicitation_callback=finishing(api, seen=seen)) as client:
+        async with mcp_client(
+            server.url,
+            user[1],
+            mode=mode,  # type: ignore[arg-type]
+            elicitation_callback=finishing(api, seen=seen),
+        ) as client:
             done = await client.call_tool("verify", {"step": "id"})
         assert done.is_error is False, done.content
         assert seen[1] == seen[0]  # same flow id, same URL
@@ -135,12 +161,13 @@ async def test_cancel_then_the_next_call_reuses_the_flow(elicitd: RunningApp, se
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
-async def test_client_without_url_capability_gets_32021(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                        oauth_server: OAuthServer, user: tuple[str, str],
-                                                        mode: str) -> None:
-    async with example_server(elicitd.url, server_client.api_key, oauth_server.issuer,
-                              customize=add_external_tools) as server, \
-            mcp_client(server.url, user[1], mode=mode) as client:  # type: ignore[arg-type]
+async def test_client_without_url_capability_gets_32021(
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: str
+) -> None:
+    async with (
+        example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as server,
+        mcp_client(server.url, user[1], mode=mode) as client,
+    ):  # type: ignore[arg-type]
         with pytest.raises(MCPError) as refused:
             await client.call_tool("verify", {"step": "x"})
     assert refused.value.error.code == -32021
@@ -148,13 +175,16 @@ async def test_client_without_url_capability_gets_32021(elicitd: RunningApp, ser
 
 
 async def test_retry_before_the_user_finished_gets_state_only_rounds(
-        elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer,
-        user: tuple[str, str]) -> None:
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str]
+) -> None:
     seen: list[tuple[str, str]] = []
-    async with ElicitdClient(elicitd.url, server_client.api_key) as api, \
-            example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools,
-                           wait_seconds=0.5) as server, \
-            mcp_client(server.url, user[1], elicitation_callback=finishing(api, delay=2.2, seen=seen)) as client:
+    async with (
+        ElicitdClient(elicitd.url, server_client.api_key) as api,
+        example_server(
+            elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools, wait_seconds=0.5
+        ) as server,
+        mcp_client(server.url, user[1], elicitation_callback=finishing(api, delay=2.2, seen=seen)) as client,
+    ):
         with round_log() as log:
             started = time.monotonic()
             result = await client.call_tool("verify", {"step": "slow"})
@@ -170,24 +200,34 @@ async def test_retry_before_the_user_finished_gets_state_only_rounds(
 
 
 async def test_budget_runs_out_as_pending_not_a_round_cap_error(
-        elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer,
-        user: tuple[str, str]) -> None:
-    async with ElicitdClient(elicitd.url, server_client.api_key) as api, \
-            example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools,
-                           wait_seconds=0.3, budget_seconds=1.5) as server, \
-            mcp_client(server.url, user[1], elicitation_callback=finishing(api, delay=60)) as client:
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str]
+) -> None:
+    async with (
+        ElicitdClient(elicitd.url, server_client.api_key) as api,
+        example_server(
+            elicitd.url,
+            server_client.api_key,
+            oauth_server.issuer,
+            customize=add_external_tools,
+            wait_seconds=0.3,
+            budget_seconds=1.5,
+        ) as server,
+        mcp_client(server.url, user[1], elicitation_callback=finishing(api, delay=60)) as client,
+    ):
         result = await client.call_tool("verify", {"step": "never"})
     assert result.is_error is True
     assert "Still waiting for you to finish in the browser" in result.content[0].text
 
 
-async def test_two_requirements_in_one_tool(elicitd: RunningApp, server_client: ServerClientHandle,
-                                            oauth_server: OAuthServer, user: tuple[str, str]) -> None:
+async def test_two_requirements_in_one_tool(
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str]
+) -> None:
     seen: list[tuple[str, str]] = []
-    async with ElicitdClient(elicitd.url, server_client.api_key) as api, \
-            example_server(elicitd.url, server_client.api_key, oauth_server.issuer,
-                           customize=add_external_tools) as server, \
-            mcp_client(server.url, user[1], elicitation_callback=finishing(api, seen=seen)) as client:
+    async with (
+        ElicitdClient(elicitd.url, server_client.api_key) as api,
+        example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as server,
+        mcp_client(server.url, user[1], elicitation_callback=finishing(api, seen=seen)) as client,
+    ):
         result = await client.call_tool("two_steps", {})
     assert result.is_error is False, result.content
     assert result.content[0].text == "alice+alice"

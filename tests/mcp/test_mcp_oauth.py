@@ -67,8 +67,15 @@ class BrowserUser:
 
 @contextlib.asynccontextmanager
 async def files_server(env: OAuthEnv, client: ServerClientHandle, **options: Any) -> AsyncIterator[ExampleServer]:
-    async with example_server(env.app.url, client.api_key, env.iss, provider=env.provider, scopes=("files:read",),
-                              files_url=env.oauth.url("/api/files"), **options) as server:
+    async with example_server(
+        env.app.url,
+        client.api_key,
+        env.iss,
+        provider=env.provider,
+        scopes=("files:read",),
+        files_url=env.oauth.url("/api/files"),
+        **options,
+    ) as server:
         yield server
 
 
@@ -79,8 +86,11 @@ async def client(oauth_env: OAuthEnv) -> ServerClientHandle:
 
 def provider_code_exchanges(env: OAuthEnv) -> int:
     """Token calls elicitd made *as the provider's client* (its browser logins use another client)."""
-    return sum(1 for r in env.oauth.token_requests()
-               if r.client_id == PROVIDER_CLIENT_ID and r.grant_type == "authorization_code")
+    return sum(
+        1
+        for r in env.oauth.token_requests()
+        if r.client_id == PROVIDER_CLIENT_ID and r.grant_type == "authorization_code"
+    )
 
 
 def new_user(env: OAuthEnv) -> tuple[str, str]:
@@ -89,12 +99,15 @@ def new_user(env: OAuthEnv) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
-async def test_connect_then_use_then_no_more_elicitation(oauth_env: OAuthEnv, client: ServerClientHandle,
-                                                         browser_page: Page, mode: str) -> None:
+async def test_connect_then_use_then_no_more_elicitation(
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: str
+) -> None:
     sub, token = new_user(oauth_env)
     user = BrowserUser(browser_page, oauth_env, sub)
-    async with files_server(oauth_env, client) as server, \
-            mcp_client(server.url, token, mode=mode, elicitation_callback=user.callback()) as mcp:  # type: ignore[arg-type]
+    async with (
+        files_server(oauth_env, client) as server,
+        mcp_client(server.url, token, mode=mode, elicitation_callback=user.callback()) as mcp,
+    ):  # type: ignore[arg-type]
         first = await mcp.call_tool("list_files", {})
         await user.settle()
         assert first.is_error is False, first.content
@@ -114,12 +127,15 @@ async def test_connect_then_use_then_no_more_elicitation(oauth_env: OAuthEnv, cl
     assert (gone.value.code, gone.value.status) == ("not_connected", 404)
 
 
-async def test_retry_before_the_browser_finished(oauth_env: OAuthEnv, client: ServerClientHandle,
-                                                 browser_page: Page) -> None:
+async def test_retry_before_the_browser_finished(
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page
+) -> None:
     sub, token = new_user(oauth_env)
     user = BrowserUser(browser_page, oauth_env, sub)
-    async with files_server(oauth_env, client, wait_seconds=0.5) as server, \
-            mcp_client(server.url, token, elicitation_callback=user.callback(delay=1.0)) as mcp:
+    async with (
+        files_server(oauth_env, client, wait_seconds=0.5) as server,
+        mcp_client(server.url, token, elicitation_callback=user.callback(delay=1.0)) as mcp,
+    ):
         with round_log() as log:
             result = await mcp.call_tool("list_files", {})
         await user.settle()
@@ -131,20 +147,28 @@ async def test_retry_before_the_browser_finished(oauth_env: OAuthEnv, client: Se
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
-async def test_decline_in_the_client_is_a_normal_result(oauth_env: OAuthEnv, client: ServerClientHandle,
-                                                        browser_page: Page, mode: str) -> None:
+async def test_decline_in_the_client_is_a_normal_result(
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: str
+) -> None:
     _, token = new_user(oauth_env)
     user = BrowserUser(browser_page, oauth_env, "nobody")
-    async with files_server(oauth_env, client) as server, \
-            mcp_client(server.url, token, mode=mode,  # type: ignore[arg-type]
-                       elicitation_callback=user.callback(action="decline")) as mcp:
+    async with (
+        files_server(oauth_env, client) as server,
+        mcp_client(
+            server.url,
+            token,
+            mode=mode,  # type: ignore[arg-type]
+            elicitation_callback=user.callback(action="decline"),
+        ) as mcp,
+    ):
         result = await mcp.call_tool("list_files", {})
     assert result.is_error is False
     assert result.content[0].text == f"You chose not to connect {oauth_env.provider}, so I cannot list your files."
 
 
-async def test_cancel_then_a_later_call_reuses_the_flow(oauth_env: OAuthEnv, client: ServerClientHandle,
-                                                        browser_page: Page) -> None:
+async def test_cancel_then_a_later_call_reuses_the_flow(
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page
+) -> None:
     sub, token = new_user(oauth_env)
     user = BrowserUser(browser_page, oauth_env, sub)
     async with files_server(oauth_env, client) as server:
@@ -158,14 +182,16 @@ async def test_cancel_then_a_later_call_reuses_the_flow(oauth_env: OAuthEnv, cli
     assert len(user.seen) == 2 and user.seen[0] == user.seen[1]  # the same flow, the same URL
 
 
-async def test_browser_opened_by_another_user_never_gives_a_token(oauth_env: OAuthEnv,
-                                                                  client: ServerClientHandle,
-                                                                  browser_page: Page) -> None:
+async def test_browser_opened_by_another_user_never_gives_a_token(
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page
+) -> None:
     sub, token = new_user(oauth_env)
     mallory = BrowserUser(browser_page, oauth_env, f"mallory{uuid.uuid4().hex[:6]}")
     before = provider_code_exchanges(oauth_env)
-    async with files_server(oauth_env, client, wait_seconds=0.5, budget_seconds=4) as server, \
-            mcp_client(server.url, token, elicitation_callback=mallory.callback()) as mcp:
+    async with (
+        files_server(oauth_env, client, wait_seconds=0.5, budget_seconds=4) as server,
+        mcp_client(server.url, token, elicitation_callback=mallory.callback()) as mcp,
+    ):
         result = await mcp.call_tool("list_files", {})
         await mallory.settle()
     assert await browser_page.locator("h1.error").inner_text() == "This link belongs to another account"
@@ -188,8 +214,9 @@ async def test_client_without_url_capability(oauth_env: OAuthEnv, client: Server
 
 async def _with_webhook(env: OAuthEnv, client: ServerClientHandle, port: int) -> str:
     async with env.app.state.sessions() as session:
-        created = await set_webhook(session, env.app.state.vault, client.public_id,
-                                    f"http://127.0.0.1:{port}/elicitd/webhook")
+        created = await set_webhook(
+            session, env.app.state.vault, client.public_id, f"http://127.0.0.1:{port}/elicitd/webhook"
+        )
         await session.commit()
     assert created.webhook_secret is not None
     return created.webhook_secret
@@ -207,15 +234,19 @@ class Notifications:
 
 
 async def test_legacy_push_gets_the_completion_notification_from_the_webhook(
-        oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page) -> None:
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page
+) -> None:
     sub, token = new_user(oauth_env)
     user = BrowserUser(browser_page, oauth_env, sub)
     port = free_port()
     secret = await _with_webhook(oauth_env, client, port)
     notes = Notifications()
-    async with files_server(oauth_env, client, port=port, webhook_secret=secret) as server, \
-            mcp_client(server.url, token, mode="legacy", elicitation_callback=user.callback(),
-                       message_handler=notes) as mcp:
+    async with (
+        files_server(oauth_env, client, port=port, webhook_secret=secret) as server,
+        mcp_client(
+            server.url, token, mode="legacy", elicitation_callback=user.callback(), message_handler=notes
+        ) as mcp,
+    ):
         result = await mcp.call_tool("list_files", {})
         await user.settle()
         assert result.content[0].text == FILES
@@ -224,17 +255,20 @@ async def test_legacy_push_gets_the_completion_notification_from_the_webhook(
     assert notes.completed == [flow_id]
 
 
-async def test_legacy_error_style_retries_after_the_notification(oauth_env: OAuthEnv,
-                                                                 client: ServerClientHandle,
-                                                                 browser_page: Page) -> None:
+async def test_legacy_error_style_retries_after_the_notification(
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page
+) -> None:
     sub, token = new_user(oauth_env)
     user = BrowserUser(browser_page, oauth_env, sub)
     port = free_port()
     secret = await _with_webhook(oauth_env, client, port)
     notes = Notifications()
-    async with files_server(oauth_env, client, port=port, webhook_secret=secret, legacy="error") as server, \
-            mcp_client(server.url, token, mode="legacy", elicitation_callback=user.callback(),
-                       message_handler=notes) as mcp:
+    async with (
+        files_server(oauth_env, client, port=port, webhook_secret=secret, legacy="error") as server,
+        mcp_client(
+            server.url, token, mode="legacy", elicitation_callback=user.callback(), message_handler=notes
+        ) as mcp,
+    ):
         with pytest.raises(MCPError) as needed:
             await mcp.call_tool("list_files", {})
         assert needed.value.error.code == -32042

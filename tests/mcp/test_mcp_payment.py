@@ -27,16 +27,23 @@ def stripe_double() -> Iterator[StripeDouble]:
 
 
 @pytest.fixture(scope="module")
-async def pay_app(make_settings: Callable[..., Settings], oauth_server: OAuthServer,
-                  stripe_double: StripeDouble) -> AsyncIterator[RunningApp]:
-    async with kinds_app(make_settings, oauth_server, stripe_secret_key=API_KEY, stripe_webhook_secret=WEBHOOK_SECRET,
-                         stripe_api_base=stripe_double.url) as running:
+async def pay_app(
+    make_settings: Callable[..., Settings], oauth_server: OAuthServer, stripe_double: StripeDouble
+) -> AsyncIterator[RunningApp]:
+    async with kinds_app(
+        make_settings,
+        oauth_server,
+        stripe_secret_key=API_KEY,
+        stripe_webhook_secret=WEBHOOK_SECRET,
+        stripe_api_base=stripe_double.url,
+    ) as running:
         yield running
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
-async def test_paid_tool_runs_after_the_payment(pay_app: RunningApp, oauth_server: OAuthServer,
-                                                stripe_double: StripeDouble, mode: str) -> None:
+async def test_paid_tool_runs_after_the_payment(
+    pay_app: RunningApp, oauth_server: OAuthServer, stripe_double: StripeDouble, mode: str
+) -> None:
     client = await new_server_client(pay_app, display_name="Example Reports")
     token = oauth_server.mint(f"u{uuid.uuid4().hex[:10]}", client_id=AUDIENCE)["id_token"]
     tasks: list[asyncio.Task[None]] = []
@@ -44,7 +51,7 @@ async def test_paid_tool_runs_after_the_payment(pay_app: RunningApp, oauth_serve
 
     async def pay(flow_ref: str) -> None:
         flow = await pay_app.state.flows.read(uuid.UUID(flow_ref[3:]))
-        await pay_app.state.payments.checkout_url(flow)     # what the Pay button does
+        await pay_app.state.payments.checkout_url(flow)  # what the Pay button does
         paid = stripe_double.pay(stripe_double.session_for(flow_ref)["id"])
         delivered = await stripe_double.deliver(pay_app.url, stripe_double.event("checkout.session.completed", paid))
         assert delivered.status_code == 200, delivered.text
@@ -55,8 +62,10 @@ async def test_paid_tool_runs_after_the_payment(pay_app: RunningApp, oauth_serve
         tasks.append(asyncio.get_running_loop().create_task(pay(flow_ref)))
         return ElicitResult(action="accept")
 
-    async with example_server(pay_app.url, client.api_key, oauth_server.issuer) as server, \
-            mcp_client(server.url, token, mode=mode, elicitation_callback=callback) as mcp:  # type: ignore[arg-type]
+    async with (
+        example_server(pay_app.url, client.api_key, oauth_server.issuer) as server,
+        mcp_client(server.url, token, mode=mode, elicitation_callback=callback) as mcp,
+    ):  # type: ignore[arg-type]
         result = await mcp.call_tool("premium_report", {"topic": "rates"})
         await asyncio.gather(*tasks)
     assert result.is_error is False, result.content

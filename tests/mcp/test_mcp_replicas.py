@@ -16,16 +16,20 @@ from tests.support.oauth_server import OAuthServer
 
 
 async def test_round_started_on_one_replica_completes_on_the_other(
-        elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer) -> None:
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer
+) -> None:
     token = oauth_server.mint(f"u{uuid.uuid4().hex[:10]}", client_id=AUDIENCE)["id_token"]
     seen: list[tuple[str, str]] = []
     shared = {"customize": add_external_tools, "state_keys": (STATE_KEY,)}
-    async with ElicitdClient(elicitd.url, server_client.api_key) as api, \
-            example_server(elicitd.url, server_client.api_key, oauth_server.issuer, **shared) as one, \
-            example_server(elicitd.url, server_client.api_key, oauth_server.issuer, **shared) as two:
+    async with (
+        ElicitdClient(elicitd.url, server_client.api_key) as api,
+        example_server(elicitd.url, server_client.api_key, oauth_server.issuer, **shared) as one,
+        example_server(elicitd.url, server_client.api_key, oauth_server.issuer, **shared) as two,
+    ):
         balancer = RoundRobin([one.port, two.port])
-        async with mcp_client(one.url, token, transport=balancer,
-                              elicitation_callback=finishing(api, delay=0.3, seen=seen)) as client:
+        async with mcp_client(
+            one.url, token, transport=balancer, elicitation_callback=finishing(api, delay=0.3, seen=seen)
+        ) as client:
             balancer.served.clear()
             result = await client.call_tool("verify", {"step": "replicas"})
     assert result.is_error is False, result.content
@@ -36,17 +40,19 @@ async def test_round_started_on_one_replica_completes_on_the_other(
 
 
 async def test_replicas_with_their_own_state_keys_refuse_each_others_rounds(
-        elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer) -> None:
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer
+) -> None:
     """The control case: without shared SDK keys the other replica cannot open the state."""
     token = oauth_server.mint(f"u{uuid.uuid4().hex[:10]}", client_id=AUDIENCE)["id_token"]
-    async with ElicitdClient(elicitd.url, server_client.api_key) as api, \
-            example_server(elicitd.url, server_client.api_key, oauth_server.issuer,
-                           customize=add_external_tools) as one, \
-            example_server(elicitd.url, server_client.api_key, oauth_server.issuer,
-                           customize=add_external_tools) as two:
+    async with (
+        ElicitdClient(elicitd.url, server_client.api_key) as api,
+        example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as one,
+        example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as two,
+    ):
         balancer = RoundRobin([one.port, two.port])
-        async with mcp_client(one.url, token, transport=balancer,
-                              elicitation_callback=finishing(api, delay=0.3)) as client:
+        async with mcp_client(
+            one.url, token, transport=balancer, elicitation_callback=finishing(api, delay=0.3)
+        ) as client:
             balancer.served.clear()
             with pytest.raises(MCPError) as refused:
                 await client.call_tool("verify", {"step": "unshared"})

@@ -19,8 +19,9 @@ from tests.mcp.test_mcp_external import PAGE, finishing
 from tests.support.apps import RunningApp, ServerClientHandle, free_port
 
 
-async def test_decorator_and_custom_subject_without_install(elicitd: RunningApp,
-                                                            server_client: ServerClientHandle) -> None:
+async def test_decorator_and_custom_subject_without_install(
+    elicitd: RunningApp, server_client: ServerClientHandle
+) -> None:
     subject = Subject("https://id.example.com", f"u{uuid.uuid4().hex[:8]}")
     seen: list[tuple[str, str]] = []
     async with ElicitdClient(elicitd.url, server_client.api_key) as api:
@@ -38,9 +39,15 @@ async def test_decorator_and_custom_subject_without_install(elicitd: RunningApp,
             await helper.require(ctx, "external", url=f"{PAGE}/undecorated")
             return "unreachable"
 
-        async with serve(mcp, free_port()) as url, httpx2.AsyncClient() as http, \
-                Client(streamable_http_client(url, http_client=http), mode="2026-07-28",
-                       elicitation_callback=finishing(api, seen=seen)) as client:
+        async with (
+            serve(mcp, free_port()) as url,
+            httpx2.AsyncClient() as http,
+            Client(
+                streamable_http_client(url, http_client=http),
+                mode="2026-07-28",
+                elicitation_callback=finishing(api, seen=seen),
+            ) as client,
+        ):
             result = await client.call_tool("decorated", {})
             assert result.is_error is False, result.content
             assert result.content[0].text == "ok alice"
@@ -53,8 +60,9 @@ async def test_decorator_and_custom_subject_without_install(elicitd: RunningApp,
     assert "Elicitd.install(server)" in unwired.value.error.message
 
 
-async def test_without_a_verified_user_the_tool_fails_closed(elicitd: RunningApp,
-                                                             server_client: ServerClientHandle) -> None:
+async def test_without_a_verified_user_the_tool_fails_closed(
+    elicitd: RunningApp, server_client: ServerClientHandle
+) -> None:
     async with ElicitdClient(elicitd.url, server_client.api_key) as api:
         helper = Elicitd(api)  # default: the SDK access token, absent on this server
         mcp = MCPServer("noauth", log_level="WARNING")
@@ -65,9 +73,13 @@ async def test_without_a_verified_user_the_tool_fails_closed(elicitd: RunningApp
             await helper.require(ctx, "external", url=f"{PAGE}/x")
             return "unreachable"
 
-        async with serve(mcp, free_port()) as url, httpx2.AsyncClient() as http, \
-                Client(streamable_http_client(url, http_client=http), mode="2026-07-28",
-                       elicitation_callback=finishing(api)) as client:
+        async with (
+            serve(mcp, free_port()) as url,
+            httpx2.AsyncClient() as http,
+            Client(
+                streamable_http_client(url, http_client=http), mode="2026-07-28", elicitation_callback=finishing(api)
+            ) as client,
+        ):
             result = await client.call_tool("needs_user", {})
     assert result.is_error is True
     # A crash for the server's log, not a message for the model: no detail leaves the server.

@@ -16,8 +16,18 @@ from sqlalchemy import text
 from service.settings import Settings
 from tests.support.apps import LogCapture, new_server_client, running_app
 
-MARKERS = ("MARK-CODE-1", "MARK-STATE-2", "MARK-TOKEN-3", "MARK-RT-4", "MARK-CS-5", "MARK-PW-6", "MARK-KEY-7",
-           "MARK-FRAG-8", "MARK-BEARER-9", "MARK-SECRET-10")
+MARKERS = (
+    "MARK-CODE-1",
+    "MARK-STATE-2",
+    "MARK-TOKEN-3",
+    "MARK-RT-4",
+    "MARK-CS-5",
+    "MARK-PW-6",
+    "MARK-KEY-7",
+    "MARK-FRAG-8",
+    "MARK-BEARER-9",
+    "MARK-SECRET-10",
+)
 
 
 @contextlib.contextmanager
@@ -55,44 +65,66 @@ async def test_request_and_transition_lines_name_the_flow(make_settings: Callabl
             client = await new_server_client(app)
             subject = {"iss": "https://id.example.com", "sub": f"u-{uuid.uuid4().hex[:8]}"}
             async with app.http(client.api_key) as http:
-                created = await http.post("/v1/flows", json={"subject": subject, "kind": "external",
-                                                             "url": "https://app.example.com/step"})
+                created = await http.post(
+                    "/v1/flows", json={"subject": subject, "kind": "external", "url": "https://app.example.com/step"}
+                )
                 assert created.status_code == 201, created.text
                 body = created.json()
                 flow_id = body["flow"]["id"]
                 completed = await http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"ok": True}})
                 assert completed.status_code == 200
                 key = next(iter(body["mcp"]["inputRequests"]))
-                resolved = await http.post("/v1/flows/resolve", json={
-                    "subject": subject, "request_state": body["mcp"]["requestState"],
-                    "input_responses": {key: {"action": "accept"}}})
+                resolved = await http.post(
+                    "/v1/flows/resolve",
+                    json={
+                        "subject": subject,
+                        "request_state": body["mcp"]["requestState"],
+                        "input_responses": {key: {"action": "accept"}},
+                    },
+                )
                 assert resolved.json()["outcome"] == "completed"
                 assert (await http.get("/healthz")).status_code == 200
             async with app.state.sessions() as session:
-                created_at, completed_at = (await session.execute(
-                    text("SELECT created_at, completed_at FROM flows WHERE id = :i"),
-                    {"i": uuid.UUID(flow_id[3:])})).one()
+                created_at, completed_at = (
+                    await session.execute(
+                        text("SELECT created_at, completed_at FROM flows WHERE id = :i"), {"i": uuid.UUID(flow_id[3:])}
+                    )
+                ).one()
     lines = [json.loads(line) for line in capture.lines]
     requests = [timed(line) for line in lines if line["logger"] == "elicitd.requests"]
     about_flow = {"flow_id": flow_id, "server_client": client.public_id, "kind": "external"}
     base = {"level": "info", "logger": "elicitd.requests", "msg": "request"}
     assert requests == [
         {**base, **about_flow, "outcome": "created", "method": "POST", "route": "/v1/flows", "status": 201},
-        {**base, **about_flow, "outcome": "completed", "method": "POST", "route": "/v1/flows/{flow_id}/complete",
-         "status": 200},
-        {**base, **about_flow, "outcome": "completed", "method": "POST", "route": "/v1/flows/resolve",
-         "status": 200},
+        {
+            **base,
+            **about_flow,
+            "outcome": "completed",
+            "method": "POST",
+            "route": "/v1/flows/{flow_id}/complete",
+            "status": 200,
+        },
+        {**base, **about_flow, "outcome": "completed", "method": "POST", "route": "/v1/flows/resolve", "status": 200},
         {**base, "method": "GET", "route": "/healthz", "status": 200},
     ]
     # Other instances' sweepers may expire other tests' flows meanwhile: keep this client's lines.
-    transitions = [line for line in lines
-                   if line["logger"] == "elicitd.flows" and line.get("server_client") == client.public_id]
+    transitions = [
+        line for line in lines if line["logger"] == "elicitd.flows" and line.get("server_client") == client.public_id
+    ]
     for line in transitions:
         line.pop("ts")
     expected_ms = round((completed_at - created_at).total_seconds() * 1000, 1)
     assert expected_ms > 0
-    assert transitions == [{"level": "info", "logger": "elicitd.flows", "msg": "flow transition", **about_flow,
-                            "outcome": "completed", "duration_ms": expected_ms}]
+    assert transitions == [
+        {
+            "level": "info",
+            "logger": "elicitd.flows",
+            "msg": "flow transition",
+            **about_flow,
+            "outcome": "completed",
+            "duration_ms": expected_ms,
+        }
+    ]
     # The request state, the result and the subject never reach a line.
     joined = "\n".join(capture.lines)
     assert body["mcp"]["requestState"] not in joined
@@ -101,10 +133,16 @@ async def test_request_and_transition_lines_name_the_flow(make_settings: Callabl
 
 def test_third_party_messages_are_redacted() -> None:
     planted = [
-        ("httpx", 'HTTP Request: %s %s "%s"', ("GET", "https://files.example.com/cb?code=MARK-CODE-1&state=MARK-STATE-2",
-                                              "HTTP/1.1 400 Bad Request")),
-        ("authlib.integrations", "provider answered %s",
-         ('{"access_token": "MARK-TOKEN-3", "refresh_token": "MARK-RT-4", "token_type": "Bearer"}',)),
+        (
+            "httpx",
+            'HTTP Request: %s %s "%s"',
+            ("GET", "https://files.example.com/cb?code=MARK-CODE-1&state=MARK-STATE-2", "HTTP/1.1 400 Bad Request"),
+        ),
+        (
+            "authlib.integrations",
+            "provider answered %s",
+            ('{"access_token": "MARK-TOKEN-3", "refresh_token": "MARK-RT-4", "token_type": "Bearer"}',),
+        ),
         ("stripe", "request failed client_secret=MARK-CS-5 password=MARK-PW-6 api_key=MARK-KEY-7", ()),
         ("uvicorn.error", "redirect to %s", ("https://app.example.com/done#access_token=MARK-FRAG-8",)),
         ("httpcore.http11", "send headers Authorization: Bearer MARK-BEARER-9; secret: MARK-SECRET-10", ()),
@@ -133,6 +171,5 @@ async def test_a_real_httpx_request_line_loses_its_query(make_settings: Callable
             response = await http.get("/healthz", params={"code": "MARK-CODE-1", "state": "MARK-STATE-2"})
             assert response.status_code == 200
     lines = [json.loads(line) for line in capture.lines if json.loads(line)["logger"] == "httpx"]
-    assert [line["msg"] for line in lines] == [
-        f'HTTP Request: GET {app.url}/healthz?[redacted] "HTTP/1.1 200 OK"']
+    assert [line["msg"] for line in lines] == [f'HTTP Request: GET {app.url}/healthz?[redacted] "HTTP/1.1 200 OK"']
     assert not any(marker in line for line in capture.lines for marker in MARKERS)

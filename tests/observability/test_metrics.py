@@ -64,18 +64,18 @@ async def test_metrics_count_exactly_what_happened(make_settings: Callable[..., 
     assert value(found, "elicitd_flows_finished_total", kind="external", outcome="failed") == 1
     assert value(found, "elicitd_flow_time_to_complete_seconds_count", kind="external", outcome="completed") == 2
     assert value(found, "elicitd_http_requests_total", method="POST", route="/v1/flows", status="201") == 3
-    assert value(found, "elicitd_http_requests_total", method="POST", route="/v1/flows/{flow_id}/complete",
-                 status="200") == 2
-    assert value(found, "elicitd_http_requests_total", method="GET", route="/v1/flows/{flow_id}",
-                 status="404") == 1
+    assert (
+        value(found, "elicitd_http_requests_total", method="POST", route="/v1/flows/{flow_id}/complete", status="200")
+        == 2
+    )
+    assert value(found, "elicitd_http_requests_total", method="GET", route="/v1/flows/{flow_id}", status="404") == 1
     assert value(found, "elicitd_http_requests_total", method="GET", route="unmatched", status="404") == 1
     assert value(found, "elicitd_http_request_duration_seconds_count", method="POST", route="/v1/flows") == 3
     assert value(found, "elicitd_waiters") == 0
     assert value(found, "elicitd_redis_fallback") == 0
     # Nothing leaks between app instances: the second one saw no flows and no requests.
     assert value(second_app_found, "elicitd_flows_finished_total", kind="external", outcome="completed") == 0
-    assert value(second_app_found, "elicitd_http_requests_total", method="POST", route="/v1/flows",
-                 status="201") == 0
+    assert value(second_app_found, "elicitd_http_requests_total", method="POST", route="/v1/flows", status="201") == 0
 
 
 async def test_waiters_and_fallback_gauges_follow_the_hub(make_settings: Callable[..., Settings]) -> None:
@@ -97,8 +97,10 @@ async def test_waiters_and_fallback_gauges_follow_the_hub(make_settings: Callabl
     assert value(found, "elicitd_redis_fallback") == 1
 
 
-_BACKLOG_OF_OTHERS = text("SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL "
-                          "AND server_client_id <> :mine")
+_BACKLOG_OF_OTHERS = text(
+    "SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL "
+    "AND server_client_id <> :mine"
+)
 
 
 async def backlog_scrape(app: RunningApp, mine: uuid.UUID) -> tuple[float, int]:
@@ -130,24 +132,36 @@ async def test_webhook_backlog_counts_undelivered_events_exactly(make_settings: 
         backlog, others = await backlog_scrape(app, client.id)
         assert backlog == others + 3
         async with app.state.sessions() as session:
-            delivered = (await session.execute(text(
-                "SELECT count(*) FROM webhook_outbox WHERE server_client_id = :c AND delivered_at IS NOT NULL"),
-                {"c": client.id})).scalar_one()
+            delivered = (
+                await session.execute(
+                    text(
+                        "SELECT count(*) FROM webhook_outbox WHERE server_client_id = :c AND delivered_at IS NOT NULL"
+                    ),
+                    {"c": client.id},
+                )
+            ).scalar_one()
         assert delivered == 0
 
 
 async def _connection_subject(app: RunningApp, connection: str) -> tuple[str, str]:
     async with app.state.sessions() as session:
-        await session.execute(text("UPDATE connections SET expires_at = now() + interval '5 seconds' WHERE id = :i"),
-                              {"i": CONNECTION_ID.parse(connection)})
-        iss, sub = (await session.execute(text("SELECT subject_iss, subject_sub FROM connections WHERE id = :i"),
-                                          {"i": CONNECTION_ID.parse(connection)})).one()
+        await session.execute(
+            text("UPDATE connections SET expires_at = now() + interval '5 seconds' WHERE id = :i"),
+            {"i": CONNECTION_ID.parse(connection)},
+        )
+        iss, sub = (
+            await session.execute(
+                text("SELECT subject_iss, subject_sub FROM connections WHERE id = :i"),
+                {"i": CONNECTION_ID.parse(connection)},
+            )
+        ).one()
         await session.commit()
     return str(iss), str(sub)
 
 
-async def test_real_token_refreshes_are_counted_by_outcome(make_settings: Callable[..., Settings],
-                                                           oauth: OAuthServer) -> None:
+async def test_real_token_refreshes_are_counted_by_outcome(
+    make_settings: Callable[..., Settings], oauth: OAuthServer
+) -> None:
     """Two tokens near expiry fetched through the token endpoint: the provider refreshes one and
     answers ``invalid_grant`` for the other."""
     async with running_app(make_settings()) as app:
@@ -194,8 +208,20 @@ async def test_one_json_log_line_per_request_without_query_strings(make_settings
     assert isinstance(gets[0]["duration_ms"], float)
     # The id is a field of its own (the flow this request concerns); the raw path and query are not logged.
     assert gets[0]["flow_id"] == flow_id
-    assert set(gets[0]) == {"ts", "level", "logger", "msg", "method", "route", "status", "duration_ms", "flow_id",
-                            "server_client", "kind", "outcome"}
+    assert set(gets[0]) == {
+        "ts",
+        "level",
+        "logger",
+        "msg",
+        "method",
+        "route",
+        "status",
+        "duration_ms",
+        "flow_id",
+        "server_client",
+        "kind",
+        "outcome",
+    }
     assert not any("MARKER-Q" in line or f"/v1/flows/{flow_id}" in line for line in capture.lines)
 
 
@@ -226,7 +252,15 @@ def test_metric_names_match_the_reference() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("### Metrics reference", 1)[1].split("\n### ", 1)[0]
     documented = set(re.findall(r"`(elicitd_[a-z_]+)`", section))
-    assert {"elicitd_http_requests_total", "elicitd_http_request_duration_seconds", "elicitd_flows_finished_total",
-            "elicitd_flow_time_to_complete_seconds", "elicitd_waiters", "elicitd_redis_fallback",
-            "elicitd_webhook_backlog", "elicitd_webhook_deliveries_total", "elicitd_token_refreshes_total",
-            "elicitd_rate_limited_total"} == documented
+    assert {
+        "elicitd_http_requests_total",
+        "elicitd_http_request_duration_seconds",
+        "elicitd_flows_finished_total",
+        "elicitd_flow_time_to_complete_seconds",
+        "elicitd_waiters",
+        "elicitd_redis_fallback",
+        "elicitd_webhook_backlog",
+        "elicitd_webhook_deliveries_total",
+        "elicitd_token_refreshes_total",
+        "elicitd_rate_limited_total",
+    } == documented

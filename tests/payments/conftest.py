@@ -33,10 +33,16 @@ def stripe_double() -> Iterator[StripeDouble]:
 
 
 @pytest.fixture(scope="module")
-async def app(make_settings: Callable[..., Settings], issuer: OAuthServer,
-              stripe_double: StripeDouble) -> AsyncIterator[RunningApp]:
-    async with kinds_app(make_settings, issuer, stripe_secret_key=API_KEY, stripe_webhook_secret=WEBHOOK_SECRET,
-                         stripe_api_base=stripe_double.url) as running:
+async def app(
+    make_settings: Callable[..., Settings], issuer: OAuthServer, stripe_double: StripeDouble
+) -> AsyncIterator[RunningApp]:
+    async with kinds_app(
+        make_settings,
+        issuer,
+        stripe_secret_key=API_KEY,
+        stripe_webhook_secret=WEBHOOK_SECRET,
+        stripe_api_base=stripe_double.url,
+    ) as running:
         yield running
 
 
@@ -48,8 +54,7 @@ async def client(app: RunningApp) -> ServerClientHandle:
 class Payments:
     """Creates payment flows through the API and opens their checkout the way the Pay button does."""
 
-    def __init__(self, app: RunningApp, client: ServerClientHandle, issuer: OAuthServer,
-                 double: StripeDouble) -> None:
+    def __init__(self, app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, double: StripeDouble) -> None:
         self.app, self.client, self.issuer, self.double = app, client, issuer, double
 
     def body(self, sub: str, **params: Any) -> dict[str, Any]:
@@ -77,6 +82,5 @@ class Payments:
 
 
 @pytest.fixture
-def payments(app: RunningApp, client: ServerClientHandle, issuer: OAuthServer,
-             stripe_double: StripeDouble) -> Payments:
+def payments(app: RunningApp, client: ServerClientHandle, issuer: OAuthServer, stripe_double: StripeDouble) -> Payments:
     return Payments(app, client, issuer, stripe_double)

@@ -35,8 +35,8 @@ async def go_to_checkout(page: Page, payments: Payments, sub: str, *, screenshot
 
 
 async def test_return_first_completes_from_a_verified_lookup(
-        app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble,
-        browser_page: Page) -> None:
+    app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble, browser_page: Page
+) -> None:
     sub = new_sub("ret")
     flow_id = await go_to_checkout(browser_page, payments, sub, screenshot="payment-page")
     await save_screenshot(browser_page, "payment-stripe-double-checkout")
@@ -50,18 +50,23 @@ async def test_return_first_completes_from_a_verified_lookup(
     row = await flow_row(app, flow_id)
     assert row["status"] == "completed"
     assert row["result"]["payment_id"] == session["payment_intent"]
-    assert await payment_row(app, flow_id) == {"status": "paid", "payment_id": session["payment_intent"],
-                                               "settled_by": "return"}
+    assert await payment_row(app, flow_id) == {
+        "status": "paid",
+        "payment_id": session["payment_intent"],
+        "settled_by": "return",
+    }
     # The webhook arrives afterwards: acknowledged, nothing changes.
     late = await payments.webhook("checkout.session.completed", session)
     assert (late.status_code, late.json()["outcome"]) == (200, "already_settled")
     assert [(t["to_status"], t["detail"]["settled_by"]) for t in await transitions(app, flow_id)] == [
-        ("completed", "return")]
+        ("completed", "return")
+    ]
     assert "checkout_started" in await event_types(app, flow_id)
 
 
 async def test_webhook_first_then_the_user_returns(
-        app: RunningApp, payments: Payments, stripe_double: StripeDouble, browser_page: Page) -> None:
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble, browser_page: Page
+) -> None:
     sub = new_sub("hook")
     flow_id = await go_to_checkout(browser_page, payments, sub)
     session = stripe_double.pay(stripe_double.session_for(flow_id)["id"])
@@ -72,18 +77,21 @@ async def test_webhook_first_then_the_user_returns(
     assert await browser_page.locator("#outcome").inner_text() == "Payment received"
     assert stripe_double.calls("retrieve") == retrieves, "a settled payment needs no lookup"
     assert [(t["to_status"], t["detail"]["settled_by"]) for t in await transitions(app, flow_id)] == [
-        ("completed", "webhook")]
+        ("completed", "webhook")
+    ]
 
 
 async def test_webhook_and_return_at_once_make_exactly_one_transition(
-        app: RunningApp, payments: Payments, stripe_double: StripeDouble, browser_page: Page) -> None:
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble, browser_page: Page
+) -> None:
     sub = new_sub("race")
     for _ in range(3):
         flow_id = await go_to_checkout(browser_page, payments, sub)
         session = stripe_double.pay(stripe_double.session_for(flow_id)["id"])
         payload = stripe_double.event("checkout.session.completed", session)
-        hook, page_response = await asyncio.gather(stripe_double.deliver(app.url, payload),
-                                                   browser_page.goto(f"{app.url}/pay/{flow_id}/return"))
+        hook, page_response = await asyncio.gather(
+            stripe_double.deliver(app.url, payload), browser_page.goto(f"{app.url}/pay/{flow_id}/return")
+        )
         assert hook.status_code == 200
         assert hook.json()["outcome"] in {"completed", "already_settled"}
         assert page_response is not None and page_response.status == 200
@@ -94,8 +102,8 @@ async def test_webhook_and_return_at_once_make_exactly_one_transition(
 
 
 async def test_decline_on_the_page_declines_and_closes_the_checkout(
-        app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble,
-        browser_page: Page) -> None:
+    app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble, browser_page: Page
+) -> None:
     sub = new_sub("decl")
     flow_id = await go_to_checkout(browser_page, payments, sub)
     await browser_page.goto(payments.double.session_for(flow_id)["cancel_url"])  # "back" from Stripe
@@ -110,8 +118,8 @@ async def test_decline_on_the_page_declines_and_closes_the_checkout(
 
 
 async def test_every_payment_page_refuses_another_account(
-        app: RunningApp, payments: Payments, stripe_double: StripeDouble, issuer: OAuthServer,
-        browser_page: Page) -> None:
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble, issuer: OAuthServer, browser_page: Page
+) -> None:
     owner, intruder = new_sub("own"), new_sub("mallory")
     created = await payments.create(owner)
     flow_id = created["flow"]["id"]
@@ -121,10 +129,12 @@ async def test_every_payment_page_refuses_another_account(
     assert await browser_page.locator("#payment-amount").count() == 0
     await save_screenshot(browser_page, "payment-refused-other-account")
     token = await browser_page.locator("input[name=csrf_token]").first.get_attribute("value")
-    checkout = await browser_page.request.post(f"{app.url}/pay/{flow_id}/checkout", form={"csrf_token": token or ""},
-                                               max_redirects=0)
-    decline = await browser_page.request.post(f"{app.url}/pay/{flow_id}/decline", form={"csrf_token": token or ""},
-                                              max_redirects=0)
+    checkout = await browser_page.request.post(
+        f"{app.url}/pay/{flow_id}/checkout", form={"csrf_token": token or ""}, max_redirects=0
+    )
+    decline = await browser_page.request.post(
+        f"{app.url}/pay/{flow_id}/decline", form={"csrf_token": token or ""}, max_redirects=0
+    )
     back = await browser_page.request.get(f"{app.url}/pay/{flow_id}/return", max_redirects=0)
     assert (checkout.status, decline.status, back.status) == (403, 403, 403)
     assert stripe_double.calls("create") == creates, "no checkout may be created for someone else's flow"
@@ -133,14 +143,16 @@ async def test_every_payment_page_refuses_another_account(
     assert (await event_types(app, flow_id)).count("subject_mismatch") >= 4
 
 
-async def test_the_pay_form_needs_the_csrf_token(app: RunningApp, payments: Payments,
-                                                 stripe_double: StripeDouble, browser_page: Page) -> None:
+async def test_the_pay_form_needs_the_csrf_token(
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble, browser_page: Page
+) -> None:
     sub = new_sub("csrf")
     created = await payments.create(sub)
     await open_as(browser_page, created["flow"]["url"], sub, payments.issuer)
     creates = stripe_double.calls("create")
-    response = await browser_page.request.post(f"{app.url}/pay/{created['flow']['id']}/checkout",
-                                               form={"csrf_token": "B" * 43}, max_redirects=0)
+    response = await browser_page.request.post(
+        f"{app.url}/pay/{created['flow']['id']}/checkout", form={"csrf_token": "B" * 43}, max_redirects=0
+    )
     assert response.status == 403
     assert stripe_double.calls("create") == creates
     assert uuid.UUID(created["flow"]["id"][3:])

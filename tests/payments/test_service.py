@@ -21,17 +21,19 @@ from tests.support.apps import RunningApp, ServerClientHandle
 from tests.support.stripe_double import API_KEY, StripeDouble
 
 
-@pytest.mark.parametrize("params", [
-    {"currency": "eur", "description": "no amount"},
-    {"amount": 0, "currency": "eur", "description": "zero"},
-    {"amount": 19.99, "currency": "eur", "description": "float money"},
-    {"amount": 100, "currency": "euro", "description": "bad currency"},
-    {"amount": 100, "currency": "eur", "description": ""},
-    {"amount": 100, "currency": "eur", "description": "x", "tip": 5},
-    {"amount": 100, "currency": "eur", "description": "x", "idempotency_key": "has space"},
-])
-async def test_invalid_payment_params_are_refused(app: RunningApp, payments: Payments,
-                                                  params: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"currency": "eur", "description": "no amount"},
+        {"amount": 0, "currency": "eur", "description": "zero"},
+        {"amount": 19.99, "currency": "eur", "description": "float money"},
+        {"amount": 100, "currency": "euro", "description": "bad currency"},
+        {"amount": 100, "currency": "eur", "description": ""},
+        {"amount": 100, "currency": "eur", "description": "x", "tip": 5},
+        {"amount": 100, "currency": "eur", "description": "x", "idempotency_key": "has space"},
+    ],
+)
+async def test_invalid_payment_params_are_refused(app: RunningApp, payments: Payments, params: dict[str, Any]) -> None:
     async with app.http(payments.client.api_key) as http:
         body = {"subject": {"iss": payments.issuer.issuer, "sub": "u"}, "kind": "payment", "params": params}
         response = await http.post("/v1/flows", json=body)
@@ -39,30 +41,41 @@ async def test_invalid_payment_params_are_refused(app: RunningApp, payments: Pay
     assert response.json()["code"] == "invalid_params"
 
 
-async def test_payments_need_a_configured_provider(elicitd: RunningApp, server_client: ServerClientHandle,
-                                                   subject: Subject) -> None:
+async def test_payments_need_a_configured_provider(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
     async with elicitd.http(server_client.api_key) as http:
-        response = await http.post("/v1/flows", json={
-            "subject": {"iss": subject.iss, "sub": subject.sub}, "kind": "payment",
-            "params": {"amount": 100, "currency": "eur", "description": "x"}})
+        response = await http.post(
+            "/v1/flows",
+            json={
+                "subject": {"iss": subject.iss, "sub": subject.sub},
+                "kind": "payment",
+                "params": {"amount": 100, "currency": "eur", "description": "x"},
+            },
+        )
     assert response.status_code == 503
     assert response.json()["code"] == "payments_unavailable"
 
 
 async def test_checkout_is_created_once_however_often_pay_is_pressed(
-        app: RunningApp, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble
+) -> None:
     created = await payments.create()
     flow = await payments.flow(created["flow"]["id"])
     urls = await asyncio.gather(*(app.state.payments.checkout_url(flow) for _ in range(5)))
     session = stripe_double.session_for(created["flow"]["id"])
     assert set(urls) == {session["url"]}
-    keys = {r["idempotency_key"] for r in stripe_double.state.requests
-            if r["method"] == "POST" and r["path"] == "/v1/checkout/sessions" and created["flow"]["id"] in r["body"]}
+    keys = {
+        r["idempotency_key"]
+        for r in stripe_double.state.requests
+        if r["method"] == "POST" and r["path"] == "/v1/checkout/sessions" and created["flow"]["id"] in r["body"]
+    }
     assert keys == {f"elicitd-checkout-{created['flow']['id']}"}
 
 
 async def test_a_paid_idempotency_key_answers_completed_and_refuses_other_amounts(
-        app: RunningApp, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble
+) -> None:
     sub = new_sub("idem")
     first = await payments.create(sub, idempotency_key="order-42")
     again = await create_flow(app, payments.client, payments.body(sub, idempotency_key="order-42"), expect=200)
@@ -81,7 +94,8 @@ async def test_a_paid_idempotency_key_answers_completed_and_refuses_other_amount
 
 
 async def test_reconcile_settles_checkouts_whose_webhook_never_came(
-        app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble
+) -> None:
     paid_flow = await payments.create()
     paid = await payments.checkout(paid_flow["flow"]["id"])
     stripe_double.pay(paid["id"])
@@ -95,9 +109,14 @@ async def test_reconcile_settles_checkouts_whose_webhook_never_came(
     declined = await payments.checkout(declined_flow["flow"]["id"])
     flow_ref = declined_flow["flow"]["id"]
     async with app.http(client.api_key) as http:
-        answer = await http.post("/v1/flows/resolve", json={
-            "subject": declined_flow["flow"]["subject"], "request_state": declined_flow["mcp"]["requestState"],
-            "input_responses": {f"elicitd_{flow_ref}": {"action": "decline"}}})
+        answer = await http.post(
+            "/v1/flows/resolve",
+            json={
+                "subject": declined_flow["flow"]["subject"],
+                "request_state": declined_flow["mcp"]["requestState"],
+                "input_responses": {f"elicitd_{flow_ref}": {"action": "decline"}},
+            },
+        )
     assert answer.json()["outcome"] == "declined"
 
     actions = {a.flow_id: a.outcome for a in await app.state.payments.reconcile(older_than_seconds=0)}
@@ -117,34 +136,54 @@ async def test_reconcile_settles_checkouts_whose_webhook_never_came(
 
 
 async def test_money_arriving_for_a_finished_flow_is_marked_paid_late(
-        app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble
+) -> None:
     created = await payments.create()
     flow_ref = created["flow"]["id"]
     session = await payments.checkout(flow_ref)
     async with app.http(client.api_key) as http:
-        await http.post("/v1/flows/resolve", json={
-            "subject": created["flow"]["subject"], "request_state": created["mcp"]["requestState"],
-            "input_responses": {f"elicitd_{flow_ref}": {"action": "decline"}}})
+        await http.post(
+            "/v1/flows/resolve",
+            json={
+                "subject": created["flow"]["subject"],
+                "request_state": created["mcp"]["requestState"],
+                "input_responses": {f"elicitd_{flow_ref}": {"action": "decline"}},
+            },
+        )
     response = await payments.webhook("checkout.session.completed", stripe_double.pay(session["id"]))
     assert response.json()["outcome"] == "paid_late"
     assert (await flow_row(app, flow_ref))["status"] == "declined"
     assert (await payment_row(app, flow_ref))["status"] == "paid_late"
 
 
-async def test_the_reconcile_command(app: RunningApp, payments: Payments, stripe_double: StripeDouble,
-                                     database_url: str) -> None:
+async def test_the_reconcile_command(
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble, database_url: str
+) -> None:
     created = await payments.create()
     session = await payments.checkout(created["flow"]["id"])
     stripe_double.pay(session["id"])
-    keys = ",".join(f"{kid}:{__import__('base64').urlsafe_b64encode(key).decode().rstrip('=')}"
-                    for kid, key in TEST_KEYS.keys)
-    env = {**os.environ, "ELICITD_DATABASE_URL": database_url, "ELICITD_KEYS": keys,
-           "ELICITD_PUBLIC_URL": app.url, "ELICITD_STRIPE_SECRET_KEY": API_KEY,
-           "ELICITD_STRIPE_API_BASE": stripe_double.url, "ELICITD_REDIS_URL": app.settings.redis_url or "",
-           "ELICITD_REDIS_CHANNEL": app.settings.redis_channel}
-    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "service.cli", "payments", "reconcile",
-                                                    "--older-than", "0", "--json"],
-                                   env=env, capture_output=True, text=True, timeout=120, check=False)
+    keys = ",".join(
+        f"{kid}:{__import__('base64').urlsafe_b64encode(key).decode().rstrip('=')}" for kid, key in TEST_KEYS.keys
+    )
+    env = {
+        **os.environ,
+        "ELICITD_DATABASE_URL": database_url,
+        "ELICITD_KEYS": keys,
+        "ELICITD_PUBLIC_URL": app.url,
+        "ELICITD_STRIPE_SECRET_KEY": API_KEY,
+        "ELICITD_STRIPE_API_BASE": stripe_double.url,
+        "ELICITD_REDIS_URL": app.settings.redis_url or "",
+        "ELICITD_REDIS_CHANNEL": app.settings.redis_channel,
+    }
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "service.cli", "payments", "reconcile", "--older-than", "0", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     rows = {r["flow_id"]: r for r in json.loads(done.stdout)}
     assert rows[created["flow"]["id"]]["outcome"] == "completed"

@@ -16,20 +16,28 @@ from tests.support.apps import RunningApp, ServerClientHandle
 from tests.support.stripe_double import StripeDouble
 
 
-async def payment_events(app: RunningApp, event_id: str | None = None,
-                         flow_ref: str | None = None) -> list[dict[str, Any]]:
+async def payment_events(
+    app: RunningApp, event_id: str | None = None, flow_ref: str | None = None
+) -> list[dict[str, Any]]:
     async with app.state.sessions() as session:
         rows = await session.execute(
-            text("SELECT event_id, type, outcome FROM payment_events WHERE (CAST(:e AS text) IS NULL OR event_id = :e) "
-                 "AND (CAST(:f AS uuid) IS NULL OR flow_id = :f) ORDER BY received_at"),
-            {"e": event_id, "f": None if flow_ref is None else uuid.UUID(flow_ref[3:])})
+            text(
+                "SELECT event_id, type, outcome FROM payment_events WHERE (CAST(:e AS text) IS NULL OR event_id = :e) "
+                "AND (CAST(:f AS uuid) IS NULL OR flow_id = :f) ORDER BY received_at"
+            ),
+            {"e": event_id, "f": None if flow_ref is None else uuid.UUID(flow_ref[3:])},
+        )
         return [dict(r._mapping) for r in rows]
 
 
 async def payment_row(app: RunningApp, flow_ref: str) -> dict[str, Any]:
     async with app.state.sessions() as session:
-        row = (await session.execute(text("SELECT status, payment_id, settled_by FROM payments WHERE flow_id = :f"),
-                                     {"f": uuid.UUID(flow_ref[3:])})).first()
+        row = (
+            await session.execute(
+                text("SELECT status, payment_id, settled_by FROM payments WHERE flow_id = :f"),
+                {"f": uuid.UUID(flow_ref[3:])},
+            )
+        ).first()
     assert row is not None
     return dict(row._mapping)
 
@@ -37,17 +45,26 @@ async def payment_row(app: RunningApp, flow_ref: str) -> dict[str, Any]:
 async def resolve(app: RunningApp, client: ServerClientHandle, created: dict[str, Any], wait: float) -> Any:
     flow_id = created["flow"]["id"]
     async with app.http(client.api_key) as http:
-        return await http.post("/v1/flows/resolve", json={
-            "subject": created["flow"]["subject"], "request_state": created["mcp"]["requestState"],
-            "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}}, "wait_seconds": wait})
+        return await http.post(
+            "/v1/flows/resolve",
+            json={
+                "subject": created["flow"]["subject"],
+                "request_state": created["mcp"]["requestState"],
+                "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}},
+                "wait_seconds": wait,
+            },
+        )
 
 
 async def test_webhook_completes_the_flow_and_wakes_a_waiting_resolve(
-        app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble
+) -> None:
     created = await payments.create(amount=2500, currency="usd", description="Pro plan, one month")
     flow_id = created["flow"]["id"]
-    assert created["mcp"]["inputRequests"][f"elicitd_{flow_id}"]["params"]["message"] == \
-        "Pay 25.00 USD for Pro plan, one month."
+    assert (
+        created["mcp"]["inputRequests"][f"elicitd_{flow_id}"]["params"]["message"]
+        == "Pay 25.00 USD for Pro plan, one month."
+    )
     session = await payments.checkout(flow_id)
     assert (session["amount_total"], session["currency"], session["client_reference_id"]) == (2500, "usd", flow_id)
     # The flow lives as long as its checkout can be paid (Stripe's minimum is 30 minutes).
@@ -63,16 +80,27 @@ async def test_webhook_completes_the_flow_and_wakes_a_waiting_resolve(
 
     answer = (await waiting).json()
     assert answer["outcome"] == "completed"
-    assert answer["result"] == {"payment_id": paid["payment_intent"], "amount": 2500, "currency": "usd",
-                                "status": "paid", "provider": "stripe", "checkout_session_id": session["id"]}
+    assert answer["result"] == {
+        "payment_id": paid["payment_intent"],
+        "amount": 2500,
+        "currency": "usd",
+        "status": "paid",
+        "provider": "stripe",
+        "checkout_session_id": session["id"],
+    }
     assert [(t["actor"], t["to_status"], t["detail"]) for t in await transitions(app, flow_id)] == [
-        ("provider", "completed", {"settled_by": "webhook"})]
-    assert await payment_row(app, flow_id) == {"status": "paid", "payment_id": paid["payment_intent"],
-                                               "settled_by": "webhook"}
+        ("provider", "completed", {"settled_by": "webhook"})
+    ]
+    assert await payment_row(app, flow_id) == {
+        "status": "paid",
+        "payment_id": paid["payment_intent"],
+        "settled_by": "webhook",
+    }
 
 
 async def test_the_same_event_delivered_ten_times_makes_one_transition(
-        app: RunningApp, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble
+) -> None:
     created = await payments.create()
     flow_id = created["flow"]["id"]
     session = await payments.checkout(flow_id)
@@ -90,7 +118,8 @@ async def test_the_same_event_delivered_ten_times_makes_one_transition(
 
 
 async def test_bad_signatures_are_rejected_and_change_nothing(
-        app: RunningApp, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble
+) -> None:
     created = await payments.create()
     flow_id = created["flow"]["id"]
     session = await payments.checkout(flow_id)
@@ -110,7 +139,8 @@ async def test_bad_signatures_are_rejected_and_change_nothing(
 
 
 async def test_timestamps_outside_five_minutes_are_rejected_in_both_directions(
-        app: RunningApp, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble
+) -> None:
     created = await payments.create()
     flow_id = created["flow"]["id"]
     session = await payments.checkout(flow_id)
@@ -130,7 +160,8 @@ async def test_timestamps_outside_five_minutes_are_rejected_in_both_directions(
 
 
 async def test_events_for_unknown_or_foreign_flows_are_acknowledged_and_ignored(
-        app: RunningApp, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble
+) -> None:
     created = await payments.create()
     flow_id = created["flow"]["id"]
     session = await payments.checkout(flow_id)
@@ -154,7 +185,8 @@ async def test_events_for_unknown_or_foreign_flows_are_acknowledged_and_ignored(
 
 
 async def test_an_event_with_another_amount_never_completes(
-        app: RunningApp, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble
+) -> None:
     created = await payments.create(amount=5000)
     flow_id = created["flow"]["id"]
     session = await payments.checkout(flow_id)
@@ -165,7 +197,8 @@ async def test_an_event_with_another_amount_never_completes(
 
 
 async def test_an_expired_session_expires_the_flow(
-        app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, client: ServerClientHandle, payments: Payments, stripe_double: StripeDouble
+) -> None:
     created = await payments.create()
     flow_id = created["flow"]["id"]
     session = await payments.checkout(flow_id)
@@ -179,7 +212,8 @@ async def test_an_expired_session_expires_the_flow(
 
 
 async def test_a_delayed_payment_waits_for_its_outcome_event(
-        app: RunningApp, payments: Payments, stripe_double: StripeDouble) -> None:
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble
+) -> None:
     created = await payments.create()
     flow_id = created["flow"]["id"]
     session = await payments.checkout(flow_id)
@@ -196,15 +230,17 @@ async def test_a_delayed_payment_waits_for_its_outcome_event(
     failing = await payments.create()
     failing_session = await payments.checkout(failing["flow"]["id"])
     stripe_double.pay(failing_session["id"], payment_status="unpaid")
-    response = await payments.webhook("checkout.session.async_payment_failed",
-                                      stripe_double.session(failing_session["id"]))
+    response = await payments.webhook(
+        "checkout.session.async_payment_failed", stripe_double.session(failing_session["id"])
+    )
     assert response.json()["outcome"] == "failed"
     row = await flow_row(app, failing["flow"]["id"])
     assert (row["status"], row["error_code"]) == ("failed", "payment_failed")
 
 
-async def test_webhooks_are_refused_when_payments_are_not_configured(elicitd: RunningApp,
-                                                                     stripe_double: StripeDouble) -> None:
+async def test_webhooks_are_refused_when_payments_are_not_configured(
+    elicitd: RunningApp, stripe_double: StripeDouble
+) -> None:
     response = await stripe_double.deliver(elicitd.url, b"{}")
     assert response.status_code == 503
     assert response.json()["code"] == "payments_unavailable"

@@ -66,8 +66,9 @@ class Receiver:
 async def receiving(receiver: Receiver | None = None) -> AsyncIterator[Receiver]:
     receiver = receiver or Receiver()
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(receiver, host="127.0.0.1", port=port, log_config=None,
-                                           access_log=False, lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(receiver, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="off")
+    )
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     while not server.started:

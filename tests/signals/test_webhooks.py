@@ -20,8 +20,7 @@ from tests.admin.conftest import admin_http, complete_flow, create_flow, make_to
 from tests.signals.receiver import Receiver, eventually, receiving
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 
-FAST = {"WEBHOOK_BACKOFF_SECONDS": "0.2", "WEBHOOK_BACKOFF_MAX_SECONDS": "0.5",
-        "WEBHOOK_POLL_INTERVAL_SECONDS": "0.1"}
+FAST = {"WEBHOOK_BACKOFF_SECONDS": "0.2", "WEBHOOK_BACKOFF_MAX_SECONDS": "0.5", "WEBHOOK_POLL_INTERVAL_SECONDS": "0.1"}
 DOC = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -50,8 +49,11 @@ async def with_webhook(app: RunningApp, url: str) -> tuple[ServerClientHandle, s
 
 async def outbox(app: RunningApp, flow_id: str) -> Any:
     async with app.state.sessions() as session:
-        return (await session.execute(text("SELECT * FROM webhook_outbox WHERE flow_id = :f"),
-                                      {"f": uuid.UUID(flow_id[3:])})).one()
+        return (
+            await session.execute(
+                text("SELECT * FROM webhook_outbox WHERE flow_id = :f"), {"f": uuid.UUID(flow_id[3:])}
+            )
+        ).one()
 
 
 async def delivered_row(app: RunningApp, flow_id: str, timeout: float = 30.0) -> Any:
@@ -91,8 +93,9 @@ async def test_delivery_only_after_the_transition_commits(make_settings: Callabl
         client, _ = await with_webhook(app, receiver.url)
         flow_id = await create_flow(app, client)
         async with app.state.sessions() as session:
-            moved = await repo.transition(session, uuid.UUID(flow_id[3:]),
-                                          Transition(FlowStatus.COMPLETED, Actor.API, result={"x": 1}))
+            moved = await repo.transition(
+                session, uuid.UUID(flow_id[3:]), Transition(FlowStatus.COMPLETED, Actor.API, result={"x": 1})
+            )
             assert moved is not None
             await asyncio.sleep(1.0)  # ten worker polls: the uncommitted outbox row is invisible
             assert receiver.received == []
@@ -100,8 +103,11 @@ async def test_delivery_only_after_the_transition_commits(make_settings: Callabl
         app.state.webhooks.wake()
         await eventually(lambda: len(receiver.ok()) == 1)
         async with app.state.sessions() as session:
-            moved = await repo.transition(session, uuid.UUID((await create_flow(app, client))[3:]),
-                                          Transition(FlowStatus.FAILED, Actor.API, error_code="boom"))
+            moved = await repo.transition(
+                session,
+                uuid.UUID((await create_flow(app, client))[3:]),
+                Transition(FlowStatus.FAILED, Actor.API, error_code="boom"),
+            )
             assert moved is not None
             await session.rollback()  # a transition that rolls back is never announced
         await asyncio.sleep(1.0)
@@ -175,13 +181,11 @@ async def test_abandoned_after_the_retry_window_then_replayed(make_settings: Cal
 
 async def test_two_replicas_never_deliver_an_event_twice(make_settings: Callable[..., Settings]) -> None:
     # Slow answers and a failure for every third event keep deliveries overlapping and retrying.
-    receiver = Receiver(answer=lambda event, seen: 500 if (hash(event) % 3 == 0 and seen == 1) else 200,
-                        delay=0.2)
+    receiver = Receiver(answer=lambda event, seen: 500 if (hash(event) % 3 == 0 and seen == 1) else 200, delay=0.2)
     async with receiving(receiver), running_app(fast(make_settings)) as one, running_app(fast(make_settings)) as two:
         client, _ = await with_webhook(one, receiver.url)
         flows = [await create_flow(one, client) for _ in range(24)]
-        results = await asyncio.gather(*(complete_flow(one if i % 2 else two, client, f)
-                                         for i, f in enumerate(flows)))
+        results = await asyncio.gather(*(complete_flow(one if i % 2 else two, client, f) for i, f in enumerate(flows)))
         assert {r.status_code for r in results} == {200}
         await eventually(lambda: len(receiver.delivered_ids()) == 24, timeout=30)
         await asyncio.sleep(1.0)  # give a duplicate every chance to show up

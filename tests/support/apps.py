@@ -43,8 +43,9 @@ class RunningApp:
 
 
 @contextlib.asynccontextmanager
-async def running_app(settings: Settings, port: int | None = None, *,
-                      keep_public_url: bool = False) -> AsyncIterator[RunningApp]:
+async def running_app(
+    settings: Settings, port: int | None = None, *, keep_public_url: bool = False
+) -> AsyncIterator[RunningApp]:
     """Serve ``create_app(settings)`` for real: lifespan, sockets, background tasks and all.
 
     The public URL becomes this instance's address unless ``keep_public_url`` (replicas behind
@@ -53,8 +54,9 @@ async def running_app(settings: Settings, port: int | None = None, *,
     if not keep_public_url:
         settings = settings.with_(public_url=f"http://127.0.0.1:{port}")
     app = create_app(settings)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=1
+    )
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
@@ -84,8 +86,9 @@ async def new_server_client(app: RunningApp, **kwargs: Any) -> ServerClientHandl
     async with app.state.sessions() as session:
         created = await create_server_client(session, name, **kwargs)
         await session.commit()
-    return ServerClientHandle(id=created.client.id, public_id=CLIENT_ID.format(created.client.id), name=name,
-                              api_key=created.api_key)
+    return ServerClientHandle(
+        id=created.client.id, public_id=CLIENT_ID.format(created.client.id), name=name, api_key=created.api_key
+    )
 
 
 class LogCapture(logging.Handler):

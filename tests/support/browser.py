@@ -78,9 +78,7 @@ async def chromium_session() -> AsyncIterator[Browser]:
     """Playwright plus one Chromium for the duration of the ``async with`` block."""
     executable = chromium_executable()  # fail before starting Playwright's driver process
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=executable, args=list(CHROMIUM_ARGS), headless=True
-        )
+        browser = await playwright.chromium.launch(executable_path=executable, args=list(CHROMIUM_ARGS), headless=True)
         try:
             yield browser
         finally:
@@ -166,9 +164,7 @@ async def browser_context(chromium_browser: Browser) -> AsyncIterator[BrowserCon
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def browser_page(
-    browser_context: BrowserContext, request: pytest.FixtureRequest
-) -> AsyncIterator[Page]:
+async def browser_page(browser_context: BrowserContext, request: pytest.FixtureRequest) -> AsyncIterator[Page]:
     """A page in a fresh context; on a failed test its last state is saved as a screenshot
     (when the conftest imports :func:`pytest_runtest_makereport`)."""
     page = await browser_context.new_page()

@@ -132,8 +132,7 @@ def find_node() -> str:
     match = re.match(r"v(\d+)\.", version.stdout.strip())
     if match is None or int(match.group(1)) < MIN_NODE_MAJOR:
         raise NodeNotFoundError(
-            f"{node} is Node.js {version.stdout.strip()}; the test OAuth server needs Node.js "
-            f"{MIN_NODE_MAJOR}+."
+            f"{node} is Node.js {version.stdout.strip()}; the test OAuth server needs Node.js {MIN_NODE_MAJOR}+."
         )
     return node
 
@@ -449,9 +448,7 @@ class OAuthServer:
         """Hold every token endpoint call this long before it reads any state (0 turns it off)."""
         self.configure(token_delay_ms=round(seconds * 1000))
 
-    def fail_next_refresh(
-        self, error: str = "invalid_grant", *, status: int | None = None, count: int = 1
-    ) -> None:
+    def fail_next_refresh(self, error: str = "invalid_grant", *, status: int | None = None, count: int = 1) -> None:
         """Make the next ``count`` refresh grants fail; ``invalid_grant`` also revokes the grant."""
         body: dict[str, Any] = {"error": error, "count": count}
         if status is not None:

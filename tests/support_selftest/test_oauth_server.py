@@ -416,9 +416,7 @@ async def test_registered_client_needs_its_secret_and_exact_redirect_uri(
 
 
 @pytest.mark.asyncio
-async def test_refresh_tokens_rotate_and_a_replayed_one_is_rejected(
-    server: OAuthServer, callback: Callback
-) -> None:
+async def test_refresh_tokens_rotate_and_a_replayed_one_is_rejected(server: OAuthServer, callback: Callback) -> None:
     first = obtain_tokens(server, callback, "alice")
     second = refresh(server, first["refresh_token"])
     assert second.status_code == 200
@@ -467,9 +465,7 @@ async def test_revocation_endpoint(server: OAuthServer, callback: Callback) -> N
     assert refresh(server, tokens["refresh_token"]).status_code == 200  # the grant itself lives on
 
     other = obtain_tokens(server, callback, "bob")
-    assert (
-        server.http.post("/revoke", auth=_basic(), data={"token": other["refresh_token"]}).status_code == 200
-    )
+    assert server.http.post("/revoke", auth=_basic(), data={"token": other["refresh_token"]}).status_code == 200
     assert refresh(server, other["refresh_token"]).json()["error"] == "invalid_grant"
     assert server.token(other["access_token"]).status == "revoked"  # RFC 7009 §2.1
     assert server.http.post("/revoke", auth=_basic(), data={"token": "never-issued"}).status_code == 200
@@ -536,13 +532,9 @@ async def test_planted_values_are_issued_verbatim(server: OAuthServer, callback:
 
 
 @pytest.mark.asyncio
-async def test_authorization_response_iss_can_be_omitted_or_wrong(
-    server: OAuthServer, callback: Callback
-) -> None:
+async def test_authorization_response_iss_can_be_omitted_or_wrong(server: OAuthServer, callback: Callback) -> None:
     def authorize() -> httpx.URL:
-        url = server.authorize_url(
-            client_id=CLIENT_ID, redirect_uri=callback.url, code_challenge=pkce_pair().challenge
-        )
+        url = server.authorize_url(client_id=CLIENT_ID, redirect_uri=callback.url, code_challenge=pkce_pair().challenge)
         return server.login_without_browser(url, "alice")
 
     server.configure(authorization_response_iss=None)
@@ -550,9 +542,7 @@ async def test_authorization_response_iss_can_be_omitted_or_wrong(
     server.configure(authorization_response_iss="https://attacker.example")
     assert authorize().params["iss"] == "https://attacker.example"
     server.fail_next_authorize("temporarily_unavailable")
-    url = server.authorize_url(
-        client_id=CLIENT_ID, redirect_uri=callback.url, code_challenge=pkce_pair().challenge
-    )
+    url = server.authorize_url(client_id=CLIENT_ID, redirect_uri=callback.url, code_challenge=pkce_pair().challenge)
     forced = server.http.get(url)
     assert httpx.URL(forced.headers["location"]).params["error"] == "temporarily_unavailable"
 
