@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from service.errors import ConfigurationError
+from service.loopback import is_https_or_loopback_http
 
 _PREFIX = "ELICITD_"
 
@@ -127,7 +128,7 @@ class Settings:
         public_url = (get("PUBLIC_URL") or ("http://127.0.0.1:8000" if dev_mode else "")).rstrip("/")
         if not public_url:
             raise ConfigurationError("ELICITD_PUBLIC_URL is required (the https origin users' browsers reach)")
-        if not (public_url.startswith("https://") or (dev_mode or _is_loopback(public_url))):
+        if not (dev_mode or is_https_or_loopback_http(public_url)):
             raise ConfigurationError("ELICITD_PUBLIC_URL must be https:// (http is allowed only on loopback)")
         raw_keys = overrides.pop("keys", None) or get("KEYS")
         if raw_keys is None:
@@ -209,11 +210,6 @@ def normalize_database_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+asyncpg://" + url[len(prefix) :]
     raise ConfigurationError("ELICITD_DATABASE_URL must be a postgresql:// URL")
-
-
-def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    return host in {"127.0.0.1", "localhost", "::1"}
 
 
 def _bool(raw: str, name: str) -> bool:

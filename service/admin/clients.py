@@ -35,6 +35,7 @@ from service.errors import InvalidRequest, NotFound
 from service.identity.clients import create_server_client
 from service.identity.keys import add_key
 from service.identity.models import ServerClient, ServerClientKey
+from service.loopback import is_loopback_url
 from service.signals.webhooks import WEBHOOK_SECRET_PURPOSE
 
 WEBHOOK_SECRET_PREFIX = "whsec_"
@@ -186,7 +187,7 @@ def validate_webhook_url(url: str) -> str:
     host = parts.hostname or ""
     if parts.scheme == "https" and host:
         return url
-    if parts.scheme == "http" and host in {"127.0.0.1", "localhost", "::1"}:
+    if parts.scheme == "http" and is_loopback_url(url):
         return url
     if parts.username or parts.password:
         raise InvalidRequest("A webhook URL must not carry credentials.", extra={"code": "invalid_webhook_url"})

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 import msgspec
 from msgspec import Meta
@@ -20,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.errors import ConfigurationError
+from service.loopback import is_https_or_loopback_http
 
 Name = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
 FieldName = Annotated[str, Meta(min_length=1, max_length=32, pattern=r"^[a-z][a-z0-9_]*$")]
@@ -93,9 +93,7 @@ def parse_config(raw: Any, *, name: str) -> ApiKeyConfig:
     if config.account_field is not None and config.account_field not in names:
         raise ConfigurationError(f"api-key provider '{name}': account_field names no field")
     if config.check is not None:
-        parts = urlsplit(config.check.url)
-        loopback = parts.hostname in {"127.0.0.1", "localhost", "::1"}
-        if parts.scheme != "https" and not (parts.scheme == "http" and loopback):
+        if not is_https_or_loopback_http(config.check.url):
             raise ConfigurationError(f"api-key provider '{name}': the check URL must be https")
         if config.check.auth == "header" and not config.check.header:
             raise ConfigurationError(f"api-key provider '{name}': check auth 'header' needs 'header'")

@@ -20,6 +20,7 @@ from service.connections.discovery import DiscoveryFailed, MetadataCache
 from service.connections.models import Provider
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError, InvalidRequest
+from service.loopback import is_https_or_loopback_http
 
 CLIENT_SECRET = "client_secret"
 
@@ -142,7 +143,7 @@ def spec_values(spec: ProviderSpec, vault: Vault) -> dict[str, Any]:
         "account_endpoint",
     ):
         url = values[key]
-        if url and not (url.startswith("https://") or url.startswith(("http://127.0.0.1", "http://localhost"))):
+        if url and not is_https_or_loopback_http(url):
             raise ConfigurationError(f"provider '{spec.name}': {key} must be an https URL")
     if spec.client_secret:
         key_id, blob = vault.encrypt(spec.client_secret, owner=spec.name, purpose=CLIENT_SECRET)

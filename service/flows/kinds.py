@@ -9,7 +9,6 @@ handlers for their kinds in ``create_app``; the defaults here only validate the 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -20,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.errors import Forbidden, InvalidRequest
 from service.flows.schemas import CreateFlowRequest
 from service.identity.keys import AuthenticatedClient
+from service.loopback import is_loopback_host
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,15 +71,6 @@ def check_provider_allowed(client: AuthenticatedClient, provider: str | None) ->
 def check_issuer_trusted(client: AuthenticatedClient, issuer: str) -> None:
     if client.trusted_issuers and issuer not in client.trusted_issuers:
         raise Forbidden("This server client does not trust the subject's issuer.", extra={"code": "issuer_not_trusted"})
-
-
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_external_url(url: str | None) -> str:

@@ -24,8 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.crypto.aead import SealError
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError, ElicitdError, InvalidRequest
-from service.flows.kinds import is_loopback_host
 from service.identity.models import Issuer
+from service.loopback import is_loopback_host
 
 SECRET_PURPOSE = "issuer_client_secret"
 METADATA_TTL_SECONDS = 3600.0
