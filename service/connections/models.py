@@ -125,31 +125,3 @@ class OAuthState(Timestamps, Base):
     scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-
-
-def _register_encrypted_columns() -> None:
-    """Tell ``elicitd keys rotate`` where this domain keeps vault values (and with which owner)."""
-    try:
-        from service.crypto.rotate import ENCRYPTED_COLUMNS, EncryptedColumn
-    except ImportError:  # pragma: no cover - the rotation command is optional at import time
-        return
-
-    connection_owner = "'cn_' || replace(id::text, '-', '')"
-    ours = [
-        EncryptedColumn(
-            "providers", "name", "client_secret_key_id", "client_secret_enc", "name", purpose="client_secret"
-        ),
-        EncryptedColumn(
-            "connections", "id", "access_token_key_id", "access_token_enc", connection_owner, purpose="access_token"
-        ),
-        EncryptedColumn(
-            "connections", "id", "refresh_token_key_id", "refresh_token_enc", connection_owner, purpose="refresh_token"
-        ),
-        EncryptedColumn("oauth_states", "id", "verifier_key_id", "verifier_enc", "id::text", purpose="pkce_verifier"),
-    ]
-    for column in ours:
-        if column not in ENCRYPTED_COLUMNS:
-            ENCRYPTED_COLUMNS.append(column)
-
-
-_register_encrypted_columns()

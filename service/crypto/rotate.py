@@ -8,17 +8,14 @@ skipped because a request held them (a token refresh holds its connection's row 
 call) are then waited for one at a time, up to ``LOCK_WAIT``: a rotation run during normal traffic
 still finishes every row instead of leaving some under the old key.
 
-Every encrypted column is listed in ``ENCRYPTED_COLUMNS``. A domain that stores vault values
-appends an :class:`EncryptedColumn` for each (at import of its models module, or here) naming the
-table, the id column, the key-id and blob columns, the SQL expression that yields the *owner*
-string it passed to ``Vault.encrypt``, and the purpose (a constant, or a SQL expression when a
-table keeps several purposes in one column pair). Rows whose value cannot be decrypted (tampered,
-moved to another owner, or sealed by a key no longer in the ring) are reported and left as they are.
+The columns are the ones declared in :mod:`service.crypto.columns`. Rows whose value cannot be
+decrypted (tampered, moved to another owner, or sealed by a key no longer in the ring) are reported
+and left as they are.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,64 +24,11 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.crypto.aead import SealError
+from service.crypto.columns import ENCRYPTED_COLUMNS, EncryptedColumn
 from service.crypto.vault import Vault
 
 DEFAULT_BATCH = 200
 LOCK_WAIT = "30s"  # longest wait for a row a request holds (refresh lock timeout is 20 s)
-
-
-@dataclass(frozen=True, slots=True)
-class EncryptedColumn:
-    table: str
-    id_column: str
-    key_id_column: str
-    blob_column: str
-    owner_sql: str
-    purpose: str | None = None
-    purpose_sql: str | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.table}.{self.blob_column}"
-
-
-ENCRYPTED_COLUMNS: list[EncryptedColumn] = [
-    EncryptedColumn(
-        "server_clients",
-        "id",
-        "webhook_secret_key_id",
-        "webhook_secret_enc",
-        "'sc_' || replace(id::text, '-', '')",
-        purpose="webhook_secret",
-    ),
-    EncryptedColumn(
-        "issuers", "id", "client_secret_key_id", "client_secret_enc", "id::text", purpose="issuer_client_secret"
-    ),
-    EncryptedColumn(
-        "login_attempts", "id", "secrets_key_id", "secrets_enc", "encode(id, 'hex')", purpose="login_attempt"
-    ),
-]
-
-
-# Domains register their columns when their models module is imported; import them all first.
-DOMAIN_MODELS = (
-    "service.identity.models",
-    "service.connections.models",
-    "service.consent.models",
-    "service.payments.models",
-    "service.admin.models",
-    "service.signals.models",
-)
-
-
-def load_registry() -> list[EncryptedColumn]:
-    for module in DOMAIN_MODELS:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:  # a real import error inside the module must not be hidden
-                raise
-    return list(ENCRYPTED_COLUMNS)
 
 
 @dataclass(slots=True)
@@ -102,11 +46,11 @@ async def rotate(
     sessions: async_sessionmaker[AsyncSession],
     vault: Vault,
     *,
-    columns: list[EncryptedColumn] | None = None,
+    columns: Sequence[EncryptedColumn] = ENCRYPTED_COLUMNS,
     batch: int = DEFAULT_BATCH,
 ) -> RotationReport:
     report = RotationReport()
-    for column in load_registry() if columns is None else columns:
+    for column in columns:
         await _rotate_column(sessions, vault, column, batch, report)
     return report
 
@@ -119,11 +63,10 @@ async def _rotate_column(
     report: RotationReport,
 ) -> None:
     c = column
-    purpose_sql = c.purpose_sql or "CAST(:purpose AS text)"
-    # Identifiers come from the registry (code), never from input; values are bound parameters.
+    # Identifiers come from the declaration (code), never from input; values are bound parameters.
     select_template = f"""
         SELECT {c.id_column} AS id, {c.key_id_column} AS key_id, {c.blob_column} AS blob,
-               {c.owner_sql} AS owner, {purpose_sql} AS purpose
+               {c.owner_sql} AS owner
         FROM {c.table}
         WHERE {c.key_id_column} IS NOT NULL AND {c.key_id_column} <> :current
           AND NOT ({c.id_column} = ANY(:skip))
@@ -148,7 +91,6 @@ async def _rotate_column(
                 "current": vault.current_key_id,
                 "skip": failed,
                 "batch": 1 if waiting else batch,
-                "purpose": c.purpose,
             }
             if waiting:
                 await session.execute(text(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'"))
@@ -164,11 +106,11 @@ async def _rotate_column(
             waiting = False
             for row in rows:
                 try:
-                    plaintext = vault.decrypt(row.key_id, row.blob, owner=row.owner, purpose=row.purpose)
+                    plaintext = vault.decrypt(row.key_id, row.blob, owner=row.owner, purpose=c.purpose)
                 except SealError:
                     failed.append(row.id)
                     continue
-                new_key_id, new_blob = vault.encrypt(plaintext, owner=row.owner, purpose=row.purpose)
+                new_key_id, new_blob = vault.encrypt(plaintext, owner=row.owner, purpose=c.purpose)
                 result = await session.execute(
                     update_sql,
                     {

@@ -7,15 +7,16 @@ import time
 import uuid
 from datetime import datetime
 
-from sqlalchemy import DateTime, MetaData, func
+from sqlalchemy import ColumnElement, DateTime, MetaData, Text, cast, func, literal
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+# Primary keys have no entry: the migrations left them unnamed, so PostgreSQL named them
+# ``<table>_pkey``, and declaring another name here would make the models disagree with every database.
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
     "ck": "ck_%(table_name)s_%(constraint_name)s",
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
 }
 
 
@@ -44,9 +45,17 @@ def uuid7() -> uuid.UUID:
 
 
 class PrefixedId:
-    """Public ids are ``<prefix>_<32 hex>``: opaque, URL-safe, and self-describing in logs."""
+    """Public ids are ``<prefix>_<32 hex>``: opaque, URL-safe, and self-describing in logs.
+
+    This is the only definition of the format. Statements that write an id themselves (a webhook
+    payload built in SQL, the vault owner key rotation recomputes) use :meth:`sql` or
+    :meth:`expression`, so the text PostgreSQL produces is the text :meth:`format` produces.
+    """
 
     def __init__(self, prefix: str) -> None:
+        # The prefix is inlined into SQL as a literal: only lowercase ASCII letters may be in it.
+        if not (prefix.isascii() and prefix.isalpha() and prefix.islower()):
+            raise ValueError(f"an id prefix is lowercase ASCII letters, not {prefix!r}")
         self.prefix = prefix + "_"
 
     def format(self, value: uuid.UUID) -> str:
@@ -60,6 +69,17 @@ class PrefixedId:
         if len(body) != 32 or not all(c in "0123456789abcdef" for c in body):
             return None
         return uuid.UUID(hex=body)
+
+    def sql(self, column: str) -> str:
+        """SQL text formatting the uuid ``column`` as this id, for statements written as text.
+
+        ``column`` is an identifier from code (``t.id``), never input.
+        """
+        return f"('{self.prefix}' || replace(({column})::text, '-', ''))"
+
+    def expression(self, column: ColumnElement[uuid.UUID]) -> ColumnElement[str]:
+        """The same, as a SQLAlchemy expression for statements built with ``select()``."""
+        return literal(self.prefix, Text) + func.replace(cast(column, Text), "-", "")
 
 
 FLOW_ID = PrefixedId("fl")

@@ -16,11 +16,12 @@ from typing import Any
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.states import Actor, FlowStatus, can_transition
 
 # Shared tail of every transition: the audit event and the completion-webhook outbox row.
-_TRANSITION_TAIL = """
+_TRANSITION_TAIL = f"""
 , ev AS (
     INSERT INTO flow_events (flow_id, type, actor, from_status, to_status, detail)
     SELECT t.id, 'transition', :actor, 'pending', t.status, CAST(:detail AS jsonb) FROM t
@@ -29,8 +30,8 @@ _TRANSITION_TAIL = """
     SELECT gen_random_uuid(), t.server_client_id, t.id, 'flow.' || t.status,
            jsonb_build_object(
                'type', 'flow.' || t.status,
-               'flow_id', 'fl_' || replace(t.id::text, '-', ''),
-               'elicitation_id', 'fl_' || replace(t.id::text, '-', ''),
+               'flow_id', {FLOW_ID.sql("t.id")},
+               'elicitation_id', {FLOW_ID.sql("t.id")},
                'kind', t.kind,
                'status', t.status,
                'provider', t.provider,

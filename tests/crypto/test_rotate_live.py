@@ -30,7 +30,7 @@ from service.admin.clients import rotate_webhook_secret, set_webhook
 from service.apikeys.providers import get_api_key_provider, upsert_api_key_provider
 from service.connections import oauth as provider_oauth
 from service.connections.providers import ProviderSpec, upsert_provider
-from service.crypto.rotate import EncryptedColumn, load_registry
+from service.crypto.columns import ENCRYPTED_COLUMNS, EncryptedColumn
 from service.crypto.vault import Vault
 from service.db.base import FLOW_ID
 from service.db.engine import make_engine, make_sessionmaker
@@ -74,12 +74,11 @@ Cell = tuple[str, str]  # (column label, row id)
 
 
 async def read_column(sessions: async_sessionmaker[AsyncSession], c: EncryptedColumn) -> list[Any]:
-    purpose = c.purpose_sql or "CAST(:purpose AS text)"
     async with sessions() as session:
         rows = await session.execute(
             text(
                 f"SELECT {c.id_column} AS id, {c.key_id_column} AS key_id, {c.blob_column} AS blob, "
-                f"{c.owner_sql} AS owner, {purpose} AS purpose FROM {c.table} WHERE {c.key_id_column} IS NOT NULL"
+                f"{c.owner_sql} AS owner, CAST(:purpose AS text) AS purpose FROM {c.table} WHERE {c.key_id_column} IS NOT NULL"
             ),
             {"purpose": c.purpose},
         )
@@ -96,7 +95,7 @@ async def open_everything(
     """Every stored value in clear (opened with ``vault``) and the key id it is stored under."""
     plain: dict[Cell, str] = {}
     key_ids: dict[Cell, str] = {}
-    for c in load_registry():
+    for c in ENCRYPTED_COLUMNS:
         for row in await read_column(sessions, c):
             cell = (c.label, row_id(row.id))
             key_ids[cell] = row.key_id
@@ -341,8 +340,7 @@ async def test_rotate_cli_while_serving(
     async with running_app(settings_for(make_settings, url, OLD)) as old_app:
         world = await fill_vault(old_app, oauth, connections=24)
         before, key_ids = await open_everything(old_app.state.sessions, Vault(KeyRing.parse(OLD, name="old")))
-    registry = load_registry()
-    for c in registry:  # every column holds more rows than one batch, all under the old key
+    for c in ENCRYPTED_COLUMNS:  # every column holds more rows than one batch, all under the old key
         assert sum(1 for cell in before if cell[0] == c.label) > 3, c.label
     assert set(key_ids.values()) == {OLD_ID}
     expected = expected_cells(world, before)
@@ -444,7 +442,7 @@ async def test_rotate_cli_while_serving(
         assert refreshed_by_app == set(refreshing)
         assert code == 0, (report, stderr)
         assert report["current_key_id"] == NEW_ID
-        assert set(report["rotated"]) == {c.label for c in registry}
+        assert set(report["rotated"]) == {c.label for c in ENCRYPTED_COLUMNS}
         assert all(v == [] for v in report["failed"].values()), report
         assert all(v == 0 for v in report["remaining"].values()), report
         # Rows the app rewrote (new webhook secrets) may have been re-keyed by the CLI or not.
@@ -453,7 +451,7 @@ async def test_rotate_cli_while_serving(
                 1 for ref, secret in world.webhook.items() if secret != original_webhooks[ref]
             )
         }
-        for c in registry:
+        for c in ENCRYPTED_COLUMNS:
             old_rows = sum(1 for cell in before if cell[0] == c.label)
             app_rows = rewritten.get(c.label, 0)
             if c.table == "connections":
@@ -519,9 +517,9 @@ async def test_rotate_cli_reports_a_moved_ciphertext_and_rekeys_the_rest(
     code, report, _ = await run_cli(url, ring, "--batch", "3", "--json")
     assert code == 1
     label = "connections.access_token_enc"
-    assert report["failed"] == {**{c.label: [] for c in load_registry()}, label: [str(victim_id)]}
+    assert report["failed"] == {**{c.label: [] for c in ENCRYPTED_COLUMNS}, label: [str(victim_id)]}
     assert all(v == 0 for v in report["remaining"].values()), report
-    old_counts = {c.label: sum(1 for cell in before if cell[0] == c.label) for c in load_registry()}
+    old_counts = {c.label: sum(1 for cell in before if cell[0] == c.label) for c in ENCRYPTED_COLUMNS}
     assert report["rotated"] == {**old_counts, label: old_counts[label] - 1}
 
     engine = make_engine(settings_for(make_settings, url, ring))
@@ -536,7 +534,7 @@ async def test_rotate_cli_reports_a_moved_ciphertext_and_rekeys_the_rest(
             ).one()
         assert tuple(row) == tuple(moved)  # left exactly as it was
         new_only = Vault(KeyRing.parse(NEW, name="new"))
-        for c in load_registry():
+        for c in ENCRYPTED_COLUMNS:
             for r in await read_column(sessions, c):
                 cell = (c.label, row_id(r.id))
                 if cell == (label, str(victim_id)):

@@ -16,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.config_file import apply_config_file
 from service.crypto.aead import SealError
-from service.crypto.rotate import load_registry, rotate
+from service.crypto.columns import ENCRYPTED_COLUMNS
+from service.crypto.rotate import rotate
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.migrate import upgrade_async
@@ -104,7 +105,7 @@ async def test_rotate_reencrypts_old_rows_and_reports_tampered(own_database: asy
 
 
 def test_registry_names_existing_columns() -> None:
-    labels = [c.label for c in load_registry()]
+    labels = [c.label for c in ENCRYPTED_COLUMNS]
     assert "issuers.client_secret_enc" in labels
     assert "login_attempts.secrets_enc" in labels
     assert "server_clients.webhook_secret_enc" in labels
@@ -202,5 +203,5 @@ async def test_every_registered_column_exists(own_database: async_sessionmaker[A
     """A registry entry naming a wrong table or column would make rotation fail in production."""
     ring = KeyRing.parse(f"{NEW},{OLD}", name="ring")
     report = await rotate(own_database, Vault(ring))
-    assert set(report.rotated) == {c.label for c in load_registry()}
+    assert set(report.rotated) == {c.label for c in ENCRYPTED_COLUMNS}
     assert report.ok

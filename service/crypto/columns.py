@@ -1,0 +1,58 @@
+"""Every column that holds a vault value, declared in one place.
+
+Key rotation (``elicitd keys rotate``) re-encrypts exactly these, so a column missing here would
+keep its values under a retired key until that key is dropped from the ring — and then they could
+never be opened again. The list is a literal, not something modules append to when imported: what
+rotation covers does not depend on which modules happen to be loaded. ``tests/crypto/test_columns``
+fails when a model gains a ``*_enc`` column that is not declared here, or a declaration names a
+column, owner or purpose that the code writing the value does not use.
+
+Each entry names the table, its id column, the key-id and blob columns, the SQL expression that
+yields the *owner* string the writer passed to ``Vault.encrypt`` (public ids come from
+:class:`service.db.base.PrefixedId`, the same definition Python formats them with), and the purpose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.db.base import CLIENT_ID, CONNECTION_ID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EncryptedColumn:
+    table: str
+    id_column: str
+    key_id_column: str
+    blob_column: str
+    owner_sql: str
+    purpose: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.table}.{self.blob_column}"
+
+
+def _column(table: str, stem: str, *, id_column: str = "id", owner_sql: str, purpose: str) -> EncryptedColumn:
+    """Every pair is ``<stem>_enc`` (nonce + ciphertext) beside ``<stem>_key_id``."""
+    return EncryptedColumn(
+        table=table,
+        id_column=id_column,
+        key_id_column=f"{stem}_key_id",
+        blob_column=f"{stem}_enc",
+        owner_sql=owner_sql,
+        purpose=purpose,
+    )
+
+
+ENCRYPTED_COLUMNS: tuple[EncryptedColumn, ...] = (
+    # identity
+    _column("server_clients", "webhook_secret", owner_sql=CLIENT_ID.sql("id"), purpose="webhook_secret"),
+    _column("issuers", "client_secret", owner_sql="id::text", purpose="issuer_client_secret"),
+    _column("login_attempts", "secrets", owner_sql="encode(id, 'hex')", purpose="login_attempt"),
+    # connections (OAuth and API-key providers share the token columns)
+    _column("providers", "client_secret", id_column="name", owner_sql="name", purpose="client_secret"),
+    _column("connections", "access_token", owner_sql=CONNECTION_ID.sql("id"), purpose="access_token"),
+    _column("connections", "refresh_token", owner_sql=CONNECTION_ID.sql("id"), purpose="refresh_token"),
+    _column("oauth_states", "verifier", owner_sql="id::text", purpose="pkce_verifier"),
+)
