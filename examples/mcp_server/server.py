@@ -108,6 +108,7 @@ def build_server(config: ExampleConfig, elicitd: Elicitd) -> MCPServer:
             return "No payment, no report."
         return f"Premium report on {topic} (payment {payment.payment_id}): everything is fine."
 
+    # The SDK's custom_route has no return annotation, so mypy sees an untyped decorator.
     @mcp.custom_route("/elicitd/webhook", methods=["POST"])  # type: ignore[untyped-decorator]
     async def elicitd_webhook(request: Request) -> Response:
         """elicitd's completion webhook: tell 2025-11-25 clients their elicitation finished."""

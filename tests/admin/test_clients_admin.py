@@ -7,6 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import text
 
@@ -15,14 +16,15 @@ from tests.admin.conftest import Token, admin_http, make_token
 from tests.support.apps import RunningApp, running_app
 
 
-async def _create(app: RunningApp, token: Token, **extra: object) -> dict:  # type: ignore[type-arg]
+async def _create(app: RunningApp, token: Token, **extra: object) -> dict[str, Any]:
     async with admin_http(app, token) as http:
         response = await http.post("/admin/v1/server-clients", json={"name": f"c-{uuid.uuid4().hex[:10]}", **extra})
     assert response.status_code == 201, response.text
-    return response.json()  # type: ignore[no-any-return]
+    created: dict[str, Any] = response.json()
+    return created
 
 
-def _flow_body(sub: str = "u-1", tag: str = "") -> dict:  # type: ignore[type-arg]
+def _flow_body(sub: str = "u-1", tag: str = "") -> dict[str, Any]:
     return {
         "subject": {"iss": "https://id.example.com", "sub": sub},
         "kind": "external",

@@ -53,7 +53,7 @@ class World:
         async with self.app.state.sessions() as session:
             from sqlalchemy import text
 
-            row = (
+            row: uuid.UUID = (
                 await session.execute(
                     text("SELECT id FROM webhook_outbox WHERE flow_id = :f"), {"f": uuid.UUID(flow_id[3:])}
                 )

@@ -18,17 +18,21 @@ from elicitd_client import (
     Subject,
     Unauthenticated,
 )
+from service.flows import schemas
 from tests.client.flaky_server import flaky_server
 from tests.support.apps import RunningApp, ServerClientHandle, free_port
 
 PAGE = "https://app.example.com/step"
 
 
-def _subject(subject) -> Subject:
+def _subject(subject: schemas.Subject) -> Subject:
+    """The client library's own Subject for the service-side one the ``subject`` fixture gives."""
     return Subject(subject.iss, subject.sub)
 
 
-async def test_create_reuse_complete_status(elicitd: RunningApp, server_client: ServerClientHandle, subject) -> None:
+async def test_create_reuse_complete_status(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
+) -> None:
     async with ElicitdClient(elicitd.url, server_client.api_key) as client:
         first = await client.create_flow(_subject(subject), "external", url=PAGE, context={"tool": "t"})
         again = await client.create_flow(_subject(subject), "external", url=PAGE)
@@ -60,7 +64,7 @@ async def test_create_reuse_complete_status(elicitd: RunningApp, server_client: 
 
 
 async def test_resolve_waits_for_completion_and_reports_outcomes(
-    elicitd: RunningApp, server_client: ServerClientHandle, subject
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
 ) -> None:
     async with ElicitdClient(elicitd.url, server_client.api_key) as client:
         created = await client.create_flow(_subject(subject), "external", url=PAGE)
@@ -96,7 +100,9 @@ async def test_resolve_waits_for_completion_and_reports_outcomes(
         assert declined.outcome == "declined" and declined.flow.status == "declined"
 
 
-async def test_errors_carry_the_problem_code(elicitd: RunningApp, server_client: ServerClientHandle, subject) -> None:
+async def test_errors_carry_the_problem_code(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
+) -> None:
     async with ElicitdClient(elicitd.url, "ek_wrong") as stranger:
         with pytest.raises(Unauthenticated) as unauth:
             await stranger.status("fl_0190a000000070008000000000000000")
@@ -122,7 +128,9 @@ async def test_errors_carry_the_problem_code(elicitd: RunningApp, server_client:
             await client.resolve(Subject(subject.iss, "someone-else"), created.request_state)
 
 
-async def test_retries_5xx_then_succeeds(elicitd: RunningApp, server_client: ServerClientHandle, subject) -> None:
+async def test_retries_5xx_then_succeeds(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
+) -> None:
     async with flaky_server(elicitd.url, ["503", "500", "502"]) as flaky:
         async with ElicitdClient(flaky.url, server_client.api_key, retries=3, backoff=0.01) as client:
             created = await client.create_flow(_subject(subject), "external", url=PAGE)
@@ -130,14 +138,18 @@ async def test_retries_5xx_then_succeeds(elicitd: RunningApp, server_client: Ser
     assert flaky.seen == [("POST", "/v1/flows")] * 4
 
 
-async def test_retries_dropped_connections(elicitd: RunningApp, server_client: ServerClientHandle, subject) -> None:
+async def test_retries_dropped_connections(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
+) -> None:
     async with flaky_server(elicitd.url, ["drop", "drop"]) as flaky:
         async with ElicitdClient(flaky.url, server_client.api_key, retries=2, backoff=0.01) as client:
             created = await client.create_flow(_subject(subject), "external", url=PAGE)
     assert created.status == "pending" and len(flaky.seen) == 3
 
 
-async def test_gives_up_after_the_last_retry(elicitd: RunningApp, server_client: ServerClientHandle, subject) -> None:
+async def test_gives_up_after_the_last_retry(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
+) -> None:
     async with flaky_server(elicitd.url, ["503"] * 10) as flaky:
         async with ElicitdClient(flaky.url, server_client.api_key, retries=2, backoff=0.01) as client:
             with pytest.raises(ElicitdUnavailable) as failed:
@@ -153,7 +165,9 @@ async def test_gives_up_after_the_last_retry(elicitd: RunningApp, server_client:
     assert "ConnectError" in refused.value.detail
 
 
-async def test_4xx_is_not_retried(elicitd: RunningApp, server_client: ServerClientHandle, subject) -> None:
+async def test_4xx_is_not_retried(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
+) -> None:
     async with flaky_server(elicitd.url) as flaky:
         async with ElicitdClient(flaky.url, server_client.api_key, retries=3, backoff=0.01) as client:
             with pytest.raises(InvalidRequest):
@@ -162,7 +176,7 @@ async def test_4xx_is_not_retried(elicitd: RunningApp, server_client: ServerClie
 
 
 async def test_complete_whose_answer_was_lost_is_recognised(
-    elicitd: RunningApp, server_client: ServerClientHandle, subject
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
 ) -> None:
     async with ElicitdClient(elicitd.url, server_client.api_key) as direct:
         created = await direct.create_flow(_subject(subject), "external", url=PAGE)
@@ -179,7 +193,7 @@ async def test_complete_whose_answer_was_lost_is_recognised(
 
 
 async def test_token_for_a_subject_without_connection(
-    elicitd: RunningApp, server_client: ServerClientHandle, subject
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
 ) -> None:
     async with ElicitdClient(elicitd.url, server_client.api_key) as client:
         with pytest.raises(NotConnected) as missing:

@@ -48,7 +48,8 @@ async def create_flow(
     async with app.http(client.api_key) as http:
         response = await http.post("/v1/flows", json=body)
     assert response.status_code == expect, response.text
-    return response.json()  # type: ignore[no-any-return]
+    created: dict[str, Any] = response.json()
+    return created
 
 
 async def open_as(page: Page, url: str, sub: str, issuer: OAuthServer) -> None:

@@ -189,7 +189,7 @@ async def connect_over_http(app: RunningApp, oauth: OAuthServer, world: World, s
         assert status["flow"]["status"] == "completed", status
         token = await api.get(f"/v1/connections/{PROVIDER}/token", params={"iss": oauth.issuer, "sub": sub})
     assert token.status_code == 200, token.text
-    ref = token.json()["connection_id"]
+    ref: str = token.json()["connection_id"]
     world.subs[sub] = PROVIDER
     world.conn_sub[ref] = sub
     world.access[ref] = token.json()["access_token"]
@@ -216,7 +216,7 @@ async def api_key_connection(app: RunningApp, oauth: OAuthServer, world: World, 
         token = await api.get(f"/v1/connections/{API_KEY_PROVIDER}/token", params={"iss": oauth.issuer, "sub": sub})
     assert token.status_code == 200, token.text
     assert token.json()["access_token"] == key
-    ref = token.json()["connection_id"]
+    ref: str = token.json()["connection_id"]
     world.subs[sub] = API_KEY_PROVIDER
     world.conn_sub[ref] = sub
     world.access[ref] = key

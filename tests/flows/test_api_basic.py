@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+from service.flows.schemas import Subject
 from tests.support.apps import RunningApp, ServerClientHandle
 
 
 async def test_create_then_reuse_returns_same_flow(
-    elicitd: RunningApp, server_client: ServerClientHandle, subject
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
 ) -> None:
     body = {
         "subject": {"iss": subject.iss, "sub": subject.sub},

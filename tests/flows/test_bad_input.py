@@ -93,7 +93,7 @@ async def test_malformed_create_is_400(
     ],
 )
 async def test_invalid_external_requests(
-    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject, extra: dict, code: str
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject, extra: dict[str, object], code: str
 ) -> None:
     body = external_body(subject)
     body.update(extra)

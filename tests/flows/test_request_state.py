@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 
@@ -17,16 +18,14 @@ ALICE = Subject(iss="https://id.example.com", sub="alice")
 CLIENT = uuid.uuid4()
 
 
-def mint(codec: RequestStateCodec, **kw) -> str:
-    values = {
-        "flow_id": uuid.UUID(int=7),
-        "server_client_id": CLIENT,
-        "subject": ALICE,
-        "expires_at": int(time.time()) + 60,
-        "asked": True,
-    }
-    values.update(kw)
-    return codec.mint(**values)
+def mint(codec: RequestStateCodec, *, expires_at: int | None = None) -> str:
+    return codec.mint(
+        flow_id=uuid.UUID(int=7),
+        server_client_id=CLIENT,
+        subject=ALICE,
+        expires_at=int(time.time()) + 60 if expires_at is None else expires_at,
+        asked=True,
+    )
 
 
 def test_round_trip() -> None:
@@ -70,7 +69,7 @@ def test_expired_is_rejected() -> None:
         lambda t: "v1.new.!!!!",
     ],
 )
-def test_tampered_is_rejected(mangle) -> None:
+def test_tampered_is_rejected(mangle: Callable[[str], str]) -> None:
     codec = RequestStateCodec(RING)
     with pytest.raises(InvalidRequestState):
         codec.verify(mangle(mint(codec)), server_client_id=CLIENT, subject=ALICE)

@@ -6,6 +6,7 @@ import os
 import uuid
 
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.connections.repository import purge_states
 from service.flows.sweeper import run_chores
@@ -31,7 +32,7 @@ async def test_chores_drop_only_dead_rows_and_survive_a_failing_one(elicitd: Run
         )
         await session.commit()
 
-    async def broken(session):  # type: ignore[no-untyped-def]
+    async def broken(session: AsyncSession) -> int:
         raise RuntimeError("boom")
 
     removed = await run_chores(elicitd.state.flows, [broken, purge_expired, purge_states])

@@ -14,7 +14,7 @@ from service.identity.oidc import InvalidIdToken, verify_id_token
 from tests.identity.conftest import make_flow, new_sub, sessions_for
 from tests.support.apps import RunningApp, ServerClientHandle
 from tests.support.browser import login_at_issuer, new_context
-from tests.support.oauth_server import OAuthServer
+from tests.support.oauth_server import OAuthServer, OAuthServerFactory
 
 pytestmark = pytest.mark.browser
 
@@ -183,7 +183,7 @@ async def test_login_for_a_flow_page_redirects_to_its_issuer(
 
 
 async def _resolved(identity_app: RunningApp, issuer_server: OAuthServer) -> ResolvedIssuer:
-    resolved = await identity_app.state.issuers.resolve(issuer_server.issuer)
+    resolved: ResolvedIssuer | None = await identity_app.state.issuers.resolve(issuer_server.issuer)
     assert resolved is not None
     return resolved
 
@@ -210,8 +210,8 @@ async def test_id_token_nonce_and_audience(
 
 
 async def test_id_token_from_another_issuer_is_rejected(
-    identity_app: RunningApp, issuer_server: OAuthServer, oauth_server_factory
-) -> None:  # type: ignore[no-untyped-def]
+    identity_app: RunningApp, issuer_server: OAuthServer, oauth_server_factory: OAuthServerFactory
+) -> None:
     stranger = oauth_server_factory()
     minted = stranger.mint("alice", client_id="elicitd-test", nonce="n")
     issuer = await _resolved(identity_app, issuer_server)

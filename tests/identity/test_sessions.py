@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 import pytest
 from playwright.async_api import Page
 
 from service.db.base import FLOW_ID
 from service.identity.issuers import set_enabled
+from service.settings import Settings
 from tests.identity.conftest import (
     events,
     make_flow,
@@ -17,7 +20,7 @@ from tests.identity.conftest import (
 )
 from tests.support.apps import RunningApp, ServerClientHandle, free_port, new_server_client, running_app
 from tests.support.browser import is_login_page, login_at_issuer, save_screenshot
-from tests.support.oauth_server import OAuthServer
+from tests.support.oauth_server import OAuthServer, OAuthServerFactory
 
 pytestmark = pytest.mark.browser
 
@@ -28,7 +31,9 @@ def _set_cookie(response: httpx.Response, name: str) -> str:
     return found[0]
 
 
-async def test_cookies_under_tls_are_host_prefixed_and_secure(make_settings, issuer_server: OAuthServer) -> None:  # type: ignore[no-untyped-def]
+async def test_cookies_under_tls_are_host_prefixed_and_secure(
+    make_settings: Callable[..., Settings], issuer_server: OAuthServer
+) -> None:
     port = free_port()
     public = f"https://127.0.0.1:{port}"
     async with running_app(make_settings(public_url=public), port, keep_public_url=True) as app:
@@ -119,8 +124,11 @@ async def test_flow_of_an_unregistered_issuer(
 
 
 async def test_disabling_an_issuer_ends_its_sessions(
-    identity_app: RunningApp, client: ServerClientHandle, browser_page: Page, oauth_server_factory
-) -> None:  # type: ignore[no-untyped-def]
+    identity_app: RunningApp,
+    client: ServerClientHandle,
+    browser_page: Page,
+    oauth_server_factory: OAuthServerFactory,
+) -> None:
     other = oauth_server_factory()
     await register_issuer(identity_app, other, display_name="Other ID")
     alice = new_sub("alice")

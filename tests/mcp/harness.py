@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -16,17 +16,24 @@ import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent
 
 from elicitd_client import ElicitdClient
 from elicitd_client.mcp import Elicitd
 from examples.mcp_server.server import ExampleConfig, build_server
 from tests.support.apps import free_port
+from tests.support.serving import InProcessServer
 
 logging.getLogger("httpx2").setLevel(logging.WARNING)
 logging.getLogger("mcp").setLevel(logging.WARNING)
 
 AUDIENCE = "example-mcp"
 STATE_KEY = "k" * 43
+
+# The protocol revisions a test client speaks: 2026-07-28 (input-required rounds) or 2025-11-25.
+Mode = Literal["2026-07-28", "legacy"]
+# What the person at the MCP client answers to an elicitation.
+Action = Literal["accept", "decline", "cancel"]
 
 
 @dataclass
@@ -73,7 +80,7 @@ async def example_server(
 @contextlib.asynccontextmanager
 async def serve(mcp: MCPServer, port: int) -> AsyncIterator[str]:
     """Serve ``mcp`` over streamable HTTP on ``port``; yields the MCP endpoint URL."""
-    server = uvicorn.Server(
+    server = InProcessServer(
         uvicorn.Config(
             mcp.streamable_http_app(),
             host="127.0.0.1",
@@ -84,7 +91,6 @@ async def serve(mcp: MCPServer, port: int) -> AsyncIterator[str]:
             timeout_graceful_shutdown=1,
         )
     )
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():
@@ -126,7 +132,7 @@ async def mcp_client(
     url: str,
     bearer: str,
     *,
-    mode: Literal["2026-07-28", "legacy"] = "2026-07-28",
+    mode: Mode = "2026-07-28",
     transport: httpx2.AsyncBaseTransport | None = None,
     **options: Any,
 ) -> AsyncIterator[Client]:
@@ -153,7 +159,7 @@ class RoundLog(logging.Handler):
 
 
 @contextlib.contextmanager
-def round_log() -> Any:
+def round_log() -> Iterator[RoundLog]:
     handler = RoundLog()
     logger = logging.getLogger("elicitd_client.mcp")
     previous = logger.level
@@ -164,3 +170,10 @@ def round_log() -> Any:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
+
+
+def text_of(result: CallToolResult) -> str:
+    """The text of a tool result's first block: every tool of the example server answers in text."""
+    block = result.content[0]
+    assert isinstance(block, TextContent), block
+    return block.text

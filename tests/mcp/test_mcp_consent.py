@@ -18,7 +18,7 @@ from playwright.async_api import Page
 
 from elicitd_client import ElicitdClient
 from tests.mcp.conftest import OAuthEnv
-from tests.mcp.harness import AUDIENCE, example_server, mcp_client
+from tests.mcp.harness import AUDIENCE, Mode, example_server, mcp_client, text_of
 from tests.support.apps import ServerClientHandle, new_server_client
 from tests.support.browser import is_login_page, login_at_issuer
 
@@ -55,7 +55,7 @@ async def client(oauth_env: OAuthEnv) -> ServerClientHandle:
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
 async def test_deploy_after_approval_with_a_verifiable_receipt(
-    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: str
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: Mode
 ) -> None:
     sub = f"u{uuid.uuid4().hex[:10]}"
     token = oauth_env.oauth.mint(sub, client_id=AUDIENCE)["id_token"]
@@ -63,11 +63,11 @@ async def test_deploy_after_approval_with_a_verifiable_receipt(
     async with (
         example_server(oauth_env.app.url, client.api_key, oauth_env.iss) as server,
         mcp_client(server.url, token, mode=mode, elicitation_callback=user.callback) as mcp,
-    ):  # type: ignore[arg-type]
+    ):
         result = await mcp.call_tool("deploy", {"service": "web", "environment": "prod"})
         await user.settle()
     assert result.is_error is False, result.content
-    text = result.content[0].text
+    text = text_of(result)
     assert text.startswith("Deployed web to prod (consent receipt cr_")
     assert await browser_page.locator("#outcome").count() == 1
 
@@ -88,7 +88,7 @@ async def test_deploy_after_approval_with_a_verifiable_receipt(
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
 async def test_declined_on_the_page_is_a_normal_result(
-    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: str
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: Mode
 ) -> None:
     sub = f"u{uuid.uuid4().hex[:10]}"
     token = oauth_env.oauth.mint(sub, client_id=AUDIENCE)["id_token"]
@@ -96,11 +96,11 @@ async def test_declined_on_the_page_is_a_normal_result(
     async with (
         example_server(oauth_env.app.url, client.api_key, oauth_env.iss) as server,
         mcp_client(server.url, token, mode=mode, elicitation_callback=user.callback) as mcp,
-    ):  # type: ignore[arg-type]
+    ):
         result = await mcp.call_tool("deploy", {"service": "web", "environment": "prod"})
         await user.settle()
     assert result.is_error is False
-    assert result.content[0].text == "Deploy of web to prod cancelled: not approved."
+    assert text_of(result) == "Deploy of web to prod cancelled: not approved."
 
 
 async def test_a_consent_round_cannot_be_replayed_for_other_arguments(

@@ -7,17 +7,17 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
 from mcp import MCPError
+from mcp.client import ClientRequestContext
+from mcp.client.session import ElicitationFnT
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import ElicitResult
+from mcp_types import ElicitRequestParams, ElicitRequestURLParams, ElicitResult
 
 from elicitd_client import ElicitdClient
 from elicitd_client.mcp import Elicitd
-from tests.mcp.harness import AUDIENCE, example_server, mcp_client, round_log
+from tests.mcp.harness import AUDIENCE, Action, Mode, example_server, mcp_client, round_log, text_of
 from tests.support.apps import RunningApp, ServerClientHandle
 from tests.support.oauth_server import OAuthServer
 
@@ -37,7 +37,7 @@ def add_external_tools(mcp: MCPServer, elicitd: Elicitd) -> None:
         return f"{first.result['who']}+{second.result['who']}"
 
 
-def flow_of(context: Any, params: Any) -> str:
+def flow_of(context: ClientRequestContext, params: ElicitRequestURLParams) -> str:
     """The flow id an elicitation names: the input key on 2026-07-28, elicitationId on 2025-11-25."""
     if params.elicitation_id:
         return str(params.elicitation_id)
@@ -46,21 +46,19 @@ def flow_of(context: Any, params: Any) -> str:
     return key.removeprefix("elicitd_")
 
 
-Callback = Callable[[Any, Any], Awaitable[ElicitResult]]
-
-
 def finishing(
     api: ElicitdClient,
     *,
-    action: str = "accept",
+    action: Action = "accept",
     delay: float = 0.2,
     who: str = "alice",
     seen: list[tuple[str, str]] | None = None,
-) -> Callback:
+) -> ElicitationFnT:
     """An elicitation callback: record the URL, answer ``action``; on accept finish the flow in the
     background after ``delay`` (the user completing the page while the client already retries)."""
 
-    async def callback(context: Any, params: Any) -> ElicitResult:
+    async def callback(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        assert isinstance(params, ElicitRequestURLParams), params
         flow_id = flow_of(context, params)
         if seen is not None:
             seen.append((flow_id, params.url))
@@ -71,7 +69,7 @@ def finishing(
                 await api.complete(flow_id, {"who": who})
 
             asyncio.get_running_loop().create_task(finish())
-        return ElicitResult(action=action)  # type: ignore[arg-type]
+        return ElicitResult(action=action)
 
     return callback
 
@@ -85,7 +83,7 @@ def user(oauth_server: OAuthServer) -> tuple[str, str]:
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
 async def test_external_step_completes(
-    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: str
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: Mode
 ) -> None:
     sub, token = user
     seen: list[tuple[str, str]] = []
@@ -93,13 +91,13 @@ async def test_external_step_completes(
         ElicitdClient(elicitd.url, server_client.api_key) as api,
         example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as server,
         mcp_client(server.url, token, mode=mode, elicitation_callback=finishing(api, seen=seen)) as client,
-    ):  # type: ignore[arg-type]
+    ):
         assert client.protocol_version == ("2026-07-28" if mode == "2026-07-28" else "2025-11-25")
         result = await client.call_tool("verify", {"step": "email"})
         assert result.is_error is False, result.content
         assert len(seen) == 1 and seen[0][1] == f"{PAGE}/email"
         flow_id = seen[0][0]
-        assert result.content[0].text == f"verified alice via {flow_id}"
+        assert text_of(result) == f"verified alice via {flow_id}"
         status = await api.status(flow_id)
         assert status.flow.status == "completed"
         assert status.flow.subject is not None and (status.flow.subject.iss, status.flow.subject.sub) == (
@@ -110,7 +108,7 @@ async def test_external_step_completes(
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
 async def test_decline_is_a_readable_tool_result(
-    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: str
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: Mode
 ) -> None:
     seen: list[tuple[str, str]] = []
     async with (
@@ -119,19 +117,19 @@ async def test_decline_is_a_readable_tool_result(
         mcp_client(
             server.url,
             user[1],
-            mode=mode,  # type: ignore[arg-type]
+            mode=mode,
             elicitation_callback=finishing(api, action="decline", seen=seen),
         ) as client,
     ):
         result = await client.call_tool("verify", {"step": "phone"})
         assert result.is_error is True
-        assert result.content[0].text == "Error executing tool verify: The user declined."
+        assert text_of(result) == "Error executing tool verify: The user declined."
         assert (await api.status(seen[0][0])).flow.status == "declined"
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
 async def test_cancel_then_the_next_call_reuses_the_flow(
-    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: str
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: Mode
 ) -> None:
     seen: list[tuple[str, str]] = []
     async with (
@@ -141,33 +139,33 @@ async def test_cancel_then_the_next_call_reuses_the_flow(
         async with mcp_client(
             server.url,
             user[1],
-            mode=mode,  # type: ignore[arg-type]
+            mode=mode,
             elicitation_callback=finishing(api, action="cancel", seen=seen),
         ) as client:
             cancelled = await client.call_tool("verify", {"step": "id"})
         assert cancelled.is_error is True
-        assert "dismissed" in cancelled.content[0].text
+        assert "dismissed" in text_of(cancelled)
         assert (await api.status(seen[0][0])).flow.status == "pending"
         async with mcp_client(
             server.url,
             user[1],
-            mode=mode,  # type: ignore[arg-type]
+            mode=mode,
             elicitation_callback=finishing(api, seen=seen),
         ) as client:
             done = await client.call_tool("verify", {"step": "id"})
         assert done.is_error is False, done.content
         assert seen[1] == seen[0]  # same flow id, same URL
-        assert done.content[0].text == f"verified alice via {seen[0][0]}"
+        assert text_of(done) == f"verified alice via {seen[0][0]}"
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
 async def test_client_without_url_capability_gets_32021(
-    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: str
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str], mode: Mode
 ) -> None:
     async with (
         example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as server,
         mcp_client(server.url, user[1], mode=mode) as client,
-    ):  # type: ignore[arg-type]
+    ):
         with pytest.raises(MCPError) as refused:
             await client.call_tool("verify", {"step": "x"})
     assert refused.value.error.code == -32021
@@ -216,7 +214,7 @@ async def test_budget_runs_out_as_pending_not_a_round_cap_error(
     ):
         result = await client.call_tool("verify", {"step": "never"})
     assert result.is_error is True
-    assert "Still waiting for you to finish in the browser" in result.content[0].text
+    assert "Still waiting for you to finish in the browser" in text_of(result)
 
 
 async def test_two_requirements_in_one_tool(
@@ -230,5 +228,5 @@ async def test_two_requirements_in_one_tool(
     ):
         result = await client.call_tool("two_steps", {})
     assert result.is_error is False, result.content
-    assert result.content[0].text == "alice+alice"
+    assert text_of(result) == "alice+alice"
     assert [url for _, url in seen] == [f"{PAGE}/one", f"{PAGE}/two"]

@@ -14,13 +14,15 @@ from typing import Any
 
 import pytest
 from mcp import MCPError, UrlElicitationRequiredError
-from mcp_types import ElicitCompleteNotification, ElicitResult
+from mcp.client import ClientRequestContext
+from mcp.client.session import ElicitationFnT
+from mcp_types import ElicitCompleteNotification, ElicitRequestParams, ElicitRequestURLParams, ElicitResult
 from playwright.async_api import Page
 
 from elicitd_client import ElicitdClient, NotConnected, Subject
 from service.admin.clients import set_webhook
 from tests.mcp.conftest import PROVIDER_CLIENT_ID, OAuthEnv
-from tests.mcp.harness import AUDIENCE, ExampleServer, example_server, mcp_client, round_log
+from tests.mcp.harness import AUDIENCE, Action, ExampleServer, Mode, example_server, mcp_client, round_log, text_of
 from tests.support.apps import ServerClientHandle, free_port, new_server_client
 from tests.support.browser import login_at_issuer
 
@@ -39,12 +41,13 @@ class BrowserUser:
         self.seen: list[str] = []
         self.tasks: list[asyncio.Task[None]] = []
 
-    def callback(self, *, action: str = "accept", delay: float = 0.0) -> Any:
-        async def answer(context: Any, params: Any) -> ElicitResult:
+    def callback(self, *, action: Action = "accept", delay: float = 0.0) -> ElicitationFnT:
+        async def answer(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+            assert isinstance(params, ElicitRequestURLParams), params
             self.seen.append(params.url)
             if action == "accept":
                 self.tasks.append(asyncio.get_running_loop().create_task(self.open(params.url, delay)))
-            return ElicitResult(action=action)  # type: ignore[arg-type]
+            return ElicitResult(action=action)
 
         return answer
 
@@ -100,21 +103,21 @@ def new_user(env: OAuthEnv) -> tuple[str, str]:
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
 async def test_connect_then_use_then_no_more_elicitation(
-    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: str
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: Mode
 ) -> None:
     sub, token = new_user(oauth_env)
     user = BrowserUser(browser_page, oauth_env, sub)
     async with (
         files_server(oauth_env, client) as server,
         mcp_client(server.url, token, mode=mode, elicitation_callback=user.callback()) as mcp,
-    ):  # type: ignore[arg-type]
+    ):
         first = await mcp.call_tool("list_files", {})
         await user.settle()
         assert first.is_error is False, first.content
-        assert first.content[0].text == FILES
+        assert text_of(first) == FILES
         assert len(user.seen) == 1 and user.seen[0].startswith(oauth_env.app.url + "/f/fl_")
         second = await mcp.call_tool("list_files", {})
-        assert second.content[0].text == FILES
+        assert text_of(second) == FILES
         assert len(user.seen) == 1  # connected: nobody was asked again
     async with ElicitdClient(oauth_env.app.url, client.api_key) as api:
         issued = await api.token(oauth_env.provider, Subject(oauth_env.iss, sub), scopes=["files:read"])
@@ -139,7 +142,7 @@ async def test_retry_before_the_browser_finished(
         with round_log() as log:
             result = await mcp.call_tool("list_files", {})
         await user.settle()
-    assert result.content[0].text == FILES
+    assert text_of(result) == FILES
     outcomes = [(r["outcome"], r["state_only"]) for r in log.rounds]
     assert outcomes[-1] == ("completed", False)
     assert ("input_required", True) in outcomes  # the state-only "still pending, retry" rounds
@@ -148,7 +151,7 @@ async def test_retry_before_the_browser_finished(
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
 async def test_decline_in_the_client_is_a_normal_result(
-    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: str
+    oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: Mode
 ) -> None:
     _, token = new_user(oauth_env)
     user = BrowserUser(browser_page, oauth_env, "nobody")
@@ -157,13 +160,13 @@ async def test_decline_in_the_client_is_a_normal_result(
         mcp_client(
             server.url,
             token,
-            mode=mode,  # type: ignore[arg-type]
+            mode=mode,
             elicitation_callback=user.callback(action="decline"),
         ) as mcp,
     ):
         result = await mcp.call_tool("list_files", {})
     assert result.is_error is False
-    assert result.content[0].text == f"You chose not to connect {oauth_env.provider}, so I cannot list your files."
+    assert text_of(result) == f"You chose not to connect {oauth_env.provider}, so I cannot list your files."
 
 
 async def test_cancel_then_a_later_call_reuses_the_flow(
@@ -174,11 +177,11 @@ async def test_cancel_then_a_later_call_reuses_the_flow(
     async with files_server(oauth_env, client) as server:
         async with mcp_client(server.url, token, elicitation_callback=user.callback(action="cancel")) as mcp:
             dismissed = await mcp.call_tool("list_files", {})
-        assert dismissed.is_error is True and "dismissed" in dismissed.content[0].text
+        assert dismissed.is_error is True and "dismissed" in text_of(dismissed)
         async with mcp_client(server.url, token, elicitation_callback=user.callback()) as mcp:
             done = await mcp.call_tool("list_files", {})
         await user.settle()
-    assert done.content[0].text == FILES
+    assert text_of(done) == FILES
     assert len(user.seen) == 2 and user.seen[0] == user.seen[1]  # the same flow, the same URL
 
 
@@ -196,7 +199,7 @@ async def test_browser_opened_by_another_user_never_gives_a_token(
         await mallory.settle()
     assert await browser_page.locator("h1.error").inner_text() == "This link belongs to another account"
     assert result.is_error is True
-    assert "Still waiting for you to finish in the browser" in result.content[0].text
+    assert "Still waiting for you to finish in the browser" in text_of(result)
     assert provider_code_exchanges(oauth_env) == before  # no provider code was ever exchanged
     async with ElicitdClient(oauth_env.app.url, client.api_key) as api:
         with pytest.raises(NotConnected):
@@ -249,7 +252,7 @@ async def test_legacy_push_gets_the_completion_notification_from_the_webhook(
     ):
         result = await mcp.call_tool("list_files", {})
         await user.settle()
-        assert result.content[0].text == FILES
+        assert text_of(result) == FILES
         await asyncio.wait_for(notes.arrived.wait(), 15)
     flow_id = user.seen[0].rsplit("/", 1)[1]
     assert notes.completed == [flow_id]
@@ -278,5 +281,5 @@ async def test_legacy_error_style_retries_after_the_notification(
         await asyncio.wait_for(notes.arrived.wait(), 15)
         assert notes.completed == [elicitation.elicitation_id]
         retried = await mcp.call_tool("list_files", {})
-    assert retried.content[0].text == FILES
+    assert text_of(retried) == FILES
     assert user.seen == []  # nothing was pushed: the -32042 error carried the URL

@@ -14,7 +14,7 @@ from mcp_types import ElicitResult
 
 from service.settings import Settings
 from tests.consent.helpers import kinds_app
-from tests.mcp.harness import AUDIENCE, example_server, mcp_client
+from tests.mcp.harness import AUDIENCE, Mode, example_server, mcp_client, text_of
 from tests.support.apps import RunningApp, new_server_client
 from tests.support.oauth_server import OAuthServer
 from tests.support.stripe_double import API_KEY, WEBHOOK_SECRET, StripeDouble
@@ -42,7 +42,7 @@ async def pay_app(
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
 async def test_paid_tool_runs_after_the_payment(
-    pay_app: RunningApp, oauth_server: OAuthServer, stripe_double: StripeDouble, mode: str
+    pay_app: RunningApp, oauth_server: OAuthServer, stripe_double: StripeDouble, mode: Mode
 ) -> None:
     client = await new_server_client(pay_app, display_name="Example Reports")
     token = oauth_server.mint(f"u{uuid.uuid4().hex[:10]}", client_id=AUDIENCE)["id_token"]
@@ -65,9 +65,9 @@ async def test_paid_tool_runs_after_the_payment(
     async with (
         example_server(pay_app.url, client.api_key, oauth_server.issuer) as server,
         mcp_client(server.url, token, mode=mode, elicitation_callback=callback) as mcp,
-    ):  # type: ignore[arg-type]
+    ):
         result = await mcp.call_tool("premium_report", {"topic": "rates"})
         await asyncio.gather(*tasks)
     assert result.is_error is False, result.content
     payment_id = stripe_double.session_for(seen[0])["payment_intent"]
-    assert result.content[0].text == f"Premium report on rates (payment {payment_id}): everything is fine."
+    assert text_of(result) == f"Premium report on rates (payment {payment_id}): everything is fine."

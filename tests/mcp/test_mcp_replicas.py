@@ -3,13 +3,14 @@ the other completes, because elicitd keeps the flow and the replicas share the S
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 import pytest
 from mcp import MCPError
 
 from elicitd_client import ElicitdClient
-from tests.mcp.harness import AUDIENCE, STATE_KEY, RoundRobin, example_server, mcp_client
+from tests.mcp.harness import AUDIENCE, STATE_KEY, RoundRobin, example_server, mcp_client, text_of
 from tests.mcp.test_mcp_external import add_external_tools, finishing
 from tests.support.apps import RunningApp, ServerClientHandle
 from tests.support.oauth_server import OAuthServer
@@ -20,12 +21,15 @@ async def test_round_started_on_one_replica_completes_on_the_other(
 ) -> None:
     token = oauth_server.mint(f"u{uuid.uuid4().hex[:10]}", client_id=AUDIENCE)["id_token"]
     seen: list[tuple[str, str]] = []
-    shared = {"customize": add_external_tools, "state_keys": (STATE_KEY,)}
-    async with (
-        ElicitdClient(elicitd.url, server_client.api_key) as api,
-        example_server(elicitd.url, server_client.api_key, oauth_server.issuer, **shared) as one,
-        example_server(elicitd.url, server_client.api_key, oauth_server.issuer, **shared) as two,
-    ):
+    replica = functools.partial(
+        example_server,
+        elicitd.url,
+        server_client.api_key,
+        oauth_server.issuer,
+        customize=add_external_tools,
+        state_keys=(STATE_KEY,),
+    )
+    async with ElicitdClient(elicitd.url, server_client.api_key) as api, replica() as one, replica() as two:
         balancer = RoundRobin([one.port, two.port])
         async with mcp_client(
             one.url, token, transport=balancer, elicitation_callback=finishing(api, delay=0.3, seen=seen)
@@ -33,7 +37,7 @@ async def test_round_started_on_one_replica_completes_on_the_other(
             balancer.served.clear()
             result = await client.call_tool("verify", {"step": "replicas"})
     assert result.is_error is False, result.content
-    assert result.content[0].text == f"verified alice via {seen[0][0]}"
+    assert text_of(result) == f"verified alice via {seen[0][0]}"
     calls = [port for port, method in balancer.served if method == "tools/call"]
     assert len(calls) >= 2 and calls[0] != calls[1]  # round 1 on one replica, the retry on the other
     assert {one.port, two.port} <= set(calls)

@@ -14,7 +14,7 @@ from mcp_types import InputRequiredResult
 
 from elicitd_client import ElicitdClient, Subject
 from elicitd_client.mcp import Elicitd
-from tests.mcp.harness import serve
+from tests.mcp.harness import serve, text_of
 from tests.mcp.test_mcp_external import PAGE, finishing
 from tests.support.apps import RunningApp, ServerClientHandle, free_port
 
@@ -50,7 +50,7 @@ async def test_decorator_and_custom_subject_without_install(
         ):
             result = await client.call_tool("decorated", {})
             assert result.is_error is False, result.content
-            assert result.content[0].text == "ok alice"
+            assert text_of(result) == "ok alice"
             flow = (await api.status(seen[0][0])).flow
             assert flow.subject == subject
 
@@ -83,4 +83,4 @@ async def test_without_a_verified_user_the_tool_fails_closed(
             result = await client.call_tool("needs_user", {})
     assert result.is_error is True
     # A crash for the server's log, not a message for the model: no detail leaves the server.
-    assert result.content[0].text == "Error executing tool needs_user"
+    assert text_of(result) == "Error executing tool needs_user"

@@ -26,19 +26,22 @@ def oauth() -> Iterator[OAuthServer]:
         yield server
 
 
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    found = {}
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def samples(text: str) -> Samples:
+    found: Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             found[(sample.name, frozenset(sample.labels.items()))] = sample.value
     return found
 
 
-def value(found: dict, name: str, **labels: str) -> float:  # type: ignore[type-arg]
+def value(found: Samples, name: str, **labels: str) -> float:
     return found.get((name, frozenset(labels.items())), 0.0)
 
 
-async def scrape(app: RunningApp) -> dict:  # type: ignore[type-arg]
+async def scrape(app: RunningApp) -> Samples:
     async with app.http() as http:
         response = await http.get("/metrics")
     assert response.status_code == 200

@@ -66,9 +66,9 @@ class Payments:
         return await create_flow(self.app, self.client, self.body(sub or new_sub("payer"), **params))
 
     async def flow(self, flow_ref: str) -> Flow:
-        found = await self.app.state.flows.read(uuid.UUID(flow_ref[3:]))
+        found: Flow | None = await self.app.state.flows.read(uuid.UUID(flow_ref[3:]))
         assert found is not None
-        return found  # type: ignore[no-any-return]
+        return found
 
     async def checkout(self, flow_ref: str) -> dict[str, Any]:
         url = await self.app.state.payments.checkout_url(await self.flow(flow_ref))

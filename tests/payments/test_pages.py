@@ -31,7 +31,8 @@ async def go_to_checkout(page: Page, payments: Payments, sub: str, *, screenshot
     async with page.expect_navigation():
         await page.click("#pay")
     assert page.url.startswith(payments.double.url + "/checkout/cs_test_")
-    return created["flow"]["id"]  # type: ignore[no-any-return]
+    flow_ref: str = created["flow"]["id"]
+    return flow_ref
 
 
 async def test_return_first_completes_from_a_verified_lookup(

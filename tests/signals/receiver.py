@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import uvicorn
 
 from tests.support.apps import free_port
+from tests.support.serving import InProcessServer
 
 
 @dataclass
@@ -37,7 +39,12 @@ class Receiver:
     def delivered_ids(self) -> Counter[str]:
         return Counter(r.headers["elicitd-event-id"] for r in self.ok())
 
-    async def __call__(self, scope: dict, receive, send) -> None:  # type: ignore[no-untyped-def, type-arg]
+    async def __call__(
+        self,
+        scope: dict[str, Any],
+        receive: Callable[[], Awaitable[dict[str, Any]]],
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+    ) -> None:
         if scope["type"] != "http":
             return
         body = b""
@@ -66,10 +73,9 @@ class Receiver:
 async def receiving(receiver: Receiver | None = None) -> AsyncIterator[Receiver]:
     receiver = receiver or Receiver()
     port = free_port()
-    server = uvicorn.Server(
+    server = InProcessServer(
         uvicorn.Config(receiver, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="off")
     )
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.02)

@@ -19,6 +19,7 @@ from service.app import create_app
 from service.db.base import CLIENT_ID
 from service.identity.clients import create_server_client
 from service.settings import Settings
+from tests.support.serving import InProcessServer
 
 
 def free_port() -> int:
@@ -57,8 +58,7 @@ async def running_app(
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=1
     )
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    server = InProcessServer(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():

@@ -10,7 +10,6 @@ migrations, so parallel runs and earlier runs never interfere.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
@@ -59,10 +58,10 @@ def discover() -> Iterator[Backends]:
             yield Backends(pg.get_connection_url(), f"redis://{host}:{port}/0", "testcontainers")
         return
     data = ROOT / ".data" / "test"
-    pg = EmbeddedPostgres(data / "postgres").start()
+    postgres = EmbeddedPostgres(data / "postgres").start()
     redis = EmbeddedRedis(data / "redis").start()
     try:
-        yield Backends(pg.url("postgres"), redis.url, "embedded")
+        yield Backends(postgres.url("postgres"), redis.url, "embedded")
     finally:
         redis.stop()
 
@@ -93,7 +92,3 @@ async def drop_database(server_url: str, database_url: str) -> None:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
-
-
-def run(coro):  # type: ignore[no-untyped-def]
-    return asyncio.run(coro)

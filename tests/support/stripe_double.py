@@ -45,7 +45,8 @@ def parse_form(body: str) -> dict[str, Any]:
         for here in parts[:-1]:
             node = node.setdefault(here, {})
         node[parts[-1]] = value
-    return _lists(root)
+    decoded: dict[str, Any] = _lists(root)
+    return decoded
 
 
 def _lists(node: Any) -> Any:
@@ -55,6 +56,12 @@ def _lists(node: Any) -> Any:
             return [converted[k] for k in sorted(converted, key=int)]
         return converted
     return node
+
+
+def _snapshot(session: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy through JSON, as a client would see it: the test never holds the double's own dicts."""
+    copied: dict[str, Any] = json.loads(json.dumps(session))
+    return copied
 
 
 @dataclass
@@ -105,18 +112,18 @@ class StripeDouble:
     # ---- the test's side --------------------------------------------------------------------------
     def session(self, session_id: str) -> dict[str, Any]:
         with self.lock:
-            return json.loads(json.dumps(self.state.sessions[session_id]))
+            return _snapshot(self.state.sessions[session_id])
 
     def only_session(self) -> dict[str, Any]:
         with self.lock:
             assert len(self.state.sessions) == 1, f"{len(self.state.sessions)} sessions"
-            return json.loads(json.dumps(next(iter(self.state.sessions.values()))))
+            return _snapshot(next(iter(self.state.sessions.values())))
 
     def session_for(self, flow_ref: str) -> dict[str, Any]:
         with self.lock:
             found = [s for s in self.state.sessions.values() if s["client_reference_id"] == flow_ref]
         assert len(found) == 1, f"{len(found)} sessions for {flow_ref}"
-        return json.loads(json.dumps(found[0]))
+        return _snapshot(found[0])
 
     def calls(self, name: str) -> int:
         with self.lock:
@@ -129,19 +136,19 @@ class StripeDouble:
             s["status"] = "complete"
             s["payment_status"] = payment_status
             s["payment_intent"] = s["payment_intent"] or "pi_test_" + secrets.token_hex(12)
-            return json.loads(json.dumps(s))
+            return _snapshot(s)
 
     def settle_async(self, session_id: str, *, succeeded: bool) -> dict[str, Any]:
         with self.lock:
             s = self.state.sessions[session_id]
             s["payment_status"] = "paid" if succeeded else "unpaid"
-            return json.loads(json.dumps(s))
+            return _snapshot(s)
 
     def expire(self, session_id: str) -> dict[str, Any]:
         with self.lock:
             s = self.state.sessions[session_id]
             s["status"] = "expired"
-            return json.loads(json.dumps(s))
+            return _snapshot(s)
 
     def event(self, event_type: str, session: dict[str, Any], *, event_id: str | None = None) -> bytes:
         """A Stripe event body (snapshot payload), serialized as Stripe sends it."""

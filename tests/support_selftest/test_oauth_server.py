@@ -62,7 +62,8 @@ class _CallbackHandler(http.server.BaseHTTPRequestHandler):
         if target.path != "/callback":  # e.g. the browser's own /favicon.ico request
             self.send_error(404)
             return
-        self.server.queries.append(parse_qs(target.query))  # type: ignore[attr-defined]
+        assert isinstance(self.server, _CallbackServer)
+        self.server.queries.append(parse_qs(target.query))
         body = b"<!doctype html><title>callback</title><p id='done'>callback received</p>"
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
@@ -72,6 +73,14 @@ class _CallbackHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the default stderr access log."""
+
+
+class _CallbackServer(http.server.ThreadingHTTPServer):
+    """The callback's HTTP server, which keeps every query string the handler received."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _CallbackHandler)
+        self.queries: list[dict[str, list[str]]] = []
 
 
 @dataclass
@@ -88,12 +97,11 @@ class Callback:
 
 @pytest.fixture
 def callback() -> Iterator[Callback]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CallbackHandler)
-    server.queries = []  # type: ignore[attr-defined]
+    server = _CallbackServer()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield Callback(f"http://127.0.0.1:{server.server_address[1]}/callback", server.queries)  # type: ignore[attr-defined]
+        yield Callback(f"http://127.0.0.1:{server.server_address[1]}/callback", server.queries)
     finally:
         server.shutdown()
         server.server_close()
