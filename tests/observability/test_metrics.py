@@ -252,8 +252,8 @@ async def test_tracing_is_off_by_default(make_settings: Callable[..., Settings])
 def test_metric_names_match_the_reference() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("### Metrics reference", 1)[1].split("\n### ", 1)[0]
+    reference = (Path(__file__).resolve().parents[2] / "docs" / "operating.md").read_text()
+    section = reference.split("\n## Metrics reference\n", 1)[1].split("\n## ", 1)[0]
     documented = set(re.findall(r"`(elicitd_[a-z_]+)`", section))
     assert {
         "elicitd_http_requests_total",

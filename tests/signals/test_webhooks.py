@@ -21,7 +21,7 @@ from tests.signals.receiver import Receiver, eventually, receiving
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 
 FAST = {"WEBHOOK_BACKOFF_SECONDS": "0.2", "WEBHOOK_BACKOFF_MAX_SECONDS": "0.5", "WEBHOOK_POLL_INTERVAL_SECONDS": "0.1"}
-DOC = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
 
 
 def documented_verifier() -> Callable[..., bool]:
