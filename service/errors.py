@@ -246,7 +246,17 @@ def _html_response(status: int, title: str, detail: str, headers: dict[str, str]
 
 def handle_elicitd_error(request: Request[Any, Any, Any], exc: ElicitdError) -> Response[Any]:
     if exc.status >= 500:
-        logger.error("request failed", extra={"code": exc.problem_code, "path": request.url.path})
+        # A plain 500 (internal_error, configuration_error) is a bug or a broken deployment: keep
+        # its stack. 502/503 are expected conditions with their own code; the code says enough.
+        logger.error(
+            "request failed",
+            extra={"code": exc.problem_code, "path": request.url.path},
+            exc_info=exc if exc.status == 500 else None,
+        )
+    return _error_response(request, exc)
+
+
+def _error_response(request: Request[Any, Any, Any], exc: ElicitdError) -> Response[Any]:
     if _wants_html(request):
         return _html_response(exc.status, exc.title, exc.detail, exc.headers)
     return _problem_response(exc.status, exc.problem(), exc.headers)
@@ -302,9 +312,11 @@ def handle_database_error(request: Request[Any, Any, Any], exc: DBAPIError) -> R
 
 
 def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    # The exception text may hold anything (SQL, provider bodies); only its type is logged.
-    logger.error("unhandled error", extra={"error_type": type(exc).__name__, "path": request.url.path})
-    return handle_elicitd_error(request, ElicitdError("Something went wrong on our side."))
+    """One log record with the stack (the formatter writes the types and frames of the whole
+    chain but no exception's text, which may hold SQL parameters or provider bodies), and a
+    generic 500 to the caller: never a detail, a type name or a stack."""
+    logger.error("unhandled error", extra={"code": "internal_error", "path": request.url.path}, exc_info=exc)
+    return _error_response(request, ElicitdError("Something went wrong on our side."))
 
 
 POOL_RETRY_AFTER_SECONDS = 1

@@ -2,7 +2,10 @@
 
 Only fields on an allow-list ever reach a log line: a secret cannot leak through a stray
 ``extra=`` because unknown keys are dropped, and messages are constant strings (values go in
-fields). Exception *types* are logged, never their text, which may hold provider responses.
+fields). Exception *types* are logged, never their text, which may hold provider responses, SQL
+parameters or tokens. A record logged with ``exc_info`` also carries a ``traceback``: every frame
+(file, line, function, source line) of the exception and of each one chained to it, with each
+exception shown as its type and ``[redacted]`` in place of its message.
 
 Third-party loggers (httpx, authlib, stripe, uvicorn, …) write free text we do not control: a
 warning can quote a callback URL with ``code`` and ``state`` in its query string, or an
@@ -18,6 +21,8 @@ import logging
 import re
 import sys
 import time
+import traceback
+from typing import TextIO
 
 import msgspec
 
@@ -74,6 +79,61 @@ def redact_foreign(message: str) -> str:
     return _SECRET_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", message)
 
 
+_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+_SQLSTATE = re.compile(r"^[0-9A-Z]{5}$")
+_MAX_GROUP_DEPTH = 3
+
+
+def _describe(exc: BaseException) -> str:
+    """The exception's qualified type and the codes that say what happened without saying with
+    which values: a SQLSTATE, an errno."""
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    codes = []
+    for source in (exc, getattr(exc, "orig", None)):  # SQLAlchemy wraps the driver's error in .orig
+        sqlstate = getattr(source, "sqlstate", None) or getattr(source, "pgcode", None)
+        if isinstance(sqlstate, str) and _SQLSTATE.match(sqlstate):
+            codes.append(f"sqlstate {sqlstate}")
+            break
+    if isinstance(exc, OSError) and isinstance(exc.errno, int):
+        codes.append(f"errno {exc.errno}")
+    return f"{name}: {REDACTED}" + (f" ({', '.join(codes)})" if codes else "")
+
+
+def _stack(exc: BaseException, depth: int) -> str:
+    frames = traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__), capture_locals=False)
+    text = "Traceback (most recent call last):\n" + "".join(frames.format()) + _describe(exc) + "\n"
+    if isinstance(exc, BaseExceptionGroup) and depth < _MAX_GROUP_DEPTH:
+        for index, inner in enumerate(exc.exceptions, 1):
+            nested = redacted_traceback(inner, _depth=depth + 1)
+            text += f"+---- {index} ----\n" + "".join(f"| {line}\n" for line in nested.splitlines())
+    return text
+
+
+def redacted_traceback(exc: BaseException, *, _depth: int = 0) -> str:
+    """Like ``traceback.format_exception(exc)``, root cause first, but no exception's message.
+
+    The frames' source lines are our code; they still pass through :func:`redact_foreign`, as
+    every free text does, in case a line spells out a credential.
+    """
+    chain: list[tuple[BaseException, str]] = []  # each exception and how it led to the one before
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    how = ""
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append((current, how))
+        if current.__cause__ is not None:
+            current, how = current.__cause__, _CAUSE
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current, how = current.__context__, _CONTEXT
+        else:
+            current = None
+    text = "".join(_stack(item, _depth) + link for item, link in reversed(chain))
+    return redact_foreign(text.rstrip("\n"))
+
+
 class JsonFormatter(logging.Formatter):
     """One compact JSON object per record.
 
@@ -104,6 +164,8 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value if isinstance(value, int | float | bool) or value is None else str(value)
         if record.exc_info and record.exc_info[0] is not None:
             line["error_type"] = record.exc_info[0].__name__
+            if record.exc_info[1] is not None:
+                line["traceback"] = redacted_traceback(record.exc_info[1])
         return _encode(line).decode()
 
 
@@ -111,11 +173,13 @@ class PlainFormatter(JsonFormatter):
     def format(self, record: logging.LogRecord) -> str:
         data = json.loads(super().format(record))
         head = f"{data.pop('ts')} {data.pop('level'):7} {data.pop('logger')}: {data.pop('msg')}"
-        return head + "".join(f" {k}={v}" for k, v in data.items())
+        stack = data.pop("traceback", None)
+        return head + "".join(f" {k}={v}" for k, v in data.items()) + (f"\n{stack}" if stack else "")
 
 
-def configure_logging(settings: Settings) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def configure_logging(settings: Settings, *, stream: TextIO | None = None) -> None:
+    """Send every record to ``stream`` (standard error by default) through our formatter."""
+    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
     handler.setFormatter(JsonFormatter() if settings.log_json else PlainFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -2,6 +2,12 @@
 
 Nothing here is read at import time: ``Settings.from_env()`` is called by the CLI (or a test) and
 the result is passed down explicitly, so two app instances in one process can differ.
+
+Settings hold secrets (the key ring, database and Redis passwords, the signing and Stripe keys,
+whatever else arrives as ``ELICITD_*``), and a settings object is exactly what ends up in a
+debugger, an error report or a "starting with %r" log line. So ``repr``/``str`` never show one:
+secret fields print as ``'***'``, passwords and query values in URLs are masked, the key ring
+shows only its key ids, and ``extra`` shows only variable names.
 """
 
 from __future__ import annotations
@@ -9,10 +15,11 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from service.errors import ConfigurationError
 from service.loopback import is_https_or_loopback_http
@@ -20,11 +27,14 @@ from service.loopback import is_https_or_loopback_http
 _PREFIX = "ELICITD_"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class KeyRing:
     """Symmetric keys by id. The first key encrypts; every key decrypts (so keys can rotate)."""
 
     keys: tuple[tuple[str, bytes], ...]
+
+    def __repr__(self) -> str:
+        return f"KeyRing(ids={[kid for kid, _ in self.keys]!r})"
 
     @property
     def current(self) -> tuple[str, bytes]:
@@ -64,7 +74,28 @@ class KeyRing:
         return f"{kid}:{base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip('=')}"
 
 
-@dataclass(frozen=True, slots=True)
+class SecretValues(Mapping[str, str]):
+    """A read-only mapping whose ``repr`` names its keys and never shows a value."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        self._values = dict(values)
+
+    def __getitem__(self, key: str) -> str:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"<{len(self._values)} values: {', '.join(sorted(self._values))}>"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
 class Settings:
     database_url: str
     redis_url: str | None
@@ -98,6 +129,27 @@ class Settings:
     config_file: str | None = None
     browser_session_seconds: int = 8 * 3600
     extra: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Every other ``ELICITD_*`` variable may be a secret (webhook or tracing credentials, an
+        # admin token): keep them in a mapping that cannot print its values.
+        if not isinstance(self.extra, SecretValues):
+            object.__setattr__(self, "extra", SecretValues(self.extra))
+
+    def __repr__(self) -> str:
+        shown = []
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, str) and (not item.repr or _SECRET_NAME.search(item.name)):
+                text = "'***'"
+            elif isinstance(value, str):
+                text = repr(mask_url(value))
+            else:
+                text = repr(value)
+            shown.append(f"{item.name}={text}")
+        return f"Settings({', '.join(shown)})"
+
+    __str__ = __repr__
 
     @property
     def secure_cookies(self) -> bool:
@@ -202,6 +254,32 @@ def _kind_settings(get: Any) -> dict[str, Any]:
         if raw := get(name):
             values[attr] = raw
     return values
+
+
+# A string setting with one of these in its name is shown masked even if someone forgets repr=False.
+_SECRET_NAME = re.compile(r"secret|password|passwd|token|credential|private|signing|(^|_)keys?($|_)", re.IGNORECASE)
+
+
+def mask_url(value: str) -> str:
+    """``value`` with a URL's password and every query value replaced by ``***`` (database and
+    Redis URLs carry passwords in either place); anything that is not a URL is returned as is."""
+    if "://" not in value:
+        return value
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "***"  # cannot tell which part is the password: show none of it
+    netloc = parts.netloc
+    if parts.username is not None or parts.password is not None:
+        user = parts.username or ""
+        hostport = f"[{host}]" if ":" in host else host
+        if port is not None:
+            hostport += f":{port}"
+        netloc = f"{user}{':***' if parts.password is not None else ''}@{hostport}"
+    query = "&".join(f"{pair.partition('=')[0]}=***" for pair in parts.query.split("&") if pair)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, "***" if parts.fragment else ""))
 
 
 def normalize_database_url(url: str) -> str:
