@@ -167,6 +167,7 @@ async def make_payment(app: RunningApp, server: OAuthServer) -> str:
     assert response.status_code == 201, response.text
     flow_ref = str(response.json()["flow"]["id"])
     flow = await app.state.flows.read(uuid.UUID(flow_ref[3:]))
+    assert flow is not None
     assert await app.state.payments.checkout_url(flow)
     return flow_ref
 

@@ -109,4 +109,6 @@ async def test_jwks_publishes_public_keys_only(app: RunningApp) -> None:
     [key] = response.json()["keys"]
     assert key["kty"] == "EC" and key["crv"] == "P-256" and key["alg"] == "ES256" and key["use"] == "sig"
     assert "d" not in key
-    assert key["kid"] == app.state.consent.signer.key_id
+    signer = app.state.consent.signer
+    assert signer is not None
+    assert key["kid"] == signer.key_id

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Callable
 
 from sqlalchemy import text
+from sqlalchemy.pool import QueuePool
 
 from service.flows.schemas import Subject
 from service.settings import Settings
@@ -27,7 +28,9 @@ async def test_full_pool_answers_503_with_retry_after_then_recovers(
             flow_id = created["flow"]["id"]
             async with contextlib.AsyncExitStack() as held:
                 # Check out every connection the pool may hand out, and keep them checked out.
-                for _ in range(app.state.engine.pool.size()):
+                pool = app.state.engine.pool
+                assert isinstance(pool, QueuePool)
+                for _ in range(pool.size()):
                     session = await held.enter_async_context(app.state.sessions())
                     await session.execute(text("SELECT 1"))
                 busy = await http.get(f"/v1/flows/{flow_id}")

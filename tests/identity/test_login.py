@@ -76,5 +76,6 @@ async def test_another_account_is_refused(
     assert mallory not in str(trail)
     assert [e["type"] for e in trail if e["type"] not in {"subject_mismatch"}] == ["created"]
     current = await identity_app.state.flows.read(flow.id)
+    assert current is not None
     assert current.status == "pending"
     assert current.updated_at == flow.updated_at

@@ -51,6 +51,7 @@ async def test_paid_tool_runs_after_the_payment(
 
     async def pay(flow_ref: str) -> None:
         flow = await pay_app.state.flows.read(uuid.UUID(flow_ref[3:]))
+        assert flow is not None
         await pay_app.state.payments.checkout_url(flow)  # what the Pay button does
         paid = stripe_double.pay(stripe_double.session_for(flow_ref)["id"])
         delivered = await stripe_double.deliver(pay_app.url, stripe_double.event("checkout.session.completed", paid))

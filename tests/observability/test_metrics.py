@@ -235,11 +235,15 @@ async def test_tracing_records_one_span_per_request(make_settings: Callable[...,
         await create_flow(app, client)
         async with app.http() as http:
             assert (await http.get("/healthz")).status_code == 200
-        spans = app.state.tracing.memory.get_finished_spans()
+        memory = app.state.tracing.memory
+        assert memory is not None
+        spans = memory.get_finished_spans()
     names = [s.name for s in spans]
     assert names == ["POST /v1/flows", "GET /healthz"]
-    assert spans[0].attributes["http.response.status_code"] == 201
-    assert spans[0].attributes["http.route"] == "/v1/flows"
+    attributes = spans[0].attributes
+    assert attributes is not None
+    assert attributes["http.response.status_code"] == 201
+    assert attributes["http.route"] == "/v1/flows"
     assert spans[0].resource.attributes["service.name"] == "elicitd"
 
 
