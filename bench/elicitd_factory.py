@@ -15,6 +15,7 @@ from litestar import Litestar, Request, get
 
 from service.app import create_app
 from service.logs import configure_logging
+from service.services import build_services
 from service.settings import Settings
 
 
@@ -37,7 +38,7 @@ def bench_stats(request: Request[Any, Any, Any]) -> dict[str, Any]:
 def create() -> Litestar:
     settings = Settings.from_env()
     configure_logging(settings)
-    app = create_app(settings)
+    app = create_app(build_services(settings))
     if os.environ.get("ELICITD_BENCH_STATS") == "1":
         app.register(bench_stats)
     return app

@@ -1,112 +1,74 @@
-"""``create_app(settings)``: wires the domains into one Litestar application."""
+"""``create_app(services)``: maps the routes onto the services ``build_services`` made.
+
+Nothing here builds a service or reads configuration beyond what routing needs. Handlers get
+what they need as typed dependencies (``services``, or one of its parts by name: ``flows``,
+``connections``, ``authenticator``, ``metrics``, ``settings`` …); none reads ``app.state``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from litestar import Litestar
 from litestar.contrib.jinja import JinjaTemplateEngine
-from litestar.datastructures import State
+from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
-from service.admin.operations import ADMIN_SECURITY_SCHEME, Operations
-from service.apikeys.wiring import install as install_apikeys
+from service.admin.api import admin_router
 from service.connections.api import ConnectionController
-from service.connections.discovery import MetadataCache
-from service.connections.kind import OAuthConnectKind
-from service.connections.pages import ROUTES as CONNECT_ROUTES
-from service.connections.pages import connect_page
-from service.connections.repository import purge_states as purge_oauth_states
-from service.connections.service import ConnectionService
-from service.consent.wiring import install as install_consent
-from service.crypto.vault import Vault
-from service.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker
 from service.errors import EXCEPTION_HANDLERS
 from service.flows.api import FlowController
-from service.flows.kinds import default_handlers
 from service.flows.pages import open_flow
-from service.flows.request_state import RequestStateCodec
-from service.flows.service import FlowService
-from service.flows.sweeper import run_sweeper
 from service.health import healthz, readyz
-from service.identity.issuers import IssuerDirectory
-from service.identity.keys import ApiKeyAuthenticator
-from service.identity.login_api import IDENTITY_ROUTES
-from service.identity.sessions import purge_expired as purge_expired_logins
-from service.payments.wiring import install as install_payments
-from service.settings import Settings
-from service.signals.bus import WaiterHub
+from service.observability.metrics import metrics_endpoint
+from service.observability.requests import RequestObserver
+from service.services import Services
+from service.signin.routes import IDENTITY_ROUTES
 
 _HERE = Path(__file__).parent
 
+ADMIN_SECURITY_SCHEME = SecurityScheme(
+    type="http", scheme="bearer", description="An admin token (eat_…), made with `elicitd admin tokens create`"
+)
 
-def create_app(settings: Settings) -> Litestar:
-    engine = make_engine(settings)
-    sessions = make_sessionmaker(engine)
-    flows_ref: list[FlowService] = []
 
-    async def finished(ids: list) -> list:  # type: ignore[type-arg]
-        return await flows_ref[0].finished_among(ids)
+def _constant(value: Any) -> Provide:
+    async def provide() -> Any:
+        return value
 
-    hub = WaiterHub(
-        redis_url=settings.redis_url,
-        channel=settings.redis_channel,
-        poll_interval=settings.poll_interval_seconds,
-        safety_poll_interval=max(settings.poll_interval_seconds * 10, 30.0),
-        finished=finished,
-    )
-    flows = FlowService(
-        settings=settings,
-        sessions=sessions,
-        hub=hub,
-        codec=RequestStateCodec(settings.keys),
-        handlers=default_handlers(),
-        read_sessions=make_read_sessionmaker(engine),
-    )
-    flows_ref.append(flows)
-    state = State(
-        {
-            "settings": settings,
-            "engine": engine,
-            "sessions": sessions,
-            "hub": hub,
-            "flows": flows,
-            "authenticator": ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds),
-            "kind_pages": {},
-            "vault": Vault(settings.keys),
-            "issuers": IssuerDirectory(sessions, Vault(settings.keys)),
-        }
-    )
-    state.connections = ConnectionService(sessions=sessions, vault=state.vault, metadata=MetadataCache())
-    flows.handlers["oauth_connect"] = OAuthConnectKind()
-    state.kind_pages["oauth_connect"] = connect_page
-    ops = Operations.install(settings, state)
+    return Provide(provide, use_cache=True)
 
-    kind_routes = [
-        *install_consent(state, flows, settings),
-        *install_payments(state, flows, settings),
-        *install_apikeys(state, flows, settings),
-    ]
+
+def _dependencies(services: Services) -> dict[str, Provide]:
+    """``services`` itself and each of its fields under its own name."""
+    provided = {"services": _constant(services)}
+    for item in dataclasses.fields(services):
+        provided[item.name] = _constant(getattr(services, item.name))
+    return provided
+
+
+def create_app(services: Services) -> Litestar:
+    settings = services.settings
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         if settings.config_file:
             from service.config_file import apply_config_file
 
-            await apply_config_file(settings.config_file, sessions, state.vault)
-        await hub.start()
+            await apply_config_file(settings.config_file, services.sessions, services.vault)
+        await services.start()
         tasks = []
         if settings.background_tasks:
-            chores = [purge_expired_logins, purge_oauth_states]
-            tasks.append(asyncio.create_task(run_sweeper(flows, settings.sweep_interval_seconds, chores)))
-            tasks.extend(ops.start())
+            tasks = [asyncio.create_task(job) for job in services.background()]
         try:
             yield
         finally:
@@ -115,14 +77,17 @@ def create_app(settings: Settings) -> Litestar:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await hub.stop()
-            ops.shutdown()
-            await state.issuers.close()
-            await engine.dispose()
+            await services.aclose()
 
+    def template_globals(engine: JinjaTemplateEngine) -> None:
+        # Every page names the full elicitd origin, so a person can check where they are.
+        engine.engine.globals["domain"] = settings.public_origin
+
+    kind_routes = [route for plugin in services.kinds.values() for route in plugin.routes]
     app = Litestar(
         route_handlers=[
-            *ops.route_handlers(),
+            admin_router(services.sessions),
+            metrics_endpoint,
             FlowController,
             open_flow,
             healthz,
@@ -130,14 +95,17 @@ def create_app(settings: Settings) -> Litestar:
             *kind_routes,
             *IDENTITY_ROUTES,
             ConnectionController,
-            *CONNECT_ROUTES,
             create_static_files_router(path="/static", directories=[_HERE / "static"], include_in_schema=False),
         ],
-        state=state,
+        dependencies=_dependencies(services),
+        # Handler modules name ``Services`` only under ``TYPE_CHECKING`` (no import cycle).
+        signature_namespace={"Services": Services},
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.max_body_bytes,
-        template_config=TemplateConfig(directory=_HERE / "templates", engine=JinjaTemplateEngine),
+        template_config=TemplateConfig(
+            directory=_HERE / "templates", engine=JinjaTemplateEngine, engine_callback=template_globals
+        ),
         openapi_config=OpenAPIConfig(
             title="elicitd",
             version="0.1.0",
@@ -154,4 +122,6 @@ def create_app(settings: Settings) -> Litestar:
         debug=False,
         logging_config=None,
     )
-    return ops.wrap(app)
+    # Observe every request, routed or not (``asgi_handler`` is the outermost handler).
+    app.asgi_handler = RequestObserver(app.asgi_handler, metrics=services.metrics, tracing=services.tracing)
+    return app

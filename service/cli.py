@@ -61,6 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     from service.app import create_app
     from service.logs import configure_logging
+    from service.services import build_services
     from service.serving import uvicorn_options
 
     settings = _settings()
@@ -70,7 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
         upgrade(settings.database_url)
     uvicorn.run(
-        create_app(settings),
+        create_app(build_services(settings)),
         host=args.host,
         port=args.port,
         log_config=None,
@@ -143,6 +144,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
     from service.db.migrate import upgrade
     from service.embedded import EmbeddedPostgres, EmbeddedRedis
     from service.logs import configure_logging
+    from service.services import build_services
     from service.serving import uvicorn_options
 
     DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -183,7 +185,7 @@ Create a flow:
             flush=True,
         )
         uvicorn.run(
-            create_app(settings),
+            create_app(build_services(settings)),
             host=args.host,
             port=args.port,
             log_config=None,

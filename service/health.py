@@ -3,11 +3,14 @@ service still works (by polling), so it stays ready and says it is degraded."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
-from litestar import Request, Response, get
+from litestar import Response, get
 from sqlalchemy import text
+
+if TYPE_CHECKING:
+    from service.services import Services
 
 
 class Readiness(msgspec.Struct):
@@ -23,8 +26,8 @@ async def healthz() -> dict[str, str]:
 
 
 @get("/readyz", operation_id="readyz", tags=["ops"], summary="Readiness: PostgreSQL and Redis, reported apart")
-async def readyz(request: Request[Any, Any, Any]) -> Response[Readiness]:
-    state = request.app.state
+async def readyz(services: Services) -> Response[Readiness]:
+    state = services
     try:
         async with state.sessions() as session:
             await session.execute(text("SELECT 1"))

@@ -7,17 +7,18 @@ per route, and an audit row per call. The same operations back the ``elicitd adm
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from litestar import Controller, Request, Router, get, post
 from litestar.params import Parameter
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.admin import deliveries, flows
 from service.admin.api_clients import AdminServerClientsController
 from service.admin.api_directory import DIRECTORY_CONTROLLERS
 from service.admin.audit import list_audit
-from service.admin.deps import flow_service, unit
-from service.admin.guards import AdminAuditMiddleware, admin_guard, principal_of
+from service.admin.deps import unit
+from service.admin.guards import AdminAuditMiddleware, AdminGuard, principal_of
 from service.admin.schemas import (
     AdminFlow,
     AuditPage,
@@ -31,6 +32,9 @@ from service.admin.schemas import (
 from service.admin.tokens import ADMIN_TOKEN_ID, Role
 from service.admin.views import flow_view
 from service.flows.states import FlowStatus
+
+if TYPE_CHECKING:
+    from service.services import Services
 
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50, description="Page size")]
 Cursor = Annotated[str | None, Parameter(description="`next_cursor` from the previous page")]
@@ -47,6 +51,7 @@ class AdminFlowsController(Controller):
     async def list_flows(
         self,
         request: Request[Any, Any, Any],
+        services: Services,
         status: str | None = None,
         kind: str | None = None,
         server_client: str | None = None,
@@ -72,13 +77,13 @@ class AdminFlowsController(Controller):
             expires_after=expires_after,
             expires_before=expires_before,
         )
-        async with unit(request) as session:
+        async with unit(services) as session:
             return await flows.list_flows(session, filters, cursor=cursor, limit=limit)
 
     @get("/{flow_id:str}", operation_id="adminGetFlow", summary="One flow with its full event history")
-    async def show_flow(self, request: Request[Any, Any, Any], flow_id: str) -> FlowDetail:
-        async with unit(request) as session:
-            return await flows.show_flow(flow_service(request), session, flow_id)
+    async def show_flow(self, request: Request[Any, Any, Any], services: Services, flow_id: str) -> FlowDetail:
+        async with unit(services) as session:
+            return await flows.show_flow(services.flows, session, flow_id)
 
     @post(
         "/{flow_id:str}/cancel",
@@ -87,11 +92,9 @@ class AdminFlowsController(Controller):
         opt=OPERATOR,
         summary="Cancel a pending flow (409 flow_not_pending when it already finished)",
     )
-    async def cancel_flow(self, request: Request[Any, Any, Any], flow_id: str) -> AdminFlow:
+    async def cancel_flow(self, request: Request[Any, Any, Any], services: Services, flow_id: str) -> AdminFlow:
         token = ADMIN_TOKEN_ID.format(principal_of(request).token_id)
-        return flow_view(
-            await flows.finish_flow(flow_service(request), flow_id, FlowStatus.CANCELLED, admin_token=token)
-        )
+        return flow_view(await flows.finish_flow(services.flows, flow_id, FlowStatus.CANCELLED, admin_token=token))
 
     @post(
         "/{flow_id:str}/expire",
@@ -100,9 +103,9 @@ class AdminFlowsController(Controller):
         opt=OPERATOR,
         summary="Expire a pending flow now",
     )
-    async def expire_flow(self, request: Request[Any, Any, Any], flow_id: str) -> AdminFlow:
+    async def expire_flow(self, request: Request[Any, Any, Any], services: Services, flow_id: str) -> AdminFlow:
         token = ADMIN_TOKEN_ID.format(principal_of(request).token_id)
-        return flow_view(await flows.finish_flow(flow_service(request), flow_id, FlowStatus.EXPIRED, admin_token=token))
+        return flow_view(await flows.finish_flow(services.flows, flow_id, FlowStatus.EXPIRED, admin_token=token))
 
 
 class AdminWebhooksController(Controller):
@@ -113,20 +116,23 @@ class AdminWebhooksController(Controller):
     async def list_deliveries(
         self,
         request: Request[Any, Any, Any],
+        services: Services,
         delivery_state: Annotated[str | None, Parameter(query="state")] = None,
         server_client: str | None = None,
         flow_id: str | None = None,
         cursor: Cursor = None,
         limit: Limit = 50,
     ) -> WebhookPage:
-        async with unit(request) as session:
+        async with unit(services) as session:
             return await deliveries.list_deliveries(
                 session, state=delivery_state, server_client=server_client, flow=flow_id, cursor=cursor, limit=limit
             )
 
     @get("/{delivery_id:str}", operation_id="adminGetWebhookDelivery", summary="One webhook delivery")
-    async def show_delivery(self, request: Request[Any, Any, Any], delivery_id: str) -> WebhookDeliveryView:
-        async with unit(request) as session:
+    async def show_delivery(
+        self, request: Request[Any, Any, Any], services: Services, delivery_id: str
+    ) -> WebhookDeliveryView:
+        async with unit(services) as session:
             return await deliveries.show_delivery(session, delivery_id)
 
     @post(
@@ -136,10 +142,10 @@ class AdminWebhooksController(Controller):
         opt=OPERATOR,
         summary="Deliver an event again (after delivery or abandonment), with a fresh retry window",
     )
-    async def replay(self, request: Request[Any, Any, Any], delivery_id: str) -> ReplayResult:
-        async with unit(request) as session:
+    async def replay(self, request: Request[Any, Any, Any], services: Services, delivery_id: str) -> ReplayResult:
+        async with unit(services) as session:
             view = await deliveries.replay(session, delivery_id)
-        request.app.state.webhooks.wake()
+        services.webhooks.wake()
         return ReplayResult(delivery=view)
 
 
@@ -151,12 +157,13 @@ class AdminWebhooksController(Controller):
 )
 async def admin_stats(
     request: Request[Any, Any, Any],
+    services: Services,
     window: Annotated[str, Parameter(default="24h", description="e.g. 1h, 24h, 7d")] = "24h",
     server_client: Annotated[
         str | None, Parameter(description="Only this server client's flows and webhook backlog (sc_…)")
     ] = None,
 ) -> Stats:
-    async with unit(request) as session:
+    async with unit(services) as session:
         return await flows.stats(session, flows.parse_window(window), server_client=server_client)
 
 
@@ -168,9 +175,13 @@ async def admin_stats(
     summary="The admin audit log, newest first",
 )
 async def admin_audit(
-    request: Request[Any, Any, Any], admin_token_id: str | None = None, cursor: Cursor = None, limit: Limit = 50
+    request: Request[Any, Any, Any],
+    services: Services,
+    admin_token_id: str | None = None,
+    cursor: Cursor = None,
+    limit: Limit = 50,
 ) -> AuditPage:
-    async with unit(request) as session:
+    async with unit(services) as session:
         return await list_audit(session, admin_token_id=admin_token_id, cursor=cursor, limit=limit)
 
 
@@ -184,8 +195,7 @@ async def admin_whoami(request: Request[Any, Any, Any]) -> dict[str, str]:
     }
 
 
-def admin_router(extra: list[Any] | None = None) -> Router:
-    """``extra`` takes controllers of other domains (connections, providers, payments)."""
+def admin_router(sessions: async_sessionmaker[AsyncSession]) -> Router:
     return Router(
         path="/admin/v1",
         route_handlers=[
@@ -196,10 +206,11 @@ def admin_router(extra: list[Any] | None = None) -> Router:
             admin_audit,
             admin_whoami,
             *DIRECTORY_CONTROLLERS,
-            *(extra or []),
         ],
-        guards=[admin_guard],
-        middleware=[AdminAuditMiddleware],
+        guards=[AdminGuard(sessions)],
+        # A closure, not DefineMiddleware(kwargs): Litestar deep-copies kwargs, and the session factory
+        # (with its engine) must stay the one shared object.
+        middleware=[lambda app: AdminAuditMiddleware(app, sessions)],
         security=[{"adminToken": []}],
         include_in_schema=True,
     )

@@ -4,7 +4,7 @@ webhook, its limits — needs the ``admin`` role; reading needs ``viewer``."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from litestar import Controller, Request, get, patch, post, put
 from litestar.params import Parameter
@@ -24,6 +24,9 @@ from service.admin.schemas import (
 )
 from service.admin.tokens import Role
 
+if TYPE_CHECKING:
+    from service.services import Services
+
 ADMIN = {"role": Role.ADMIN}
 
 
@@ -35,10 +38,11 @@ class AdminServerClientsController(Controller):
     async def list_clients(
         self,
         request: Request[Any, Any, Any],
+        services: Services,
         cursor: str | None = None,
         limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
     ) -> ServerClientPage:
-        async with unit(request) as session:
+        async with unit(services) as session:
             return await clients.list_clients(session, cursor=cursor, limit=limit)
 
     @post(
@@ -47,13 +51,15 @@ class AdminServerClientsController(Controller):
         opt=ADMIN,
         summary="Register an MCP server; its API key is in this response only",
     )
-    async def create(self, request: Request[Any, Any, Any], data: CreateServerClient) -> CreatedServerClient:
-        async with unit(request) as session:
+    async def create(
+        self, request: Request[Any, Any, Any], services: Services, data: CreateServerClient
+    ) -> CreatedServerClient:
+        async with unit(services) as session:
             return await clients.create(session, data)
 
     @get("/{client_id:str}", operation_id="adminGetServerClient", summary="One server client and its keys")
-    async def show(self, request: Request[Any, Any, Any], client_id: str) -> ServerClientView:
-        async with unit(request) as session:
+    async def show(self, request: Request[Any, Any, Any], services: Services, client_id: str) -> ServerClientView:
+        async with unit(services) as session:
             return await clients.show(session, client_id)
 
     @patch(
@@ -63,11 +69,11 @@ class AdminServerClientsController(Controller):
         summary="Change display name, allowed providers, trusted issuers or rate limits",
     )
     async def update(
-        self, request: Request[Any, Any, Any], client_id: str, data: UpdateServerClient
+        self, request: Request[Any, Any, Any], services: Services, client_id: str, data: UpdateServerClient
     ) -> ServerClientView:
-        async with unit(request) as session:
+        async with unit(services) as session:
             view = await clients.update_client(session, client_id, data)
-        request.app.state.authenticator.forget()
+        services.authenticator.forget()
         return view
 
     @post(
@@ -77,10 +83,10 @@ class AdminServerClientsController(Controller):
         opt=ADMIN,
         summary="Disable a server client: its API keys stop working",
     )
-    async def disable(self, request: Request[Any, Any, Any], client_id: str) -> ServerClientView:
-        async with unit(request) as session:
+    async def disable(self, request: Request[Any, Any, Any], services: Services, client_id: str) -> ServerClientView:
+        async with unit(services) as session:
             view = await clients.set_disabled(session, client_id, True)
-        request.app.state.authenticator.forget()
+        services.authenticator.forget()
         return view
 
     @post(
@@ -90,8 +96,8 @@ class AdminServerClientsController(Controller):
         opt=ADMIN,
         summary="Enable a disabled server client",
     )
-    async def enable(self, request: Request[Any, Any, Any], client_id: str) -> ServerClientView:
-        async with unit(request) as session:
+    async def enable(self, request: Request[Any, Any, Any], services: Services, client_id: str) -> ServerClientView:
+        async with unit(services) as session:
             return await clients.set_disabled(session, client_id, False)
 
     @post(
@@ -101,10 +107,12 @@ class AdminServerClientsController(Controller):
         opt=ADMIN,
         summary="Issue a new API key; older keys keep working for `grace_seconds`",
     )
-    async def rotate_key(self, request: Request[Any, Any, Any], client_id: str, data: RotateKey) -> RotatedKey:
-        async with unit(request) as session:
+    async def rotate_key(
+        self, request: Request[Any, Any, Any], services: Services, client_id: str, data: RotateKey
+    ) -> RotatedKey:
+        async with unit(services) as session:
             rotated = await clients.rotate_key(session, client_id, timedelta(seconds=data.grace_seconds))
-        request.app.state.authenticator.forget()
+        services.authenticator.forget()
         return rotated
 
     @put(
@@ -113,9 +121,11 @@ class AdminServerClientsController(Controller):
         opt=ADMIN,
         summary="Set (or clear with null) the completion webhook; a new signing secret is shown once",
     )
-    async def set_webhook(self, request: Request[Any, Any, Any], client_id: str, data: SetWebhook) -> WebhookSecret:
-        async with unit(request) as session:
-            return await clients.set_webhook(session, request.app.state.vault, client_id, data.url)
+    async def set_webhook(
+        self, request: Request[Any, Any, Any], services: Services, client_id: str, data: SetWebhook
+    ) -> WebhookSecret:
+        async with unit(services) as session:
+            return await clients.set_webhook(session, services.vault, client_id, data.url)
 
     @post(
         "/{client_id:str}/webhook/rotate-secret",
@@ -124,6 +134,8 @@ class AdminServerClientsController(Controller):
         opt=ADMIN,
         summary="Replace the webhook signing secret; the new one is shown once",
     )
-    async def rotate_webhook_secret(self, request: Request[Any, Any, Any], client_id: str) -> WebhookSecret:
-        async with unit(request) as session:
-            return await clients.rotate_webhook_secret(session, request.app.state.vault, client_id)
+    async def rotate_webhook_secret(
+        self, request: Request[Any, Any, Any], services: Services, client_id: str
+    ) -> WebhookSecret:
+        async with unit(services) as session:
+            return await clients.rotate_webhook_secret(session, services.vault, client_id)

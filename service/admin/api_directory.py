@@ -7,7 +7,7 @@ one is set). Changing a provider or issuer drops this process's cached discovery
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, get, patch, post
@@ -29,6 +29,9 @@ from service.connections import providers
 from service.errors import IssuerNotFound, ProviderNotFound
 from service.identity import issuers
 
+if TYPE_CHECKING:
+    from service.services import Services
+
 OPERATOR = {"role": Role.OPERATOR}
 ADMIN = {"role": Role.ADMIN}
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50, description="Page size")]
@@ -38,8 +41,8 @@ class IssuerRef(msgspec.Struct, forbid_unknown_fields=True):
     issuer: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 
 
-def _forget_providers(request: Request[Any, Any, Any]) -> None:
-    request.app.state.connections.metadata.forget()
+def _forget_providers(services: Services) -> None:
+    services.connections.metadata.forget()
 
 
 class AdminProvidersController(Controller):
@@ -47,8 +50,8 @@ class AdminProvidersController(Controller):
     tags = ["admin: providers"]
 
     @get("/", operation_id="adminListProviders", summary="Third-party OAuth providers (never their secrets)")
-    async def list_providers(self, request: Request[Any, Any, Any]) -> list[ProviderView]:
-        async with unit(request) as session:
+    async def list_providers(self, request: Request[Any, Any, Any], services: Services) -> list[ProviderView]:
+        async with unit(services) as session:
             return [directory.provider_view(p) for p in await providers.list_providers(session)]
 
     @post(
@@ -58,15 +61,15 @@ class AdminProvidersController(Controller):
         opt=ADMIN,
         summary="Create a provider from a catalog entry; the client secret is write-only (409 if the name exists)",
     )
-    async def create(self, request: Request[Any, Any, Any], data: CreateProvider) -> ProviderView:
-        async with unit(request) as session:
-            view = await directory.create_provider(session, request.app.state.vault, data)
-        _forget_providers(request)
+    async def create(self, request: Request[Any, Any, Any], services: Services, data: CreateProvider) -> ProviderView:
+        async with unit(services) as session:
+            view = await directory.create_provider(session, services.vault, data)
+        _forget_providers(services)
         return view
 
     @get("/{name:str}", operation_id="adminGetProvider", summary="One provider (never its secret)")
-    async def show(self, request: Request[Any, Any, Any], name: str) -> ProviderView:
-        async with unit(request) as session:
+    async def show(self, request: Request[Any, Any, Any], services: Services, name: str) -> ProviderView:
+        async with unit(services) as session:
             return directory.provider_view(await directory.get_provider(session, name))
 
     @patch(
@@ -75,10 +78,12 @@ class AdminProvidersController(Controller):
         opt=ADMIN,
         summary="Change fields of a provider; a secret not given is kept",
     )
-    async def update(self, request: Request[Any, Any, Any], name: str, data: UpdateProvider) -> ProviderView:
-        async with unit(request) as session:
-            view = await directory.update_provider(session, request.app.state.vault, name, data)
-        _forget_providers(request)
+    async def update(
+        self, request: Request[Any, Any, Any], services: Services, name: str, data: UpdateProvider
+    ) -> ProviderView:
+        async with unit(services) as session:
+            view = await directory.update_provider(session, services.vault, name, data)
+        _forget_providers(services)
         return view
 
     @post(
@@ -88,8 +93,8 @@ class AdminProvidersController(Controller):
         opt=ADMIN,
         summary="Disable a provider: no new connect flows",
     )
-    async def disable(self, request: Request[Any, Any, Any], name: str) -> ProviderView:
-        return await _set_provider(request, name, False)
+    async def disable(self, request: Request[Any, Any, Any], services: Services, name: str) -> ProviderView:
+        return await _set_provider(request, services, name, False)
 
     @post(
         "/{name:str}/enable",
@@ -98,8 +103,8 @@ class AdminProvidersController(Controller):
         opt=ADMIN,
         summary="Enable a provider",
     )
-    async def enable(self, request: Request[Any, Any, Any], name: str) -> ProviderView:
-        return await _set_provider(request, name, True)
+    async def enable(self, request: Request[Any, Any, Any], services: Services, name: str) -> ProviderView:
+        return await _set_provider(request, services, name, True)
 
     @post(
         "/{name:str}/test-discovery",
@@ -108,13 +113,13 @@ class AdminProvidersController(Controller):
         opt=OPERATOR,
         summary="Fetch the provider's metadata now and show the endpoints a connect would use",
     )
-    async def test_discovery(self, request: Request[Any, Any, Any], name: str) -> DiscoveryReport:
-        async with unit(request) as session:
-            return await directory.check_provider_discovery(session, request.app.state.vault, name)
+    async def test_discovery(self, request: Request[Any, Any, Any], services: Services, name: str) -> DiscoveryReport:
+        async with unit(services) as session:
+            return await directory.check_provider_discovery(session, services.vault, name)
 
 
-async def _set_provider(request: Request[Any, Any, Any], name: str, enabled: bool) -> ProviderView:
-    async with unit(request) as session:
+async def _set_provider(request: Request[Any, Any, Any], services: Services, name: str, enabled: bool) -> ProviderView:
+    async with unit(services) as session:
         if not await providers.set_enabled(session, name, enabled):
             raise ProviderNotFound("No provider with this name.")
         return directory.provider_view(await directory.get_provider(session, name))
@@ -125,8 +130,8 @@ class AdminIssuersController(Controller):
     tags = ["admin: issuers"]
 
     @get("/", operation_id="adminListIssuers", summary="Trusted identity issuers (never their secrets)")
-    async def list_issuers(self, request: Request[Any, Any, Any]) -> list[IssuerView]:
-        async with unit(request) as session:
+    async def list_issuers(self, request: Request[Any, Any, Any], services: Services) -> list[IssuerView]:
+        async with unit(services) as session:
             return [directory.issuer_view(i) for i in await issuers.list_issuers(session)]
 
     @post(
@@ -136,10 +141,10 @@ class AdminIssuersController(Controller):
         opt=ADMIN,
         summary="Trust an OIDC issuer; the client secret is write-only (409 if it is registered)",
     )
-    async def create(self, request: Request[Any, Any, Any], data: CreateIssuer) -> IssuerView:
-        async with unit(request) as session:
-            view = await directory.create_issuer(session, request.app.state.vault, data)
-        request.app.state.issuers.forget(view.issuer)
+    async def create(self, request: Request[Any, Any, Any], services: Services, data: CreateIssuer) -> IssuerView:
+        async with unit(services) as session:
+            view = await directory.create_issuer(session, services.vault, data)
+        services.issuers.forget(view.issuer)
         return view
 
     @patch(
@@ -148,10 +153,10 @@ class AdminIssuersController(Controller):
         opt=ADMIN,
         summary="Change fields of the issuer named by `issuer`; a secret not given is kept",
     )
-    async def update(self, request: Request[Any, Any, Any], data: UpdateIssuer) -> IssuerView:
-        async with unit(request) as session:
-            view = await directory.update_issuer(session, request.app.state.vault, data)
-        request.app.state.issuers.forget(view.issuer)
+    async def update(self, request: Request[Any, Any, Any], services: Services, data: UpdateIssuer) -> IssuerView:
+        async with unit(services) as session:
+            view = await directory.update_issuer(session, services.vault, data)
+        services.issuers.forget(view.issuer)
         return view
 
     @post(
@@ -161,12 +166,12 @@ class AdminIssuersController(Controller):
         opt=ADMIN,
         summary="Disable an issuer (its browser sessions end at once)",
     )
-    async def disable(self, request: Request[Any, Any, Any], data: IssuerRef) -> dict[str, bool]:
-        return await _set_issuer(request, data.issuer, False)
+    async def disable(self, request: Request[Any, Any, Any], services: Services, data: IssuerRef) -> dict[str, bool]:
+        return await _set_issuer(request, services, data.issuer, False)
 
     @post("/enable", operation_id="adminEnableIssuer", status_code=200, opt=ADMIN, summary="Enable an issuer")
-    async def enable(self, request: Request[Any, Any, Any], data: IssuerRef) -> dict[str, bool]:
-        return await _set_issuer(request, data.issuer, True)
+    async def enable(self, request: Request[Any, Any, Any], services: Services, data: IssuerRef) -> dict[str, bool]:
+        return await _set_issuer(request, services, data.issuer, True)
 
     @post(
         "/test-discovery",
@@ -175,13 +180,17 @@ class AdminIssuersController(Controller):
         opt=OPERATOR,
         summary="Fetch the issuer's OpenID configuration now and show the endpoints a login would use",
     )
-    async def test_discovery(self, request: Request[Any, Any, Any], data: IssuerRef) -> DiscoveryReport:
-        async with unit(request) as session:
-            return await directory.check_issuer_discovery(session, request.app.state.issuers, data.issuer)
+    async def test_discovery(
+        self, request: Request[Any, Any, Any], services: Services, data: IssuerRef
+    ) -> DiscoveryReport:
+        async with unit(services) as session:
+            return await directory.check_issuer_discovery(session, services.issuers, data.issuer)
 
 
-async def _set_issuer(request: Request[Any, Any, Any], issuer: str, enabled: bool) -> dict[str, bool]:
-    async with unit(request) as session:
+async def _set_issuer(
+    request: Request[Any, Any, Any], services: Services, issuer: str, enabled: bool
+) -> dict[str, bool]:
+    async with unit(services) as session:
         if not await issuers.set_enabled(session, issuer, enabled):
             raise IssuerNotFound("No issuer with this URL.")
     return {"enabled": enabled}
@@ -195,6 +204,7 @@ class AdminConnectionsController(Controller):
     async def list_connections(
         self,
         request: Request[Any, Any, Any],
+        services: Services,
         provider: str | None = None,
         subject_iss: str | None = None,
         subject_sub: str | None = None,
@@ -202,7 +212,7 @@ class AdminConnectionsController(Controller):
         cursor: str | None = None,
         limit: Limit = 50,
     ) -> connections.ConnectionPage:
-        async with unit(request) as session:
+        async with unit(services) as session:
             return await connections.list_connections(
                 session,
                 provider=provider,
@@ -214,8 +224,10 @@ class AdminConnectionsController(Controller):
             )
 
     @get("/{connection_id:str}", operation_id="adminGetConnection", summary="One connection (never its tokens)")
-    async def show(self, request: Request[Any, Any, Any], connection_id: str) -> connections.ConnectionView:
-        async with unit(request) as session:
+    async def show(
+        self, request: Request[Any, Any, Any], services: Services, connection_id: str
+    ) -> connections.ConnectionView:
+        async with unit(services) as session:
             return await connections.show_connection(session, connection_id)
 
     @post(
@@ -225,8 +237,10 @@ class AdminConnectionsController(Controller):
         opt=OPERATOR,
         summary="Revoke at the provider (RFC 7009) when it can, and here always",
     )
-    async def revoke(self, request: Request[Any, Any, Any], connection_id: str) -> connections.ConnectionRevoked:
-        return await connections.revoke_connection(request.app.state.connections, connection_id)
+    async def revoke(
+        self, request: Request[Any, Any, Any], services: Services, connection_id: str
+    ) -> connections.ConnectionRevoked:
+        return await connections.revoke_connection(services.connections, connection_id)
 
     @post(
         "/{connection_id:str}/refresh",
@@ -235,8 +249,10 @@ class AdminConnectionsController(Controller):
         opt=OPERATOR,
         summary="Refresh the access token now, under the same row lock as the token endpoint",
     )
-    async def refresh(self, request: Request[Any, Any, Any], connection_id: str) -> connections.ConnectionView:
-        return await connections.refresh_connection(request.app.state.connections, connection_id)
+    async def refresh(
+        self, request: Request[Any, Any, Any], services: Services, connection_id: str
+    ) -> connections.ConnectionView:
+        return await connections.refresh_connection(services.connections, connection_id)
 
 
 class AdminPaymentsController(Controller):
@@ -247,17 +263,18 @@ class AdminPaymentsController(Controller):
     async def list_payments(
         self,
         request: Request[Any, Any, Any],
+        services: Services,
         status: str | None = None,
         provider: str | None = None,
         cursor: str | None = None,
         limit: Limit = 50,
     ) -> payments.PaymentPage:
-        async with unit(request) as session:
+        async with unit(services) as session:
             return await payments.list_payments(session, status=status, provider=provider, cursor=cursor, limit=limit)
 
     @get("/{flow_id:str}", operation_id="adminGetPayment", summary="One payment with the provider events received")
-    async def show(self, request: Request[Any, Any, Any], flow_id: str) -> payments.PaymentDetail:
-        async with unit(request) as session:
+    async def show(self, request: Request[Any, Any, Any], services: Services, flow_id: str) -> payments.PaymentDetail:
+        async with unit(services) as session:
             return await payments.show_payment(session, flow_id)
 
     @post(
@@ -267,8 +284,8 @@ class AdminPaymentsController(Controller):
         opt=OPERATOR,
         summary="Ask the payment provider about this checkout now and apply its answer",
     )
-    async def reconcile(self, request: Request[Any, Any, Any], flow_id: str) -> payments.Reconciled:
-        return await payments.reconcile_payment(request.app.state, flow_id)
+    async def reconcile(self, request: Request[Any, Any, Any], services: Services, flow_id: str) -> payments.Reconciled:
+        return await payments.reconcile_payment(services, flow_id)
 
 
 DIRECTORY_CONTROLLERS = [

@@ -27,17 +27,12 @@ Handler = Callable[[Any, argparse.Namespace], Awaitable[Any]]
 
 @contextlib.asynccontextmanager
 async def _state() -> AsyncIterator[Any]:
-    from service.app import create_app
+    """The services (no web app): flow cancels and expiries still wake waiters through Redis."""
+    from service.services import open_services
     from service.settings import Settings
 
-    app = create_app(Settings.from_env().with_(background_tasks=False))
-    state = app.state
-    await state.hub.start()
-    try:
-        yield state
-    finally:
-        await state.hub.stop()
-        await state.engine.dispose()
+    async with open_services(Settings.from_env().with_(background_tasks=False)) as services:
+        yield services
 
 
 async def _audited(handler: Handler, args: argparse.Namespace) -> Any:

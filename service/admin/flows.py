@@ -23,7 +23,8 @@ from service.errors import FlowNotFound, FlowNotPending, InvalidRequest
 from service.flows.models import Flow, FlowEvent
 from service.flows.repository import Transition
 from service.flows.service import FlowService
-from service.flows.states import Actor, FlowKind, FlowStatus
+from service.flows.states import Actor, FlowStatus
+from service.kinds import KIND_NAMES
 from service.signals.models import WebhookDelivery
 
 
@@ -47,7 +48,7 @@ class FlowFilters:
                 raise InvalidRequest("status is not a flow status.")
             where.append(Flow.status == self.status)
         if self.kind is not None:
-            if self.kind not in {k.value for k in FlowKind}:
+            if self.kind not in KIND_NAMES:
                 raise InvalidRequest("kind is not a flow kind.")
             where.append(Flow.kind == self.kind)
         if self.server_client is not None:

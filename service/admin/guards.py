@@ -27,14 +27,23 @@ logger = logging.getLogger("elicitd.admin")
 _PRINCIPAL = "elicitd.admin"
 
 
-async def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
-    async with connection.app.state.sessions() as session:
-        try:
-            principal = await authenticate(session, connection.headers.get("authorization"))
-        finally:
-            await session.commit()
-    connection.scope["state"][_PRINCIPAL] = principal
-    principal.require(handler.opt.get("role", Role.VIEWER))
+class AdminGuard:
+    """Authenticates the admin token and checks the route's least role (``opt["role"]``)."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AdminGuard:
+        return self  # Litestar copies routers when it registers them; the session factory is shared
+
+    async def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+        async with self._sessions() as session:
+            try:
+                principal = await authenticate(session, connection.headers.get("authorization"))
+            finally:
+                await session.commit()
+        connection.scope["state"][_PRINCIPAL] = principal
+        principal.require(handler.opt.get("role", Role.VIEWER))
 
 
 def principal_of(connection: ASGIConnection[Any, Any, Any, Any]) -> AdminPrincipal:
@@ -78,8 +87,9 @@ async def write_audit(
 class AdminAuditMiddleware:
     """ASGI middleware on the admin router (inside routing, so the handler and template are known)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.app = app
+        self._sessions = sessions
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -101,7 +111,7 @@ class AdminAuditMiddleware:
         operation = getattr(handler, "operation_id", None)
         params = scope.get("path_params") or {}
         target = ",".join(f"{k}={v}" for k, v in sorted(params.items())) or None
-        sessions: async_sessionmaker[AsyncSession] = scope["app"].state.sessions
+        sessions = self._sessions
         try:
             async with sessions() as session:
                 await write_audit(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 from sqlalchemy import select
@@ -17,8 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.admin.pagination import keyset, page
 from service.db.base import FLOW_ID
-from service.errors import Conflict, PaymentNotFound, ServiceUnavailable
+from service.errors import Conflict, PaymentNotFound
 from service.payments.models import Payment, PaymentEvent
+
+if TYPE_CHECKING:
+    from service.services import Services
 
 
 class PaymentView(msgspec.Struct):
@@ -132,10 +135,8 @@ async def show_payment(session: AsyncSession, flow_id: str) -> PaymentDetail:
     )
 
 
-async def reconcile_payment(state: Any, flow_id: str) -> Reconciled:
-    service = getattr(state, "payments", None)
-    if service is None:
-        raise ServiceUnavailable("Payments are not configured on this elicitd.", extra={"code": "payments_unavailable"})
+async def reconcile_payment(state: Services, flow_id: str) -> Reconciled:
+    service = state.payments
     async with state.sessions() as session:
         await _get(session, flow_id)
     action = await service.reconcile_one(_flow(flow_id))

@@ -7,7 +7,7 @@ appears in any page elicitd sends.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litestar import Request, Response, post
 
@@ -18,19 +18,22 @@ from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
 from service.flows.states import Actor
-from service.identity.browser import BrowserIdentity, checked_post, require_subject
+from service.signin.gate import BrowserIdentity
+
+if TYPE_CHECKING:
+    from service.services import Services
 
 Req = Request[Any, Any, Any]
 
 
-async def _provider(request: Req, flow: Flow) -> ApiKeyProvider | None:
-    async with request.app.state.sessions() as session:
+async def _provider(services: Services, flow: Flow) -> ApiKeyProvider | None:
+    async with services.read_sessions() as session:
         found = await get_api_key_provider(session, flow.provider or "")
     return found if found is not None and found.enabled else None
 
 
 async def _form(
-    request: Req,
+    services: Services,
     flow: Flow,
     identity: BrowserIdentity,
     provider: ApiKeyProvider,
@@ -39,10 +42,9 @@ async def _form(
     error: EntryRejected | None = None,
     values: dict[str, str] | None = None,
 ) -> Response[Any]:
-    display_name, _ = await client_names(request, flow)
+    display_name, _ = await client_names(services, flow)
     flow_ref = FLOW_ID.format(flow.id)
     return page(
-        request,
         "api_key.html",
         status,
         flow_id=flow_ref,
@@ -56,21 +58,20 @@ async def _form(
     )
 
 
-async def api_key_page(request: Req, flow: Flow) -> Response[Any]:
-    identity = await require_subject(request, flow)
+async def api_key_page(request: Req, flow: Flow, services: Services) -> Response[Any]:
+    identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
-    provider = await _provider(request, flow)
+    provider = await _provider(services, flow)
     if provider is None:
         return page(
-            request,
             "flow_status.html",
             503,
             heading="Not available",
             text="This service is not set up on elicitd any more. Ask your assistant to try again later.",
             flow_id=FLOW_ID.format(flow.id),
         )
-    return await _form(request, flow, identity, provider)
+    return await _form(services, flow, identity, provider)
 
 
 @post(
@@ -80,15 +81,14 @@ async def api_key_page(request: Req, flow: Flow) -> Response[Any]:
     status_code=200,
     summary="Submit an API key (form POST, CSRF-protected); the key is stored encrypted, never echoed",
 )
-async def submit_api_key(request: Req, flow_ref: str) -> Response[Any]:
-    checked = await checked_post(request, flow_ref, "api_key")
+async def submit_api_key(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+    checked = await services.gate.checked_post(request, flow_ref, "api_key")
     if isinstance(checked, Response):
         return checked
     found, identity, form = checked.flow, checked.identity, checked.form
-    provider = await _provider(request, found)
+    provider = await _provider(services, found)
     if provider is None:
         return page(
-            request,
             "flow_status.html",
             503,
             heading="Not available",
@@ -96,17 +96,17 @@ async def submit_api_key(request: Req, flow_ref: str) -> Response[Any]:
             flow_id=flow_ref,
         )
     values = {f.name: form.get(f"field_{f.name}") for f in provider.config.fields}
-    service: ApiKeyService = request.app.state.apikeys
+    service: ApiKeyService = services.apikeys
     try:
         key, fields = validate_entry(provider.config, form.get("secret"), values)
         await service.live_check(provider, key, fields)
     except EntryRejected as rejected:
-        async with request.app.state.flows.unit_of_work() as uow:
+        async with services.flows.unit_of_work() as uow:
             await uow.event(found.id, "api_key_rejected", Actor.BROWSER, {"reason": rejected.reason})
         kept = {k: v for k, v in values.items() if v is not None}
-        return await _form(request, found, identity, provider, status=422, error=rejected, values=kept)
+        return await _form(services, found, identity, provider, status=422, error=rejected, values=kept)
     moved = await service.store(found, provider, key, fields)
     if moved is None:
-        return status_page(request, await request.app.state.flows.read(found.id), 200)
-    display_name, _ = await client_names(request, found)
-    return page(request, "api_key_done.html", flow_id=flow_ref, client=display_name, provider=provider)
+        return status_page(await services.flows.read(found.id), 200)
+    display_name, _ = await client_names(services, found)
+    return page("api_key_done.html", flow_id=flow_ref, client=display_name, provider=provider)

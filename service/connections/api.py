@@ -6,9 +6,9 @@ leaves elicitd, and only to a server client allowed that provider.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Controller, Request, delete, get
+from litestar import Controller, delete, get
 from litestar.params import Parameter
 
 from service.connections.service import ConnectionService, RevokeResponse, TokenResponse
@@ -22,10 +22,6 @@ Account = Annotated[
     str | None,
     Parameter(max_length=255, default=None, description="The provider account id, when the subject has several"),
 ]
-
-
-def _service(request: Request[Any, Any, Any]) -> ConnectionService:
-    return request.app.state.connections  # type: ignore[no-any-return]
 
 
 def _provider(name: str) -> str:
@@ -52,7 +48,7 @@ class ConnectionController(Controller):
     )
     async def token(
         self,
-        request: Request[Any, Any, Any],
+        connections: ConnectionService,
         client: AuthenticatedClient,
         provider: str,
         iss: Iss,
@@ -63,7 +59,7 @@ class ConnectionController(Controller):
             Parameter(max_length=2000, default=None, description="Space-separated scopes that must be granted"),
         ] = None,
     ) -> TokenResponse:
-        return await _service(request).token(
+        return await connections.token(
             client, _provider(provider), iss=iss, sub=sub, scopes=(scopes or "").split(), account=account
         )
 
@@ -76,11 +72,11 @@ class ConnectionController(Controller):
     )
     async def revoke(
         self,
-        request: Request[Any, Any, Any],
+        connections: ConnectionService,
         client: AuthenticatedClient,
         provider: str,
         iss: Iss,
         sub: Sub,
         account: Account = None,
     ) -> RevokeResponse:
-        return await _service(request).revoke(client, _provider(provider), iss=iss, sub=sub, account=account)
+        return await connections.revoke(client, _provider(provider), iss=iss, sub=sub, account=account)

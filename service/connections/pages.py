@@ -11,7 +11,7 @@ flow pending and stores nothing, and no refusal reaches the provider's token end
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from litestar import Request, Response, get, post
@@ -22,15 +22,16 @@ from service.connections import oauth
 from service.connections import repository as repo
 from service.connections.catalog import describe_scope
 from service.connections.providers import ResolvedProvider
-from service.connections.service import ConnectionService
 from service.db.base import FLOW_ID, uuid7
 from service.flows.models import Flow
 from service.flows.pages import PAGE_HEADERS, page, status_page
 from service.flows.repository import Transition
-from service.flows.service import FlowService
 from service.flows.states import Actor, FlowStatus
-from service.identity.browser import checked_post, redirect, require_subject
 from service.identity.models import ServerClient
+from service.signin.gate import redirect
+
+if TYPE_CHECKING:
+    from service.services import Services
 
 logger = logging.getLogger("elicitd.connections.pages")
 
@@ -40,30 +41,21 @@ CALLBACK_PATH = "/connect/callback"
 STATE_SECONDS = 600
 
 
-def redirect_uri(request: Req) -> str:
+def redirect_uri(services: Services) -> str:
     """Fixed and exact: the one redirect URI registered at every provider."""
-    return str(request.app.state.settings.public_url) + CALLBACK_PATH
+    return services.settings.public_url + CALLBACK_PATH
 
 
-def _flows(request: Req) -> FlowService:
-    return request.app.state.flows  # type: ignore[no-any-return]
-
-
-def _connections(request: Req) -> ConnectionService:
-    return request.app.state.connections  # type: ignore[no-any-return]
-
-
-async def client_name(request: Req, flow: Flow) -> str:
-    async with request.app.state.sessions() as session:
+async def client_name(services: Services, flow: Flow) -> str:
+    async with services.read_sessions() as session:
         name = (
             await session.execute(select(ServerClient.display_name).where(ServerClient.id == flow.server_client_id))
         ).scalar_one_or_none()
     return name or "An unknown service"
 
 
-def problem_page(request: Req, status: int, heading: str, text: str, flow: Flow | None = None) -> Response[Any]:
+def problem_page(status: int, heading: str, text: str, flow: Flow | None = None) -> Response[Any]:
     return page(
-        request,
         "connect_problem.html",
         status,
         heading=heading,
@@ -78,13 +70,13 @@ def _origin(url: str) -> str:
 
 
 # ---- the connect page ------------------------------------------------------------------------------
-async def connect_page(request: Req, flow: Flow) -> Response[Any]:
+async def connect_page(request: Req, flow: Flow, services: Services) -> Response[Any]:
     """``GET /f/{flow}`` for ``oauth_connect``: who asks, for which provider, for what, on which domain."""
-    identity = await require_subject(request, flow)
+    identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
-    async with request.app.state.sessions() as session:
-        provider = await _connections(request).provider(session, str(flow.provider))
+    async with services.sessions() as session:
+        provider = await services.connections.provider(session, str(flow.provider))
     flow_ref = FLOW_ID.format(flow.id)
     scopes = [{"name": s, "words": describe_scope(s, provider.scope_descriptions)} for s in flow.scopes or []]
     headers = dict(PAGE_HEADERS)
@@ -96,9 +88,8 @@ async def connect_page(request: Req, flow: Flow) -> Response[Any]:
         provider.authorization_endpoint
     )
     context = {
-        "domain": request.app.state.settings.public_origin,
         "flow_id": flow_ref,
-        "client": await client_name(request, flow),
+        "client": await client_name(services, flow),
         "provider": provider.display_name,
         "provider_host": urlsplit(provider.authorization_endpoint).hostname or "",
         "scopes": scopes,
@@ -119,14 +110,14 @@ async def connect_page(request: Req, flow: Flow) -> Response[Any]:
     status_code=303,
     summary="Start the provider authorization (form POST from the connect page, CSRF-protected)",
 )
-async def connect_continue(request: Req, flow_ref: str) -> Response[Any]:
-    checked = await checked_post(request, flow_ref, KIND)
+async def connect_continue(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+    checked = await services.gate.checked_post(request, flow_ref, KIND)
     if isinstance(checked, Response):
         return checked
     flow, identity = checked.flow, checked.identity
-    service = _connections(request)
+    service = services.connections
     state, verifier, state_id = oauth.new_state(), oauth.new_verifier(), uuid7()
-    async with _flows(request).unit_of_work() as uow:
+    async with services.flows.unit_of_work() as uow:
         provider = await service.provider(uow.session, str(flow.provider))
         key_id, sealed = service.seal_verifier(state_id, verifier)
         await repo.insert_state(
@@ -139,14 +130,14 @@ async def connect_continue(request: Req, flow_ref: str) -> Response[Any]:
                 "provider": provider.name,
                 "verifier_enc": sealed,
                 "verifier_key_id": key_id,
-                "redirect_uri": redirect_uri(request),
+                "redirect_uri": redirect_uri(services),
                 "scopes": list(flow.scopes or []),
             },
             STATE_SECONDS,
         )
         await uow.event(flow.id, "provider_redirect", Actor.BROWSER, {"provider": provider.name})
     url = oauth.authorization_url(
-        provider, redirect_uri=redirect_uri(request), scopes=list(flow.scopes or []), state=state, verifier=verifier
+        provider, redirect_uri=redirect_uri(services), scopes=list(flow.scopes or []), state=state, verifier=verifier
     )
     return redirect(url)
 
@@ -158,13 +149,13 @@ async def connect_continue(request: Req, flow_ref: str) -> Response[Any]:
     status_code=200,
     summary="Decline the connection (form POST from the connect page, CSRF-protected)",
 )
-async def connect_decline(request: Req, flow_ref: str) -> Response[Any]:
-    checked = await checked_post(request, flow_ref, KIND)
+async def connect_decline(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+    checked = await services.gate.checked_post(request, flow_ref, KIND)
     if isinstance(checked, Response):
         return checked
     flow = checked.flow
-    moved = await _flows(request).finish(flow.id, Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined"))
-    return await _final_page(request, moved or flow)
+    moved = await services.flows.finish(flow.id, Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined"))
+    return await _final_page(services, moved or flow)
 
 
 # ---- the provider's redirect back -----------------------------------------------------------------
@@ -177,11 +168,11 @@ def _iss_problem(provider: ResolvedProvider, iss: str | None) -> str | None:
     return None if iss.rstrip("/") == provider.issuer.rstrip("/") else "iss_mismatch"
 
 
-async def _reject(request: Req, flow: Flow, reason: str, status: int, heading: str, text: str) -> Response[Any]:
-    async with _flows(request).unit_of_work() as uow:
+async def _reject(services: Services, flow: Flow, reason: str, status: int, heading: str, text: str) -> Response[Any]:
+    async with services.flows.unit_of_work() as uow:
         await uow.event(flow.id, "callback_rejected", Actor.BROWSER, {"reason": reason})
     logger.warning("connect callback rejected", extra={"flow_id": FLOW_ID.format(flow.id), "code": reason})
-    return problem_page(request, status, heading, text, flow)
+    return problem_page(status, heading, text, flow)
 
 
 _RESTART = "Go back to your assistant and open its link again to start over."
@@ -194,24 +185,24 @@ _RESTART = "Go back to your assistant and open its link again to start over."
     cache=False,
     summary="The provider's redirect back (the one fixed redirect URI)",
 )
-async def connect_callback(request: Req) -> Response[Any]:  # noqa: PLR0911 - one early answer per check, in order
+async def connect_callback(request: Req, services: Services) -> Response[Any]:  # noqa: PLR0911 - one early answer per check, in order
     query = request.query_params
     state = query.get("state")
     if not state or len(state) > 512:
-        return problem_page(request, 400, "This sign-in response is not valid", _RESTART)
-    async with request.app.state.sessions() as session:
+        return problem_page(400, "This sign-in response is not valid", _RESTART)
+    async with services.sessions() as session:
         pending = await repo.peek_state(session, state)
-    flow = None if pending is None else await _flows(request).read(pending.flow_id)
+    flow = None if pending is None else await services.flows.read(pending.flow_id)
     if pending is None or flow is None:
-        return problem_page(request, 400, "This sign-in response is not valid", _RESTART)
-    identity = await require_subject(request, flow)
+        return problem_page(400, "This sign-in response is not valid", _RESTART)
+    identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
-    async with _flows(request).unit_of_work() as uow:
+    async with services.flows.unit_of_work() as uow:
         used = await repo.consume_state(uow.session, state, bytes.fromhex(identity.session_id))
     if used is None:
         return await _reject(
-            request,
+            services,
             flow,
             "state_unusable",
             400,
@@ -219,14 +210,14 @@ async def connect_callback(request: Req) -> Response[Any]:  # noqa: PLR0911 - on
             "It was used before, has expired, or was started in another browser. " + _RESTART,
         )
     if flow.status != "pending":
-        return await _final_page(request, flow)
-    service = _connections(request)
-    async with request.app.state.sessions() as session:
+        return await _final_page(services, flow)
+    service = services.connections
+    async with services.sessions() as session:
         provider = await service.provider(session, used.provider)
     problem = _iss_problem(provider, query.get("iss"))
     if problem is not None:
         return await _reject(
-            request,
+            services,
             flow,
             problem,
             400,
@@ -247,21 +238,21 @@ async def connect_callback(request: Req) -> Response[Any]:  # noqa: PLR0911 - on
                 error_message=f"{provider.display_name} answered with the error '{code}'.",
             )
         )
-        moved = await _flows(request).finish(flow.id, change)
-        return await _final_page(request, moved or flow)
+        moved = await services.flows.finish(flow.id, change)
+        return await _final_page(services, moved or flow)
     code_value = query.get("code")
     if not code_value or len(code_value) > 2048:
-        return await _reject(request, flow, "code_missing", 400, "This sign-in response is not valid", _RESTART)
-    return await _exchange(request, flow, provider, used, code_value)
+        return await _reject(services, flow, "code_missing", 400, "This sign-in response is not valid", _RESTART)
+    return await _exchange(services, flow, provider, used, code_value)
 
 
 class _FlowGone(Exception):
     """The flow finished (or expired) while the code was being exchanged: keep nothing."""
 
 
-async def _exchange(request: Req, flow: Flow, provider: ResolvedProvider, used: Any, code: str) -> Response[Any]:
-    service = _connections(request)
-    flows = _flows(request)
+async def _exchange(services: Services, flow: Flow, provider: ResolvedProvider, used: Any, code: str) -> Response[Any]:
+    service = services.connections
+    flows = services.flows
     try:
         tokens = await oauth.exchange_code(
             provider, redirect_uri=used.redirect_uri, code=code, verifier=service.open_verifier(used)
@@ -279,7 +270,7 @@ async def _exchange(request: Req, flow: Flow, provider: ResolvedProvider, used: 
                 detail={"provider_error": exc.error},
             ),
         )
-        return await _final_page(request, moved or flow)
+        return await _final_page(services, moved or flow)
     try:
         async with flows.unit_of_work() as uow:
             done = await service.store_authorization(
@@ -306,7 +297,7 @@ async def _exchange(request: Req, flow: Flow, provider: ResolvedProvider, used: 
             tokens.refresh_token or tokens.access_token,
             "refresh_token" if tokens.refresh_token else "access_token",
         )
-        return await _final_page(request, await flows.read(flow.id) or flow)
+        return await _final_page(services, await flows.read(flow.id) or flow)
     logger.info(
         "connection stored",
         extra={
@@ -320,9 +311,9 @@ async def _exchange(request: Req, flow: Flow, provider: ResolvedProvider, used: 
 
 
 # ---- the final page --------------------------------------------------------------------------------
-async def _final_page(request: Req, flow: Flow) -> Response[Any]:
+async def _final_page(services: Services, flow: Flow) -> Response[Any]:
     provider_name = str(flow.provider)
-    async with request.app.state.sessions() as session:
+    async with services.sessions() as session:
         from service.connections.providers import get_provider
 
         row = await get_provider(session, provider_name)
@@ -334,12 +325,11 @@ async def _final_page(request: Req, flow: Flow) -> Response[Any]:
         "cancelled": "Cancelled",
     }
     return page(
-        request,
         "connect_done.html",
         200,
         heading=headings.get(flow.status, "Unavailable"),
         outcome=flow.status,
-        client=await client_name(request, flow),
+        client=await client_name(services, flow),
         provider=row.display_name if row is not None else provider_name,
         account_login=(flow.result or {}).get("account_login") if flow.status == "completed" else None,
         flow_id=FLOW_ID.format(flow.id),
@@ -353,17 +343,17 @@ async def _final_page(request: Req, flow: Flow) -> Response[Any]:
     cache=False,
     summary="The final page of a connection: no JavaScript, says where to go back to",
 )
-async def connect_done(request: Req, flow_ref: str) -> Response[Any]:
+async def connect_done(request: Req, flow_ref: str, services: Services) -> Response[Any]:
     flow_id = FLOW_ID.parse(flow_ref)
-    flow = None if flow_id is None else await _flows(request).read(flow_id)
+    flow = None if flow_id is None else await services.flows.read(flow_id)
     if flow is None or flow.kind != KIND:
-        return status_page(request, None, 404)
+        return status_page(None, 404)
     if flow.status == "pending":
         return redirect(f"/f/{flow_ref}")
-    identity = await require_subject(request, flow)
+    identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
-    return await _final_page(request, flow)
+    return await _final_page(services, flow)
 
 
 ROUTES = [connect_continue, connect_decline, connect_callback, connect_done]

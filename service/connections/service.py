@@ -112,13 +112,14 @@ class ConnectionService:
         vault: Vault,
         metadata: MetadataCache,
         refresh_margin_seconds: float = REFRESH_MARGIN_SECONDS,
+        on_refresh: Callable[[str, str], None] | None = None,
     ) -> None:
         self.sessions = sessions
         self.vault = vault
         self.metadata = metadata
         self.margin = refresh_margin_seconds
-        # ``(provider, outcome)`` after each refresh attempt; the app points it at its metrics.
-        self.on_refresh: Callable[[str, str], None] | None = None
+        # ``(provider, outcome)`` after each refresh attempt (the metrics' refresh counter).
+        self.on_refresh = on_refresh
 
     def _refreshed(self, provider: str, outcome: str) -> None:
         if self.on_refresh is not None:

@@ -8,7 +8,7 @@ but a deploy could change how it is shown), the approval is refused rather than 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litestar import Request, Response, get, post
 from sqlalchemy import select
@@ -18,15 +18,17 @@ from service.db.base import FLOW_ID
 from service.errors import Conflict, InvalidRequest
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
-from service.identity.browser import checked_post, require_subject
 from service.identity.models import ServerClient
+
+if TYPE_CHECKING:
+    from service.services import Services
 
 Req = Request[Any, Any, Any]
 
 
-async def client_names(request: Req, flow: Flow) -> tuple[str, str]:
+async def client_names(services: Services, flow: Flow) -> tuple[str, str]:
     """``(display name, name)`` of the server client that asked: the page must say who asks."""
-    async with request.app.state.sessions() as session:
+    async with services.read_sessions() as session:
         row = (
             await session.execute(
                 select(ServerClient.display_name, ServerClient.name).where(ServerClient.id == flow.server_client_id)
@@ -35,15 +37,14 @@ async def client_names(request: Req, flow: Flow) -> tuple[str, str]:
     return (row[0], row[1]) if row is not None else ("An unknown service", "unknown")
 
 
-async def consent_page(request: Req, flow: Flow) -> Response[Any]:
-    identity = await require_subject(request, flow)
+async def consent_page(request: Req, flow: Flow, services: Services) -> Response[Any]:
+    identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
     view = view_of(flow)
-    display_name, _ = await client_names(request, flow)
+    display_name, _ = await client_names(services, flow)
     flow_ref = FLOW_ID.format(flow.id)
     return page(
-        request,
         "consent.html",
         flow_id=flow_ref,
         client=display_name,
@@ -62,8 +63,8 @@ async def consent_page(request: Req, flow: Flow) -> Response[Any]:
     description="A JWK Set of the ES256 keys elicitd signs consent receipts with (RFC 7517). "
     "The receipt header's `kid` names the key.",
 )
-async def jwks(request: Req) -> Response[Any]:
-    signer = request.app.state.consent.signer
+async def jwks(services: Services) -> Response[Any]:
+    signer = services.consent.signer
     body = signer.jwks() if signer is not None else {"keys": []}
     return Response(body, media_type="application/jwk-set+json", headers={"Cache-Control": "public, max-age=300"})
 
@@ -75,14 +76,14 @@ async def jwks(request: Req) -> Response[Any]:
     status_code=200,
     summary="Approve or decline a consent (form POST from the consent page, CSRF-protected)",
 )
-async def decide(request: Req, flow_ref: str) -> Response[Any]:
-    checked = await checked_post(request, flow_ref, "consent")
+async def decide(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+    checked = await services.gate.checked_post(request, flow_ref, "consent")
     if isinstance(checked, Response):
         return checked
     flow, form = checked.flow, checked.form
     decision = form.get("decision")
-    consent: ConsentService = request.app.state.consent
-    display_name, name = await client_names(request, flow)
+    consent: ConsentService = services.consent
+    display_name, name = await client_names(services, flow)
     if decision == "approve":
         view = view_of(flow)
         if form.get("text_sha256") != view.digest:
@@ -96,11 +97,10 @@ async def decide(request: Req, flow_ref: str) -> Response[Any]:
     else:
         raise InvalidRequest("Choose Approve or Decline.", extra={"code": "invalid_decision"})
     if moved is None:
-        current = await request.app.state.flows.read(flow.id)
-        return status_page(request, current, 200 if current is not None else 404)
+        current = await services.flows.read(flow.id)
+        return status_page(current, 200 if current is not None else 404)
     approved = moved.status == "completed"
     return page(
-        request,
         "consent_done.html",
         flow_id=flow_ref,
         client=display_name,

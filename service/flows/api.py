@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Example
 from litestar.params import Body, Parameter
@@ -47,10 +47,6 @@ _RESOLVE_EXAMPLE = Example(
 )
 
 
-def _flows(request: Request[Any, Any, Any]) -> FlowService:
-    return request.app.state.flows  # type: ignore[no-any-return]
-
-
 class FlowController(Controller):
     path = "/v1/flows"
     tags = ["flows"]
@@ -74,11 +70,11 @@ class FlowController(Controller):
     )
     async def create(
         self,
-        request: Request[Any, Any, Any],
+        flows: FlowService,
         client: AuthenticatedClient,
         data: Annotated[CreateFlowRequest, Body(examples=[_CREATE_EXAMPLE])],
     ) -> Response[CreateFlowResponse]:
-        created, response = await _flows(request).create(client, data)
+        created, response = await flows.create(client, data)
         return Response(response, status_code=201 if created else 200)
 
     @post(
@@ -92,11 +88,11 @@ class FlowController(Controller):
     )
     async def resolve(
         self,
-        request: Request[Any, Any, Any],
+        flows: FlowService,
         client: AuthenticatedClient,
         data: Annotated[ResolveRequest, Body(examples=[_RESOLVE_EXAMPLE])],
     ) -> ResolveResponse:
-        return await _flows(request).resolve(client, data)
+        return await flows.resolve(client, data)
 
     @get(
         "/{flow_id:str}",
@@ -106,14 +102,14 @@ class FlowController(Controller):
     )
     async def status(
         self,
-        request: Request[Any, Any, Any],
+        flows: FlowService,
         client: AuthenticatedClient,
         flow_id: str,
         wait_seconds: Annotated[
             float, Parameter(ge=0, le=300, default=0, description="Long-poll up to this many seconds")
         ] = 0,
     ) -> StatusResponse:
-        return await _flows(request).status(client, flow_id, wait_seconds)
+        return await flows.status(client, flow_id, wait_seconds)
 
     @post(
         "/{flow_id:str}/complete",
@@ -123,10 +119,10 @@ class FlowController(Controller):
         summary="Complete an `external` flow with the caller's result",
     )
     async def complete(
-        self, request: Request[Any, Any, Any], client: AuthenticatedClient, flow_id: str, data: CompleteRequest
+        self, flows: FlowService, client: AuthenticatedClient, flow_id: str, data: CompleteRequest
     ) -> StatusResponse:
         change = Transition(FlowStatus.COMPLETED, Actor.API, result=data.result)
-        return await _flows(request).finish_external(client, flow_id, change)
+        return await flows.finish_external(client, flow_id, change)
 
     @post(
         "/{flow_id:str}/fail",
@@ -136,7 +132,7 @@ class FlowController(Controller):
         summary="Fail an `external` flow with a code the MCP server can act on",
     )
     async def fail(
-        self, request: Request[Any, Any, Any], client: AuthenticatedClient, flow_id: str, data: FailRequest
+        self, flows: FlowService, client: AuthenticatedClient, flow_id: str, data: FailRequest
     ) -> StatusResponse:
         change = Transition(FlowStatus.FAILED, Actor.API, error_code=data.code, error_message=data.message)
-        return await _flows(request).finish_external(client, flow_id, change)
+        return await flows.finish_external(client, flow_id, change)

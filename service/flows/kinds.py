@@ -122,15 +122,3 @@ class BasicKind:
         self, session: AsyncSession, client: AuthenticatedClient, request: CreateFlowRequest, flow: NormalizedFlow
     ) -> Satisfied | None:
         return None
-
-
-def default_handlers() -> dict[str, KindHandler]:
-    return {
-        "external": BasicKind("external", default_message="Continue in your browser to finish this step."),
-        "oauth_connect": BasicKind(
-            "oauth_connect", default_message="Connect your account to continue.", needs_provider=True
-        ),
-        "api_key": BasicKind("api_key", default_message="Enter your API key to continue.", needs_provider=True),
-        "consent": BasicKind("consent", default_message="Review and approve this action to continue."),
-        "payment": BasicKind("payment", default_message="Complete the payment to continue."),
-    }

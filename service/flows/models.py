@@ -12,6 +12,7 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     ForeignKey,
+    Identity,
     Index,
     String,
     Text,
@@ -22,10 +23,11 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db.base import Base, Timestamps, uuid7
-from service.flows.states import FlowKind, FlowStatus
+from service.flows.states import FlowStatus
+from service.kinds import KIND_NAMES
 
 _STATUSES = ", ".join(f"'{s.value}'" for s in FlowStatus)
-_KINDS = ", ".join(f"'{k.value}'" for k in FlowKind)
+_KINDS = ", ".join(f"'{name}'" for name in KIND_NAMES)
 
 
 class Flow(Timestamps, Base):
@@ -47,6 +49,13 @@ class Flow(Timestamps, Base):
         Index("ix_flows_pending_expiry", "expires_at", postgresql_where=text("status = 'pending'")),
         Index("ix_flows_subject", "subject_iss", "subject_sub", "id"),
         Index("ix_flows_client_id", "server_client_id", "id"),
+        # Admin listing (migration 0005): keyset pagination orders by the time-ordered id, so each
+        # filter has an (x, id) index and "x = :v AND id < :cursor ORDER BY id DESC" is a range scan.
+        Index("ix_flows_status_id", "status", "id"),
+        Index("ix_flows_kind_id", "kind", "id"),
+        Index("ix_flows_provider_id", "provider", "id"),
+        Index("ix_flows_created_at", "created_at"),
+        Index("ix_flows_expires_at", "expires_at"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
@@ -75,7 +84,7 @@ class FlowEvent(Base):
     __tablename__ = "flow_events"
     __table_args__ = (Index("ix_flow_events_flow", "flow_id", "id"),)
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     flow_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("flows.id", ondelete="CASCADE"))
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     type: Mapped[str] = mapped_column(String(48))

@@ -1,15 +1,14 @@
 """``GET /f/{flow_id}``: the URL every elicitation points at.
 
-It resolves the flow and hands pending flows to the page of their kind (registered by each
-domain in ``create_app``). Unknown, expired and finished flows get a clear page here, never a
+It resolves the flow and hands pending flows to the page of their kind (the kind's plugin,
+``service.flows.plugins``). Unknown, expired and finished flows get a clear page here, never a
 stack trace. The flow id in the URL is opaque: it grants nothing by itself, because every kind's
 page first proves the browser belongs to the flow's subject.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litestar import Request, Response, get
 from litestar.response import Template
@@ -18,7 +17,8 @@ from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.service import FlowService
 
-KindPage = Callable[[Request[Any, Any, Any], Flow], Awaitable[Response[Any]]]
+if TYPE_CHECKING:
+    from service.services import Services
 
 _FINISHED = {
     "completed": ("All done", "This request is complete. You can close this tab and return to your assistant."),
@@ -36,16 +36,15 @@ PAGE_HEADERS = {
 }
 
 
-def page(request: Request[Any, Any, Any], template: str, status: int = 200, **context: Any) -> Response[Any]:
-    """Render an elicitd page with the headers every browser page carries."""
-    context.setdefault("domain", request.app.state.settings.public_origin)
+def page(template: str, status: int = 200, **context: Any) -> Response[Any]:
+    """Render an elicitd page with the headers every browser page carries (``domain``, the origin
+    every page names, is a template global set by ``create_app``)."""
     return Template(template_name=template, context=context, status_code=status, headers=PAGE_HEADERS)
 
 
-def status_page(request: Request[Any, Any, Any], flow: Flow | None, status: int = 200) -> Response[Any]:
+def status_page(flow: Flow | None, status: int = 200) -> Response[Any]:
     if flow is None:
         return page(
-            request,
             "flow_status.html",
             404,
             heading="Link not found",
@@ -53,18 +52,17 @@ def status_page(request: Request[Any, Any, Any], flow: Flow | None, status: int 
             flow_id="-",
         )
     heading, text = _FINISHED.get(flow.status, ("Unavailable", "This request is not available."))
-    return page(request, "flow_status.html", status, heading=heading, text=text, flow_id=FLOW_ID.format(flow.id))
+    return page("flow_status.html", status, heading=heading, text=text, flow_id=FLOW_ID.format(flow.id))
 
 
-async def pending_flow(request: Request[Any, Any, Any], flow_ref: str, kind: str) -> Flow | Response[Any]:
+async def pending_flow(flows: FlowService, flow_ref: str, kind: str) -> Flow | Response[Any]:
     """The pending flow of this kind, or the page to show instead (unknown, finished, expired)."""
-    flows: FlowService = request.app.state.flows
     flow_id = FLOW_ID.parse(flow_ref)
     flow = None if flow_id is None else await flows.read(flow_id)
     if flow is None or flow.kind != kind:
-        return status_page(request, None, 404)
+        return status_page(None, 404)
     if flow.status != "pending":
-        return status_page(request, flow, 410 if flow.status == "expired" else 200)
+        return status_page(flow, 410 if flow.status == "expired" else 200)
     return flow
 
 
@@ -75,31 +73,29 @@ async def pending_flow(request: Request[Any, Any, Any], flow_ref: str, kind: str
     include_in_schema=True,
     summary="The elicitation URL: the browser side of a flow",
 )
-async def open_flow(request: Request[Any, Any, Any], flow_ref: str) -> Response[Any]:
-    flows: FlowService = request.app.state.flows
+async def open_flow(request: Request[Any, Any, Any], flow_ref: str, services: Services) -> Response[Any]:
+    flows = services.flows
     flow_id = FLOW_ID.parse(flow_ref)
     flow = None if flow_id is None else await flows.read(flow_id)
     if flow is None:
-        return status_page(request, None, 404)
+        return status_page(None, 404)
     if flow.status != "pending":
-        return status_page(request, flow, 410 if flow.status == "expired" else 200)
+        return status_page(flow, 410 if flow.status == "expired" else 200)
     if flow.kind == "external" and flow.external_url:
         return page(
-            request,
             "flow_status.html",
             heading="Continue on the service's own page",
             text="This step happens on a page run by the service that asked.",
             link=flow.external_url,
             flow_id=FLOW_ID.format(flow.id),
         )
-    handler: KindPage | None = request.app.state.kind_pages.get(flow.kind)
-    if handler is None:
+    plugin = services.kinds.get(flow.kind)
+    if plugin is None or plugin.page is None:
         return page(
-            request,
             "flow_status.html",
             501,
             heading="Not available yet",
             text=f"This kind of request ({flow.kind}) cannot be completed on this elicitd yet.",
             flow_id=FLOW_ID.format(flow.id),
         )
-    return await handler(request, flow)
+    return await plugin.page(request, flow, services)

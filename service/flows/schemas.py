@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
@@ -14,7 +14,12 @@ SubjectId = Annotated[str, Meta(min_length=1, max_length=255)]
 Scope = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[\x21\x23-\x5B\x5D-\x7E]+$")]
 ProviderName = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
 ErrorCode = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9_]+$")]
-KindName = Literal["oauth_connect", "api_key", "consent", "payment", "external"]
+if TYPE_CHECKING:
+    KindName = str
+else:  # the allowed kinds are the registered plugins' names (``service.kinds``)
+    from service.kinds import KIND_NAMES
+
+    KindName = Literal[KIND_NAMES]
 ActionName = Literal["accept", "decline", "cancel"]
 
 

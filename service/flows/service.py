@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.clock import Clock, SystemClock
 from service.db.base import CLIENT_ID, FLOW_ID, uuid7
 from service.errors import FlowNotFound, FlowNotPending, InvalidRequest, InvalidRequestState, RateLimited
 from service.flows import repository as repo
@@ -81,8 +80,11 @@ class FlowService:
         sessions: async_sessionmaker[AsyncSession],
         hub: WaiterHub,
         codec: RequestStateCodec,
-        handlers: dict[str, KindHandler],
+        handlers: Mapping[str, KindHandler],
         read_sessions: async_sessionmaker[AsyncSession] | None = None,
+        listeners: Sequence[TransitionListener] = (),
+        rate_limiter: RateLimiter | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
@@ -91,8 +93,11 @@ class FlowService:
         self.hub = hub
         self.codec = codec
         self.handlers = handlers
-        self.listeners: list[TransitionListener] = []
-        self.rate_limiter: RateLimiter | None = None
+        # Told of every committed transition, in process (metrics, the webhook worker's wake-up).
+        self.listeners = tuple(listeners)
+        # Flow creations per minute per server client, counted in the creating transaction.
+        self.rate_limiter = rate_limiter
+        self.clock: Clock = clock or SystemClock()
 
     # ---- units of work ---------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -232,16 +237,17 @@ class FlowService:
         With ``owner``, a flow of another server client is None, decided on the first read: a
         status long-poll then costs one read before it parks, not an ownership read and another.
         """
-        deadline = time.monotonic() + min(seconds, self.settings.max_wait_seconds)
+        clock = self.clock
+        deadline = clock.monotonic() + min(seconds, self.settings.max_wait_seconds)
         with self.hub.register(flow_id) as waiter:
             flow = await self.read(flow_id)
             if flow is not None and owner is not None and flow.server_client_id != owner:
                 return None
             while flow is not None and not is_terminal(FlowStatus(flow.status)):
-                remaining = deadline - time.monotonic()
+                remaining = deadline - clock.monotonic()
                 if remaining <= 0:
                     break
-                until_expiry = flow.expires_at.timestamp() - time.time() + 0.05
+                until_expiry = flow.expires_at.timestamp() - clock.time() + 0.05
                 # Every wake re-reads, so hold no ORM instance while parked (~4 KB each, and a
                 # process parks thousands of these).
                 flow = None
@@ -258,7 +264,7 @@ class FlowService:
 
     async def _check_rate(self, session: AsyncSession, client: AuthenticatedClient) -> None:
         """Flow creations per minute, per server client, shared by every replica: the limiter
-        (``service.admin.quotas``, set by ``create_app``) counts in the creating transaction."""
+        (``service.admin.quotas``, given by ``build_services``) counts in the creating transaction."""
         if self.rate_limiter is not None and client.flows_per_minute:
             await self.rate_limiter(session, client)
 
@@ -286,7 +292,7 @@ class FlowService:
     def _satisfied_response(
         self, request: CreateFlowRequest, normalized: NormalizedFlow, result: dict[str, Any]
     ) -> CreateFlowResponse:
-        stamp = datetime.now(tz=UTC)
+        stamp = self.clock.now()
         view = FlowView(
             id="",
             kind=normalized.kind,

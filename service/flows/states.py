@@ -18,14 +18,6 @@ class FlowStatus(enum.StrEnum):
     FAILED = "failed"
 
 
-class FlowKind(enum.StrEnum):
-    OAUTH_CONNECT = "oauth_connect"
-    API_KEY = "api_key"
-    CONSENT = "consent"
-    PAYMENT = "payment"
-    EXTERNAL = "external"
-
-
 class Action(enum.StrEnum):
     """What the MCP client answered for the URL elicitation."""
 

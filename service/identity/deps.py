@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import Request
 from litestar.di import Provide
 
-from service.identity.keys import AuthenticatedClient
+from service.identity.keys import ApiKeyAuthenticator, AuthenticatedClient
 
 
-async def _server_client(request: Request[Any, Any, Any]) -> AuthenticatedClient:
-    authenticator = request.app.state.authenticator
-    return await authenticator.authenticate(request.headers.get("authorization"))  # type: ignore[no-any-return]
+async def _server_client(request: Request, authenticator: ApiKeyAuthenticator) -> AuthenticatedClient:  # type: ignore[type-arg]
+    return await authenticator.authenticate(request.headers.get("authorization"))
 
 
 provide_server_client = Provide(_server_client)

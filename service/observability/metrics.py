@@ -5,19 +5,18 @@ worker and the rate limiter; gauges that live elsewhere (waiters, Redis mode) ar
 time, and the webhook backlog is counted in PostgreSQL when ``/metrics`` is scraped so every
 replica reports the same, exact number.
 
-Other domains record through this object, found at ``app.state.metrics``; e.g. the token refresh
-path calls ``app.state.metrics.record_refresh(provider, outcome)`` with outcome one of
+Other domains record through this object, given to them by ``build_services``; e.g. the token
+refresh path calls ``record_refresh(provider, outcome)`` with outcome one of
 ``refreshed``, ``failed``, ``reauthorization_required`` (any short constant is accepted).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from litestar import Request, Response, get
+from litestar import Response, get
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.flows.models import Flow
 from service.signals.bus import WaiterHub
@@ -108,9 +107,8 @@ class Metrics:
     include_in_schema=True,
     media_type=CONTENT_TYPE_LATEST,
 )
-async def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
-    metrics: Metrics = request.app.state.metrics
-    async with request.app.state.sessions() as session:
+async def metrics_endpoint(metrics: Metrics, read_sessions: async_sessionmaker[AsyncSession]) -> Response[bytes]:
+    async with read_sessions() as session:
         backlog = (
             await session.execute(
                 text("SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL")

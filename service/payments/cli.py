@@ -25,16 +25,12 @@ def register(subparsers: Any) -> None:
 
 
 async def _reconcile(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from service.app import create_app
     from service.cli import _settings
+    from service.services import open_services
 
-    app = create_app(_settings().with_(background_tasks=False))
-    await app.state.hub.start()  # completions wake MCP servers waiting on other replicas
-    try:
-        actions = await app.state.payments.reconcile(older_than_seconds=args.older_than, limit=args.limit)
-    finally:
-        await app.state.hub.stop()
-        await app.state.engine.dispose()
+    # The services are started, so completions wake MCP servers waiting on other replicas.
+    async with open_services(_settings().with_(background_tasks=False)) as services:
+        actions = await services.payments.reconcile(older_than_seconds=args.older_than, limit=args.limit)
     return [dataclasses.asdict(a) for a in actions]
 
 

@@ -8,7 +8,7 @@ query string cannot mark anything paid.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litestar import Request, Response, get, post
 from litestar.response import Redirect
@@ -19,27 +19,24 @@ from service.flows.models import Flow
 from service.flows.pages import PAGE_HEADERS, page, status_page
 from service.flows.repository import Transition
 from service.flows.states import Actor, FlowStatus
-from service.identity.browser import BrowserIdentity, checked_post, require_subject
 from service.payments.kind import format_amount, parse_params
 from service.payments.models import Payment
-from service.payments.service import PaymentService
+from service.signin.gate import BrowserIdentity
+
+if TYPE_CHECKING:
+    from service.services import Services
 
 Req = Request[Any, Any, Any]
 
 
-def _payments(request: Req) -> PaymentService:
-    return request.app.state.payments  # type: ignore[no-any-return]
-
-
 async def _summary(
-    request: Req, flow: Flow, identity: BrowserIdentity, payment: Payment | None, status: int = 200
+    services: Services, flow: Flow, identity: BrowserIdentity, payment: Payment | None, status: int = 200
 ) -> Response[Any]:
     params = parse_params(flow.params)
-    display_name, _ = await client_names(request, flow)
+    display_name, _ = await client_names(services, flow)
     flow_ref = FLOW_ID.format(flow.id)
     processing = payment is not None and payment.status == "processing"
     response = page(
-        request,
         "payment.html",
         status,
         flow_id=flow_ref,
@@ -52,18 +49,18 @@ async def _summary(
         decline_action=f"/pay/{flow_ref}/decline",
     )
     # The Pay form redirects to the provider's checkout: allow exactly that origin, not all of https.
-    origin = _payments(request).checkout_origin()
+    origin = services.payments.checkout_origin()
     response.headers["Content-Security-Policy"] = (
         f"default-src 'self'; frame-ancestors 'none'; form-action 'self' {origin}"
     )
     return response
 
 
-async def payment_page(request: Req, flow: Flow) -> Response[Any]:
-    identity = await require_subject(request, flow)
+async def payment_page(request: Req, flow: Flow, services: Services) -> Response[Any]:
+    identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
-    return await _summary(request, flow, identity, await _payments(request).payment(flow.id))
+    return await _summary(services, flow, identity, await services.payments.payment(flow.id))
 
 
 @post(
@@ -73,14 +70,14 @@ async def payment_page(request: Req, flow: Flow) -> Response[Any]:
     status_code=303,
     summary="Go to the payment provider's checkout (form POST, CSRF-protected)",
 )
-async def start_checkout(request: Req, flow_ref: str) -> Response[Any]:
-    checked = await checked_post(request, flow_ref, "payment")
+async def start_checkout(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+    checked = await services.gate.checked_post(request, flow_ref, "payment")
     if isinstance(checked, Response):
         return checked
     found, identity = checked.flow, checked.identity
-    url = await _payments(request).checkout_url(found)
+    url = await services.payments.checkout_url(found)
     if url is None:
-        return await _after_return(request, found, identity)
+        return await _after_return(services, found, identity)
     return Redirect(url, status_code=303, headers=PAGE_HEADERS)
 
 
@@ -90,37 +87,36 @@ async def start_checkout(request: Req, flow_ref: str) -> Response[Any]:
     tags=["browser"],
     summary="Where the payment provider sends the user back; settles from a verified lookup",
 )
-async def return_from_checkout(request: Req, flow_ref: str) -> Response[Any]:
+async def return_from_checkout(request: Req, flow_ref: str, services: Services) -> Response[Any]:
     flow_id = FLOW_ID.parse(flow_ref)
-    flow = None if flow_id is None else await request.app.state.flows.read(flow_id)
+    flow = None if flow_id is None else await services.flows.read(flow_id)
     if flow is None or flow.kind != "payment":
-        return status_page(request, None, 404)
+        return status_page(None, 404)
     if flow.status not in {"pending", "completed"}:
-        return status_page(request, flow, 410 if flow.status == "expired" else 200)
+        return status_page(flow, 410 if flow.status == "expired" else 200)
     # A completed flow (the webhook won the race) still gets its own "payment received" page,
     # shown only to the subject like every other page of the flow.
-    identity = await require_subject(request, flow)
+    identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
     if flow.status == "pending":
-        await _payments(request).refresh(flow)
-    return await _after_return(request, flow, identity)
+        await services.payments.refresh(flow)
+    return await _after_return(services, flow, identity)
 
 
-async def _after_return(request: Req, flow: Flow, identity: BrowserIdentity) -> Response[Any]:
-    current = await request.app.state.flows.read(flow.id)
+async def _after_return(services: Services, flow: Flow, identity: BrowserIdentity) -> Response[Any]:
+    current = await services.flows.read(flow.id)
     if current is None or current.status != "pending":
-        display_name, _ = await client_names(request, flow)
-        if current is not None and current.status == "completed":
+        display_name, _ = await client_names(services, flow)
+        if current is not None and current.status == "completed" and current.result is not None:
             return page(
-                request,
                 "payment_done.html",
                 flow_id=FLOW_ID.format(flow.id),
                 client=display_name,
                 amount=format_amount(current.result["amount"], current.result["currency"]),
             )
-        return status_page(request, current, 200)
-    return await _summary(request, current, identity, await _payments(request).payment(flow.id))
+        return status_page(current, 200)
+    return await _summary(services, current, identity, await services.payments.payment(flow.id))
 
 
 @post(
@@ -130,16 +126,14 @@ async def _after_return(request: Req, flow: Flow, identity: BrowserIdentity) -> 
     status_code=200,
     summary="Decline the payment (form POST, CSRF-protected)",
 )
-async def decline_payment(request: Req, flow_ref: str) -> Response[Any]:
-    checked = await checked_post(request, flow_ref, "payment")
+async def decline_payment(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+    checked = await services.gate.checked_post(request, flow_ref, "payment")
     if isinstance(checked, Response):
         return checked
     found = checked.flow
-    moved = await request.app.state.flows.finish(
-        found.id, Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined")
-    )
+    moved = await services.flows.finish(found.id, Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined"))
     # Declined here first, then the open checkout is closed at the provider: money that still
     # arrives in between is recorded as ``paid_late`` for a refund, never as a completion.
-    await _payments(request).cancel_checkout(found.id)
-    current = moved or await request.app.state.flows.read(found.id)
-    return status_page(request, current, 200)
+    await services.payments.cancel_checkout(found.id)
+    current = moved or await services.flows.read(found.id)
+    return status_page(current, 200)

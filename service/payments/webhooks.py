@@ -6,12 +6,15 @@ the provider would otherwise retry them for days. Only an unverifiable request g
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from litestar import Request, post
 
 from service.payments.service import PaymentService
+
+if TYPE_CHECKING:
+    from service.services import Services
 
 
 class WebhookAck(msgspec.Struct):
@@ -28,8 +31,8 @@ class WebhookAck(msgspec.Struct):
     description="Verifies `Stripe-Signature` over the raw body with the endpoint secret, refuses timestamps more "
     "than 5 minutes old or in the future, and processes each event id once.",
 )
-async def stripe_webhook(request: Request[Any, Any, Any]) -> WebhookAck:
-    payments: PaymentService = request.app.state.payments
+async def stripe_webhook(request: Request[Any, Any, Any], services: Services) -> WebhookAck:
+    payments: PaymentService = services.payments
     body = await request.body()
     outcome = await payments.handle_webhook(body, request.headers)
     return WebhookAck(received=True, outcome=outcome)

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from service.app import create_app
 from service.errors import ConfigurationError
+from service.services import build_services
 from service.settings import Settings
 from tests.consent.helpers import create_flow, new_sub
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
@@ -97,9 +97,9 @@ async def test_consent_needs_a_signing_key(make_settings: Callable[..., Settings
 
 def test_a_malformed_signing_key_stops_startup(make_settings: Callable[..., Settings]) -> None:
     with pytest.raises(ConfigurationError, match="ELICITD_SIGNING_KEY"):
-        create_app(make_settings(signing_key="-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----"))
+        build_services(make_settings(signing_key="-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----"))
     with pytest.raises(ConfigurationError, match="ELICITD_SIGNING_KEY"):
-        create_app(make_settings(signing_key="ssh-ed25519 AAAA"))
+        build_services(make_settings(signing_key="ssh-ed25519 AAAA"))
 
 
 async def test_jwks_publishes_public_keys_only(app: RunningApp) -> None:

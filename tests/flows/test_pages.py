@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import pytest
 
 from service.flows.schemas import Subject
+from service.services import Services
+from service.settings import Settings
 from tests.flows.helpers import create_external, force_expiry
-from tests.support.apps import RunningApp, ServerClientHandle
+from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 
 
 @pytest.mark.parametrize("flow_ref", ["fl_" + "0" * 32, "nonsense", "fl_<script>"])
@@ -45,44 +50,42 @@ async def test_finished_and_expired_pages(
         assert elicitd.url in response.text  # the elicitd domain is always shown
 
 
-async def test_kind_without_a_page_says_so(
-    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
-) -> None:
-    """A kind whose browser side is not installed says so on its URL: no fake completion."""
+async def test_kind_without_a_page_says_so(make_settings: Callable[..., Settings], subject: Subject) -> None:
+    """A kind whose plugin brings no page: ``GET /f/{id}`` answers 501, the flow stays pending."""
     from service.db.base import FLOW_ID, uuid7
     from service.flows import repository
 
-    flow_id = uuid7()
-    async with elicitd.state.sessions() as session:
-        await repository.insert_pending(
-            session,
-            {
-                "id": flow_id,
-                "server_client_id": server_client.id,
-                "subject_iss": subject.iss,
-                "subject_sub": subject.sub,
-                "kind": "payment",
-                "reuse_key": "k",
-                "provider": None,
-                "scopes": [],
-                "params": {},
-                "context": {},
-                "message": "Pay",
-                "external_url": None,
-                "connection_id": None,
-                "ttl_seconds": 60,
-            },
-        )
-        await session.commit()
-    kind_pages = elicitd.state.kind_pages
-    saved = kind_pages.pop("payment", None)
-    try:
-        async with elicitd.http(server_client.api_key) as http:
+    def without_payment_page(services: Services) -> Services:
+        kinds = {name: replace(p, page=None) if name == "payment" else p for name, p in services.kinds.items()}
+        return replace(services, kinds=kinds)
+
+    async with running_app(make_settings(), customize=without_payment_page) as app:
+        server_client = await new_server_client(app)
+        flow_id = uuid7()
+        async with app.state.sessions() as session:
+            await repository.insert_pending(
+                session,
+                {
+                    "id": flow_id,
+                    "server_client_id": server_client.id,
+                    "subject_iss": subject.iss,
+                    "subject_sub": subject.sub,
+                    "kind": "payment",
+                    "reuse_key": "k",
+                    "provider": None,
+                    "scopes": [],
+                    "params": {},
+                    "context": {},
+                    "message": "Pay",
+                    "external_url": None,
+                    "connection_id": None,
+                    "ttl_seconds": 60,
+                },
+            )
+            await session.commit()
+        async with app.http(server_client.api_key) as http:
             page = await http.get(f"/f/{FLOW_ID.format(flow_id)}")
             status = (await http.get(f"/v1/flows/{FLOW_ID.format(flow_id)}")).json()
-    finally:
-        if saved is not None:
-            kind_pages["payment"] = saved
     assert page.status_code == 501
     assert "<h1>Not available yet</h1>" in page.text
     assert status["flow"]["status"] == "pending"

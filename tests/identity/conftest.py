@@ -3,6 +3,7 @@ issuer (a real OIDC server process), and helpers to make flows and read their au
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -14,8 +15,9 @@ from sqlalchemy import text
 from service.db.base import FLOW_ID, uuid7
 from service.flows import repository as repo
 from service.flows.models import Flow
-from service.identity.browser import check_csrf, require_subject
+from service.flows.plugins import KindPlugin
 from service.identity.issuers import IssuerConfig, upsert_issuer
+from service.services import Services
 from service.settings import Settings
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 from tests.support.browser import (  # noqa: F401 (fixtures and hook are found by name)
@@ -36,9 +38,9 @@ def issuer_server() -> Iterator[OAuthServer]:
         yield server
 
 
-async def whoami_page(request: Request[Any, Any, Any], flow: Flow) -> Response[Any]:
+async def whoami_page(request: Request[Any, Any, Any], flow: Flow, services: Services) -> Response[Any]:
     """A stand-in kind page: shows the verified identity and a CSRF-protected form."""
-    identity = await require_subject(request, flow)
+    identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
     body = (
@@ -51,29 +53,29 @@ async def whoami_page(request: Request[Any, Any, Any], flow: Flow) -> Response[A
 
 
 @post("/f/{flow_ref:str}/test-action", status_code=200)
-async def test_action(request: Request[Any, Any, Any], flow_ref: str) -> Response[Any]:
+async def test_action(request: Request[Any, Any, Any], flow_ref: str, services: Services) -> Response[Any]:
     flow_id = FLOW_ID.parse(flow_ref)
-    flow = None if flow_id is None else await request.app.state.flows.read(flow_id)
+    flow = None if flow_id is None else await services.flows.read(flow_id)
     assert flow is not None
-    identity = await require_subject(request, flow)
+    identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
     form = await request.form()
     submitted = form.get("csrf_token")
-    check_csrf(request, identity, submitted if isinstance(submitted, str) else None)
+    services.gate.check_csrf(request, identity, submitted if isinstance(submitted, str) else None)
     return Response('<p id="done">accepted</p>', media_type="text/html")
 
 
-def with_test_page(app: RunningApp) -> RunningApp:
-    app.state.kind_pages[TEST_KIND] = whoami_page
-    app.app.register(test_action)
-    return app
+def with_test_page(services: Services) -> Services:
+    """The services with ``whoami_page`` as the page of ``TEST_KIND`` flows."""
+    kinds = dict(services.kinds)
+    kinds[TEST_KIND] = KindPlugin(name=TEST_KIND, handler=kinds[TEST_KIND].handler, page=whoami_page)
+    return dataclasses.replace(services, kinds=kinds)
 
 
 @pytest.fixture(scope="module")
 async def identity_app(make_settings: Callable[..., Settings], issuer_server: OAuthServer) -> AsyncIterator[RunningApp]:
-    async with running_app(make_settings()) as app:
-        with_test_page(app)
+    async with running_app(make_settings(), customize=with_test_page, routes=[test_action]) as app:
         await register_issuer(app, issuer_server)
         yield app
 

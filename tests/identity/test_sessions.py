@@ -16,6 +16,7 @@ from tests.identity.conftest import (
     make_flow,
     new_sub,
     register_issuer,
+    test_action,
     with_test_page,
 )
 from tests.support.apps import RunningApp, ServerClientHandle, free_port, new_server_client, running_app
@@ -36,8 +37,9 @@ async def test_cookies_under_tls_are_host_prefixed_and_secure(
 ) -> None:
     port = free_port()
     public = f"https://127.0.0.1:{port}"
-    async with running_app(make_settings(public_url=public), port, keep_public_url=True) as app:
-        with_test_page(app)
+    async with running_app(
+        make_settings(public_url=public), port, keep_public_url=True, customize=with_test_page, routes=[test_action]
+    ) as app:
         await register_issuer(app, issuer_server)
         client = await new_server_client(app)
         alice = new_sub("alice")

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from litestar import Litestar
 from service.app import create_app
 from service.db.base import CLIENT_ID
 from service.identity.clients import create_server_client
+from service.services import Services, build_services
 from service.settings import Settings
 from tests.support.serving import InProcessServer
 
@@ -33,10 +34,12 @@ class RunningApp:
     url: str
     app: Litestar
     settings: Settings
+    services: Services
 
     @property
-    def state(self) -> Any:
-        return self.app.state
+    def state(self) -> Services:
+        """The instance's services (tests reach its database sessions, flows, vault … here)."""
+        return self.services
 
     def http(self, api_key: str | None = None, **kwargs: Any) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -45,16 +48,27 @@ class RunningApp:
 
 @contextlib.asynccontextmanager
 async def running_app(
-    settings: Settings, port: int | None = None, *, keep_public_url: bool = False
+    settings: Settings,
+    port: int | None = None,
+    *,
+    keep_public_url: bool = False,
+    customize: Callable[[Services], Services] | None = None,
+    routes: Sequence[Any] = (),
 ) -> AsyncIterator[RunningApp]:
     """Serve ``create_app(settings)`` for real: lifespan, sockets, background tasks and all.
 
     The public URL becomes this instance's address unless ``keep_public_url`` (replicas behind
-    one address share it)."""
+    one address share it). ``customize`` may swap parts of the services (a test kind page), and
+    ``routes`` adds test-only routes."""
     port = port or free_port()
     if not keep_public_url:
         settings = settings.with_(public_url=f"http://127.0.0.1:{port}")
-    app = create_app(settings)
+    services = build_services(settings)
+    if customize is not None:
+        services = customize(services)
+    app = create_app(services)
+    for route in routes:
+        app.register(route)
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=1
     )
@@ -66,7 +80,7 @@ async def running_app(
             raise RuntimeError("elicitd did not start")
         await asyncio.sleep(0.02)
     try:
-        yield RunningApp(url=f"http://127.0.0.1:{port}", app=app, settings=settings)
+        yield RunningApp(url=f"http://127.0.0.1:{port}", app=app, settings=settings, services=services)
     finally:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):

@@ -8,7 +8,7 @@ Failures render a page with a fixed sentence; nothing the issuer sent is echoed.
 from __future__ import annotations
 
 import hmac
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from litestar import Request, Response, get, post
 from litestar.enums import RequestEncodingType
@@ -17,9 +17,9 @@ from litestar.params import Body, Parameter
 from service.db.base import FLOW_ID
 from service.errors import InvalidRequest
 from service.flows.pages import PAGE_HEADERS, page
-from service.flows.service import FlowService
 from service.identity import sessions as store
-from service.identity.browser import (
+from service.identity.oidc import LoginFailed, exchange_code, verify_id_token
+from service.signin.gate import (
     CsrfFailed,
     clear_cookie,
     cross_site_origin,
@@ -29,11 +29,11 @@ from service.identity.browser import (
     redirect_uri,
     safe_return_to,
     session_cookie,
-    start_login,
 )
-from service.identity.issuers import IssuerDirectory
-from service.identity.oidc import LoginFailed, exchange_code, verify_id_token
-from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.services import Services
+    from service.settings import Settings
 
 _TAGS = ["browser"]
 
@@ -69,19 +69,21 @@ async def login(
     request: Request[Any, Any, Any],
     return_to: Annotated[str | None, Parameter(query="return_to")] = None,
     switch: Annotated[bool, Parameter(query="switch")] = False,
+    *,
+    services: Services,
 ) -> Response[Any]:
     path = safe_return_to(return_to)
     if path is None:
         raise InvalidReturnTo("A sign-in can only return to a request page of this site.", headers=dict(PAGE_HEADERS))
-    flows: FlowService = request.app.state.flows
+    flows = services.flows
     flow_id = FLOW_ID.parse(path.removeprefix("/f/"))
     flow = None if flow_id is None else await flows.read(flow_id)
     if flow is None or flow.status != "pending":
         return redirect(path)  # the flow page explains what became of it
-    issuer = await request.app.state.issuers.resolve(flow.subject_iss)
+    issuer = await services.issuers.resolve(flow.subject_iss)
     if issuer is None:
         return redirect(path)  # the flow page shows the untrusted-issuer page
-    return await start_login(request, issuer, path, prompt="login" if switch else None)
+    return await services.gate.start_login(request, issuer, path, prompt="login" if switch else None)
 
 
 @get(
@@ -91,9 +93,9 @@ async def login(
     summary="OIDC login callback",
     description="The fixed redirect URI registered at every issuer.",
 )
-async def callback(request: Request[Any, Any, Any]) -> Response[Any]:
-    settings: Settings = request.app.state.settings
-    directory: IssuerDirectory = request.app.state.issuers
+async def callback(request: Request[Any, Any, Any], services: Services) -> Response[Any]:
+    settings = services.settings
+    directory = services.issuers
     params = request.query_params
     state = params.get("state")
     binding = request.cookies.get(store.cookie_name(settings, store.LOGIN_COOKIE))
@@ -103,10 +105,8 @@ async def callback(request: Request[Any, Any, Any]) -> Response[Any]:
             "This sign-in was not started in this browser, or it took too long. "
             "Open the link from your assistant again.",
         )
-    async with request.app.state.sessions() as session:
-        attempt = await store.consume_login_attempt(
-            session, request.app.state.vault, state=state, browser_binding=binding
-        )
+    async with services.sessions() as session:
+        attempt = await store.consume_login_attempt(session, services.vault, state=state, browser_binding=binding)
         await session.commit()
     if attempt is None:
         raise _fail(
@@ -126,7 +126,6 @@ async def callback(request: Request[Any, Any, Any]) -> Response[Any]:
         raise _fail(IssuerMismatch, "The sign-in answer did not say which service sent it.")
     if params.get("error") is not None:
         return page(
-            request,
             "signin_problem.html",
             400,
             heading="Sign-in was not completed",
@@ -142,8 +141,8 @@ async def callback(request: Request[Any, Any, Any]) -> Response[Any]:
     )
     verified = await verify_id_token(directory, issuer, tokens.get("id_token"), nonce=attempt.nonce)
     lifetime = settings.browser_session_seconds
-    async with request.app.state.sessions() as session:
-        if (old := session_cookie(request)) is not None:
+    async with services.sessions() as session:
+        if (old := session_cookie(settings, request)) is not None:
             await store.delete_session(session, old)  # never keep two live sessions for one browser
         token = await store.create_browser_session(
             session, issuer_id=issuer.id, iss=verified.iss, sub=verified.sub, lifetime=lifetime
@@ -169,17 +168,19 @@ async def callback(request: Request[Any, Any, Any]) -> Response[Any]:
     "starts at once with `prompt=login`, which is how a person switches accounts.",
 )
 async def logout(
-    request: Request[Any, Any, Any], data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]
+    request: Request[Any, Any, Any],
+    data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)],
+    services: Services,
 ) -> Response[Any]:
-    settings: Settings = request.app.state.settings
-    token = session_cookie(request)
+    settings = services.settings
+    token = session_cookie(settings, request)
     if token is not None:
-        async with request.app.state.sessions() as session:
+        async with services.sessions() as session:
             row = await store.touch_session(session, token)
             submitted = data.get("csrf_token")
             if row is not None and (
                 submitted is None
-                or cross_site_origin(request)
+                or cross_site_origin(settings, request)
                 or not hmac.compare_digest(csrf_token_for(row).encode(), submitted.encode())
             ):
                 raise CsrfFailed
@@ -190,7 +191,7 @@ async def logout(
     if path is not None:
         return redirect(f"/auth/login?return_to={path}&switch=true", cookies=cookies)
     return Response(
-        content=_signed_out(request),
+        content=_signed_out(request, settings),
         status_code=200,
         media_type="text/html",
         headers=dict(PAGE_HEADERS),
@@ -198,13 +199,13 @@ async def logout(
     )
 
 
-def _signed_out(request: Request[Any, Any, Any]) -> str:
+def _signed_out(request: Request[Any, Any, Any], settings: Settings) -> str:
     engine = request.app.template_engine
     assert engine is not None
     rendered: str = engine.get_template("signin_problem.html").render(
         heading="Signed out",
         text="You are signed out of elicitd. You can close this tab.",
-        domain=request.app.state.settings.public_origin,
+        domain=settings.public_origin,
     )
     return rendered
 

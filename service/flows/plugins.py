@@ -1,0 +1,39 @@
+"""What a flow kind brings: one ``KindPlugin`` value per kind.
+
+A kind is defined by its package (``service/<kind>/plugin.py``) and registered by name in
+``service.kinds``; everything that lists kinds — the API schema's allowed values, the database's
+check constraint, the page dispatch of ``GET /f/{id}``, the create-time handlers — is derived from
+those plugins, so adding a kind is a change to one package plus its registry line (and the
+migration the drift test then asks for).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from litestar import Request, Response
+
+from service.flows.kinds import KindHandler
+from service.flows.models import Flow
+
+if TYPE_CHECKING:
+    from service.services import Services
+
+class KindPage(Protocol):
+    """The page of a pending flow of this kind (after ``GET /f/{id}`` found it pending)."""
+
+    async def __call__(self, request: Request[Any, Any, Any], flow: Flow, services: Services, /) -> Response[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class KindPlugin:
+    name: str
+    # Create-time validation, normalization and the "already satisfied" check.
+    handler: KindHandler
+    # The browser page for a pending flow; None for kinds whose page is elsewhere (``external``).
+    page: KindPage | None = None
+    # Routes the kind adds (form POSTs, callbacks, provider webhooks, public keys).
+    routes: tuple[Any, ...] = ()
+    # The tables the kind writes besides ``flows`` (for operators: what a kind keeps).
+    stores: tuple[str, ...] = ()

@@ -1,0 +1,186 @@
+"""``build_services(settings)``: the composition root.
+
+Every long-lived object of a process is built here, once, in dependency order, each collaborator
+passed through its constructor; nothing is set on an object after it is built. The web app
+(``service.app.create_app``) and every CLI command start from the same ``Services``; a CLI never
+builds a web app to reach a service.
+
+Order matters only where one object needs another: the waiter hub reads finished flows straight
+from the database (so it needs no flow service), metrics read the hub, the flow service tells
+metrics and the webhook worker about transitions, and the kinds' own services sit on top of the
+flow service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from service.admin.quotas import FlowRateLimiter
+from service.apikeys.service import ApiKeyService
+from service.clock import Clock, SystemClock
+from service.connections.discovery import MetadataCache
+from service.connections.repository import purge_states as purge_oauth_states
+from service.connections.service import ConnectionService
+from service.consent.receipts import ReceiptSigner
+from service.consent.service import ConsentService
+from service.crypto.vault import Vault
+from service.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker
+from service.flows import repository as flow_repo
+from service.flows.plugins import KindPlugin
+from service.flows.request_state import RequestStateCodec
+from service.flows.service import FlowService
+from service.flows.sweeper import run_sweeper
+from service.http import make_http_client
+from service.identity.issuers import IssuerDirectory
+from service.identity.keys import ApiKeyAuthenticator
+from service.identity.sessions import purge_expired as purge_expired_logins
+from service.kinds import load_plugins
+from service.observability.metrics import Metrics
+from service.observability.tracing import Tracing, build_tracing
+from service.payments.plugin import provider_for
+from service.payments.service import PaymentService
+from service.settings import Settings
+from service.signals.bus import WaiterHub
+from service.signals.webhooks import WebhookSettings, WebhookWorker
+from service.signin.gate import BrowserGate
+
+logger = logging.getLogger("elicitd")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Services:
+    """Everything a request handler or a command may need, typed; built by ``build_services``."""
+
+    settings: Settings
+    clock: Clock
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+    read_sessions: async_sessionmaker[AsyncSession]
+    http: httpx.AsyncClient
+    vault: Vault
+    hub: WaiterHub
+    metrics: Metrics
+    tracing: Tracing
+    webhooks: WebhookWorker
+    authenticator: ApiKeyAuthenticator
+    issuers: IssuerDirectory
+    kinds: Mapping[str, KindPlugin]
+    flows: FlowService
+    gate: BrowserGate
+    connections: ConnectionService
+    consent: ConsentService
+    payments: PaymentService
+    apikeys: ApiKeyService
+
+    def __repr__(self) -> str:
+        return f"Services(kinds={sorted(self.kinds)})"
+
+    async def start(self) -> None:
+        """Connect what needs connecting (the Redis subscription)."""
+        await self.hub.start()
+
+    def background(self) -> list[Coroutine[Any, Any, None]]:
+        """The upkeep a serving replica runs: expiry sweeps and chores, webhook delivery."""
+        chores = [purge_expired_logins, purge_oauth_states]
+        return [
+            run_sweeper(self.flows, self.settings.sweep_interval_seconds, chores),
+            self.webhooks.run(),
+        ]
+
+    async def aclose(self) -> None:
+        """Release everything, in reverse order of need; safe to call once after ``start``."""
+        await self.hub.stop()
+        self.tracing.shutdown()
+        await self.issuers.close()
+        await self.http.aclose()
+        await self.engine.dispose()
+
+
+def build_services(settings: Settings, *, clock: Clock | None = None) -> Services:
+    clock = clock or SystemClock()
+    engine = make_engine(settings)
+    sessions = make_sessionmaker(engine)
+    read_sessions = make_read_sessionmaker(engine)
+    http = make_http_client()
+    vault = Vault(settings.keys)
+
+    async def finished(ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        async with read_sessions() as session:
+            return await flow_repo.finished_among(session, ids)
+
+    hub = WaiterHub(
+        redis_url=settings.redis_url,
+        channel=settings.redis_channel,
+        poll_interval=settings.poll_interval_seconds,
+        safety_poll_interval=max(settings.poll_interval_seconds * 10, 30.0),
+        finished=finished,
+    )
+    metrics = Metrics(hub)
+    webhooks = WebhookWorker(
+        settings=WebhookSettings.from_settings(settings),
+        sessions=sessions,
+        vault=vault,
+        on_outcome=metrics.webhook_outcome,
+    )
+    kinds = load_plugins(settings)
+    flows = FlowService(
+        settings=settings,
+        sessions=sessions,
+        read_sessions=read_sessions,
+        hub=hub,
+        codec=RequestStateCodec(settings.keys),
+        handlers={name: plugin.handler for name, plugin in kinds.items()},
+        listeners=(metrics.flow_finished, webhooks.wake),
+        rate_limiter=FlowRateLimiter(on_limited=metrics.limited),
+        clock=clock,
+    )
+    issuers = IssuerDirectory(sessions, vault, http=http)
+    signer = ReceiptSigner.from_pem(settings.signing_key) if settings.signing_key else None
+    return Services(
+        settings=settings,
+        clock=clock,
+        engine=engine,
+        sessions=sessions,
+        read_sessions=read_sessions,
+        http=http,
+        vault=vault,
+        hub=hub,
+        metrics=metrics,
+        tracing=build_tracing(settings),
+        webhooks=webhooks,
+        authenticator=ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds),
+        issuers=issuers,
+        kinds=kinds,
+        flows=flows,
+        gate=BrowserGate(settings=settings, sessions=sessions, vault=vault, issuers=issuers, flows=flows),
+        connections=ConnectionService(
+            sessions=sessions, vault=vault, metadata=MetadataCache(), on_refresh=metrics.record_refresh
+        ),
+        consent=ConsentService(flows, signer, settings.public_url),
+        payments=PaymentService(flows, provider_for(settings), settings.public_url),
+        apikeys=ApiKeyService(flows, vault),
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_services(settings: Settings) -> AsyncIterator[Services]:
+    """For commands: the services, started, and closed on the way out (no web app, no upkeep)."""
+    services = build_services(settings)
+    try:
+        await services.start()
+        yield services
+    finally:
+        await services.aclose()
+
+
+async def run_background(services: Services) -> list[asyncio.Task[None]]:
+    return [asyncio.create_task(job) for job in services.background()]
