@@ -20,6 +20,7 @@ from service.flows.models import Flow
 if TYPE_CHECKING:
     from service.services import Services
 
+
 class KindPage(Protocol):
     """The page of a pending flow of this kind (after ``GET /f/{id}`` found it pending)."""
 
