@@ -1,8 +1,15 @@
 """Liveness and readiness. Readiness reports PostgreSQL and Redis separately: without Redis the
-service still works (by polling), so it stays ready and says it is degraded."""
+service still works (by polling), so it stays ready and says it is degraded.
+
+The answer says only ``down``; the server log says why — once when a dependency goes down (or
+fails for a new reason) and once when it is back, not on every probe: an orchestrator probes every
+few seconds, and a line per probe would bury everything else during an outage.
+"""
 
 from __future__ import annotations
 
+import logging
+import weakref
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -11,6 +18,50 @@ from sqlalchemy import text
 
 if TYPE_CHECKING:
     from service.services import Services
+
+
+logger = logging.getLogger("elicitd.health")
+
+
+class DependencyLog:
+    """What readiness last logged per dependency, so that it logs changes only."""
+
+    def __init__(self) -> None:
+        self._down: dict[str, str] = {}
+
+    def down(self, dependency: str, reason: str, exc: BaseException | None = None) -> None:
+        """Log ``dependency`` as down (with the stack of ``exc``) unless it already is for ``reason``."""
+        if self._down.get(dependency) == reason:
+            return
+        self._down[dependency] = reason
+        logger.warning("dependency down", extra={"dependency": dependency, "reason": reason}, exc_info=exc)
+
+    def up(self, dependency: str) -> None:
+        if self._down.pop(dependency, None) is not None:
+            logger.info("dependency back", extra={"dependency": dependency})
+
+
+# One log per serving instance (two apps in one process probe different servers); keyed by the
+# instance's waiter hub and gone with it.
+_LOGS: weakref.WeakKeyDictionary[object, DependencyLog] = weakref.WeakKeyDictionary()
+
+
+def dependency_log(instance: object) -> DependencyLog:
+    log = _LOGS.get(instance)
+    if log is None:
+        log = _LOGS[instance] = DependencyLog()
+    return log
+
+
+def why(exc: BaseException) -> str:
+    """A reason safe to log: exception types and the SQLSTATE, never a message (a connection
+    error can quote the address, the user or the whole DSN)."""
+    names = [type(exc).__name__]
+    orig = getattr(exc, "orig", None)
+    if isinstance(orig, BaseException):
+        names.append(type(orig).__name__)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return "/".join(names) + (f" (sqlstate {sqlstate})" if isinstance(sqlstate, str) else "")
 
 
 class Readiness(msgspec.Struct):
@@ -28,16 +79,24 @@ async def healthz() -> dict[str, str]:
 @get("/readyz", operation_id="readyz", tags=["ops"], summary="Readiness: PostgreSQL and Redis, reported apart")
 async def readyz(services: Services) -> Response[Readiness]:
     state = services
+    hub = state.hub
+    log = dependency_log(hub)
     try:
         async with state.sessions() as session:
             await session.execute(text("SELECT 1"))
         postgres = "ok"
-    except Exception:  # any failure means "not ready"; the reason is in the server log, not here
+        log.up("postgres")
+    except Exception as exc:  # any failure means "not ready"; why goes to the server log, not here
         postgres = "down"
-    hub = state.hub
+        log.down("postgres", why(exc), exc)
     redis = "not_configured"
     if hub.redis_configured:
-        redis = "ok" if await hub.ping() else "down"
+        failure = await hub.ping_failure()
+        redis = "ok" if failure is None else "down"
+        if failure is None:
+            log.up("redis")
+        else:
+            log.down("redis", failure)
     wakeups = "redis" if hub.healthy else "polling"
     ready = postgres == "ok"
     body = Readiness(status="ready" if ready else "unavailable", postgres=postgres, redis=redis, wakeups=wakeups)

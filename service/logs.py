@@ -50,6 +50,8 @@ ALLOWED_FIELDS = frozenset(
         "route",
         "role",
         "issuer",
+        "dependency",
+        "reason",
     }
 )
 

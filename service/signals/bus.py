@@ -230,12 +230,18 @@ class WaiterHub:
         self.wake_all()
 
     async def ping(self) -> bool:
+        return await self.ping_failure() is None
+
+    async def ping_failure(self) -> str | None:
+        """Why Redis does not answer a PING (a reason safe to log: no address, no password), or
+        None when it does."""
         if self._publisher is None:
-            return False
+            return "not connected"
         try:
-            return bool(await asyncio.wait_for(self._publisher.ping(), timeout=1))
-        except (RedisError, OSError, TimeoutError):
-            return False
+            await asyncio.wait_for(self._publisher.ping(), timeout=1)
+        except (RedisError, OSError, TimeoutError) as exc:
+            return type(exc).__name__
+        return None
 
     async def _listen(self) -> None:
         assert self._redis_url is not None
