@@ -18,11 +18,14 @@ from sqlalchemy import text
 
 from service.consent.kind import parse_params
 from service.consent.receipts import ReceiptSigner, consent_text, text_digest
-from service.db.base import CLIENT_ID, FLOW_ID
+from service.db.base import CLIENT_ID, FLOW_ID, PrefixedId
 from service.flows.models import Flow
 from service.flows.repository import Transition
 from service.flows.service import FlowService
 from service.flows.states import Actor, FlowStatus
+
+# A receipt's ``jti``: unique per receipt, named like every other public id.
+RECEIPT_ID = PrefixedId("cr")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +60,7 @@ class ConsentService:
             "aud": CLIENT_ID.format(flow.server_client_id),
             "server_client": {"id": CLIENT_ID.format(flow.server_client_id), "name": client_name},
             "flow_id": flow_ref,
-            "jti": f"cr_{uuid.uuid4().hex}",
+            "jti": RECEIPT_ID.format(uuid.uuid4()),
             "decision": "approved",
             "text_sha256": view.digest,
             "iat": now,
