@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from sqlalchemy.exc import ProgrammingError
 from service.errors import EXCEPTION_HANDLERS
 from service.logs import JsonFormatter, PlainFormatter, configure_logging, redacted_traceback
 from service.settings import KeyRing, Settings
+from tests.support.apps import LogCapture, running_app
 
 # Planted in exception messages: bare (no pattern could recognise it) and as name=value pairs.
 BARE = "MARK-BARE-9f3e2"
@@ -131,6 +132,35 @@ async def test_a_crash_is_logged_once_with_its_stack_and_answered_generically(lo
     assert 'test_crash_logging.py", line' in blocks[2]
     for marker in MARKERS:
         assert marker not in log_stream.getvalue()
+        assert marker not in response.text
+
+
+async def test_the_served_app_logs_a_crash_once_too(make_settings: Callable[..., Settings]) -> None:
+    """The same through ``create_app`` and a real server: the request line, one stack, no secret."""
+    capture = LogCapture()
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(capture)
+    root.setLevel(logging.INFO)
+    try:
+        async with running_app(make_settings(background_tasks=False), routes=[boom]) as app, app.http() as http:
+            response = await http.get("/v1/boom")
+    finally:
+        root.removeHandler(capture)
+        root.setLevel(level)
+    assert response.status_code == 500
+    assert response.json() == GENERIC_500
+    lines = [json.loads(line) for line in capture.lines]
+    crashes = [line for line in lines if "traceback" in line]
+    assert [(line["logger"], line["msg"], line["path"]) for line in crashes] == [
+        ("elicitd.errors", "unhandled error", "/v1/boom")
+    ]
+    assert crashes[0]["traceback"].endswith("RuntimeError: [redacted]")
+    requests = [line for line in lines if line["logger"] == "elicitd.requests" and line.get("route") == "/v1/boom"]
+    assert [line["status"] for line in requests] == [500]
+    assert [line for line in lines if line["level"] == "error"] == crashes
+    for marker in MARKERS:
+        assert not any(marker in line for line in capture.lines)
         assert marker not in response.text
 
 
