@@ -21,6 +21,7 @@ import msgspec
 
 from service.admin.cli_directory import register_directory
 from service.cli import print_table
+from service.db.unit import unit_of_work
 
 Handler = Callable[[Any, argparse.Namespace], Awaitable[Any]]
 
@@ -45,7 +46,7 @@ async def _audited(handler: Handler, args: argparse.Namespace) -> Any:
             outcome = "ok"
             return result
         finally:
-            async with state.sessions() as session:
+            async with unit_of_work(state.sessions) as session:
                 await write_audit(
                     session,
                     actor="cli",
@@ -53,7 +54,6 @@ async def _audited(handler: Handler, args: argparse.Namespace) -> Any:
                     target=getattr(args, "target", None),
                     detail={"result": outcome},
                 )
-                await session.commit()
 
 
 def _builtins(value: Any) -> Any:
@@ -98,11 +98,10 @@ def _once(label: str, key: str) -> Callable[[Any], None]:
 async def _tokens_create(state: Any, args: argparse.Namespace) -> dict[str, Any]:
     from service.admin import tokens
 
-    async with state.sessions() as session:
+    async with unit_of_work(state.sessions) as session:
         created = await tokens.create_token(
             session, name=args.name, role=tokens.Role.parse(args.role), lifetime=tokens.parse_lifetime(args.expires_in)
         )
-        await session.commit()
     return {**_token_row(created.token), "token": created.secret}
 
 
@@ -131,9 +130,8 @@ async def _tokens_list(state: Any, args: argparse.Namespace) -> list[dict[str, A
 async def _tokens_revoke(state: Any, args: argparse.Namespace) -> dict[str, Any]:
     from service.admin import tokens
 
-    async with state.sessions() as session:
+    async with unit_of_work(state.sessions) as session:
         row = await tokens.revoke_token(session, args.target)
-        await session.commit()
     return _token_row(row)
 
 
@@ -184,7 +182,7 @@ def _clients(op: str) -> Handler:
         from service.admin.schemas import CreateServerClient, UpdateServerClient
         from service.admin.tokens import parse_lifetime
 
-        async with state.sessions() as session:
+        async with unit_of_work(state.sessions) as session:
             if op == "list":
                 return await clients.list_clients(session, cursor=args.cursor, limit=args.limit)
             if op == "show":
@@ -218,7 +216,6 @@ def _clients(op: str) -> Handler:
                 result = await clients.update_client(
                     session, args.target, msgspec.convert(_update_fields(op, args), UpdateServerClient)
                 )
-            await session.commit()
             return result
 
     return run
@@ -241,7 +238,7 @@ def _webhooks(op: str) -> Handler:
     async def run(state: Any, args: argparse.Namespace) -> Any:
         from service.admin import deliveries
 
-        async with state.sessions() as session:
+        async with unit_of_work(state.sessions) as session:
             if op == "list":
                 return await deliveries.list_deliveries(
                     session,
@@ -253,9 +250,7 @@ def _webhooks(op: str) -> Handler:
                 )
             if op == "show":
                 return await deliveries.show_delivery(session, args.target)
-            result = await deliveries.replay(session, args.target)
-            await session.commit()
-            return result
+            return await deliveries.replay(session, args.target)
 
     return run
 

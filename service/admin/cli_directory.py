@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from service.db.unit import unit_of_work
 from service.errors import InvalidRequest
 
 Leaf = Callable[..., Any]
@@ -85,7 +86,7 @@ def _providers(op: str) -> Any:
         from service.admin import directory
         from service.connections import providers
 
-        async with state.sessions() as session:
+        async with unit_of_work(state.sessions) as session:
             if op == "list":
                 return [directory.provider_view(p) for p in await providers.list_providers(session)]
             if op == "show":
@@ -110,7 +111,6 @@ def _providers(op: str) -> Any:
 
                     raise NotFound("No provider with this name.")
                 result = directory.provider_view(await directory.get_provider(session, args.target))
-            await session.commit()
             return result
 
     return run
@@ -121,7 +121,7 @@ def _issuers(op: str) -> Any:
         from service.admin import directory
         from service.identity import issuers
 
-        async with state.sessions() as session:
+        async with unit_of_work(state.sessions) as session:
             if op == "list":
                 return [directory.issuer_view(i) for i in await issuers.list_issuers(session)]
             if op == "test-discovery":
@@ -140,7 +140,6 @@ def _issuers(op: str) -> Any:
 
                     raise NotFound("No issuer with this URL.")
                 result = directory.issuer_view(await directory.get_issuer(session, args.target))
-            await session.commit()
             return result
 
     return run

@@ -1,4 +1,4 @@
-"""What admin handlers share: one committed session per call."""
+"""What admin handlers share: one unit of work per call."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.db.unit import unit_of_work
+
 if TYPE_CHECKING:
     from service.services import Services
 
@@ -15,6 +17,5 @@ if TYPE_CHECKING:
 @asynccontextmanager
 async def unit(services: Services) -> AsyncIterator[AsyncSession]:
     """One session per admin call, committed only when the operation succeeded."""
-    async with services.sessions() as session:
+    async with unit_of_work(services.sessions) as session:
         yield session
-        await session.commit()

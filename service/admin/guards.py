@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.admin.tokens import AdminPrincipal, Role, authenticate
 from service.db.base import uuid7
+from service.db.unit import unit_of_work
 
 logger = logging.getLogger("elicitd.admin")
 
@@ -37,11 +38,9 @@ class AdminGuard:
         return self  # Litestar copies routers when it registers them; the session factory is shared
 
     async def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
-        async with self._sessions() as session:
-            try:
-                principal = await authenticate(session, connection.headers.get("authorization"))
-            finally:
-                await session.commit()
+        # A refused token matched no row, so there is nothing to keep when ``authenticate`` raises.
+        async with unit_of_work(self._sessions) as session:
+            principal = await authenticate(session, connection.headers.get("authorization"))
         connection.scope["state"][_PRINCIPAL] = principal
         principal.require(handler.opt.get("role", Role.VIEWER))
 
@@ -113,7 +112,7 @@ class AdminAuditMiddleware:
         target = ",".join(f"{k}={v}" for k, v in sorted(params.items())) or None
         sessions = self._sessions
         try:
-            async with sessions() as session:
+            async with unit_of_work(sessions) as session:
                 await write_audit(
                     session,
                     actor="api",
@@ -124,6 +123,5 @@ class AdminAuditMiddleware:
                     target=target,
                     status=status,
                 )
-                await session.commit()
         except Exception as exc:  # an audit failure is logged loudly; the answer is already decided
             logger.error("admin audit write failed", extra={"error_type": type(exc).__name__})

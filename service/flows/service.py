@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.clock import Clock, SystemClock
 from service.db.base import CLIENT_ID, FLOW_ID, uuid7
+from service.db.unit import unit_of_work
 from service.errors import FlowNotFound, FlowNotPending, InvalidRequest, InvalidRequestState, RateLimited
 from service.flows import repository as repo
 from service.flows.kinds import KindHandler, NormalizedFlow, check_issuer_trusted
@@ -102,10 +103,9 @@ class FlowService:
     # ---- units of work ---------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def unit_of_work(self) -> AsyncIterator[UnitOfWork]:
-        async with self.sessions() as session:
+        async with unit_of_work(self.sessions) as session:
             uow = UnitOfWork(session)
             yield uow
-            await session.commit()
         await self.announce(uow.moved)
 
     async def announce(self, flows: list[Flow]) -> None:
