@@ -22,6 +22,7 @@ from elicitd_client.errors import (
     RateLimited,
     ReauthorizationRequired,
     RequestStateExpired,
+    ServerError,
     Unauthenticated,
 )
 from elicitd_client.types import CreatedFlow, Flow, FlowStatus, Resolution, Subject, Token
@@ -46,6 +47,7 @@ __all__ = [
     "ReauthorizationRequired",
     "RequestStateExpired",
     "Resolution",
+    "ServerError",
     "Subject",
     "Token",
     "Unauthenticated",

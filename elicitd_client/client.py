@@ -1,10 +1,14 @@
 """``ElicitdClient``: the typed async client of elicitd's MCP-server API (``/v1``).
 
-Retries: connection failures and 5xx answers are retried with exponential backoff (plus jitter,
-honouring ``Retry-After``). Every call is safe to repeat: create is create-or-reuse, resolve and
-status read or wait, revoke is idempotent, and complete/fail recognise their own earlier success
-when the first answer was lost. A read timeout is *not* retried: a long-poll that timed out
-already spent the caller's waiting budget.
+Retries: only what may pass by itself is retried, with exponential backoff (plus jitter,
+honouring ``Retry-After``): connection failures, ``502``/``504`` (elicitd or a provider behind it
+briefly unreachable) and a ``503`` that carries ``Retry-After`` (elicitd busy for a moment). A
+``503`` without it is a permanent answer (``payments_unavailable``: this elicitd has no payment
+provider), as is a ``500`` (a bug on elicitd's side): retrying those only delays the same answer,
+so they are raised at once with elicitd's problem ``code``. Every call is safe to repeat: create
+is create-or-reuse, resolve and status read or wait, revoke is idempotent, and complete/fail
+recognise their own earlier success when the first answer was lost. A read timeout is *not*
+retried: a long-poll that timed out already spent the caller's waiting budget.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import httpx
 from elicitd_client.errors import ElicitdError, ElicitdUnavailable, FlowNotPending, error_from_problem
 from elicitd_client.types import CreatedFlow, FlowStatus, Resolution, Subject, Token
 
-RETRY_STATUSES = frozenset({500, 502, 503, 504})
+# Statuses that may pass by themselves; 503 only with ``Retry-After`` (see ``_transient``).
+RETRY_STATUSES = frozenset({502, 503, 504})
 # Transport failures where the request either never arrived or its answer was lost mid-way.
 RETRY_ERRORS: tuple[type[Exception], ...] = (
     httpx.ConnectError,
@@ -30,6 +35,13 @@ RETRY_ERRORS: tuple[type[Exception], ...] = (
     httpx.RemoteProtocolError,
     httpx.PoolTimeout,
 )
+
+
+def _transient(response: httpx.Response) -> bool:
+    """Whether another attempt may get a different answer."""
+    if response.status_code == 503:
+        return "retry-after" in response.headers
+    return response.status_code in RETRY_STATUSES
 
 
 def _subject(subject: Subject | Mapping[str, str]) -> dict[str, str]:
@@ -103,6 +115,7 @@ class ElicitdClient:
         """Send one API call with retries; return ``(status, json)`` or raise an ``ElicitdError``."""
         timeout = httpx.Timeout(self.timeout + wait_seconds, connect=min(self.timeout, 10.0))
         last = "no attempt made"
+        last_response: httpx.Response | None = None
         retry_after: str | None = None
         for attempt in range(self.retries + 1):
             if attempt:
@@ -113,27 +126,48 @@ class ElicitdClient:
                     method, self.base_url + path, json=json, params=params, headers=self._headers, timeout=timeout
                 )
             except RETRY_ERRORS as exc:
-                last = f"{type(exc).__name__} talking to elicitd"
+                last, last_response = f"{type(exc).__name__} talking to elicitd", None
                 continue
             except httpx.TimeoutException as exc:
                 raise ElicitdUnavailable(f"elicitd did not answer in time ({type(exc).__name__})") from exc
-            if response.status_code in RETRY_STATUSES:
+            if _transient(response):
                 retry_after = response.headers.get("retry-after")
-                last = f"elicitd answered HTTP {response.status_code}"
+                last, last_response = f"elicitd answered HTTP {response.status_code}", response
                 continue
             return response.status_code, self._body(response)
-        raise ElicitdUnavailable(f"{last} after {self.retries + 1} attempts")
+        raise self._exhausted(f"{last} after {self.retries + 1} attempts", last_response)
 
     @staticmethod
-    def _body(response: httpx.Response) -> Any:
+    def _exhausted(detail: str, response: httpx.Response | None) -> ElicitdUnavailable:
+        """``ElicitdUnavailable`` keeping the last answer's problem ``code`` (``unavailable``,
+        ``provider_refresh_failed`` …) and status, so the caller still learns what kept failing."""
+        if response is None:
+            return ElicitdUnavailable(detail)
+        problem = ElicitdClient._problem(response)
+        code = problem.get("code")
+        return ElicitdUnavailable(
+            detail,
+            code=code if isinstance(code, str) and code else None,
+            status=response.status_code,
+            problem=problem,
+        )
+
+    @staticmethod
+    def _problem(response: httpx.Response) -> dict[str, Any]:
         try:
             body = response.json() if response.content else None
         except ValueError:
             body = None
+        return body if isinstance(body, dict) else {"detail": f"elicitd answered HTTP {response.status_code}"}
+
+    @staticmethod
+    def _body(response: httpx.Response) -> Any:
         if response.status_code >= 400:
-            problem = body if isinstance(body, dict) else {"detail": f"elicitd answered HTTP {response.status_code}"}
-            raise error_from_problem(response.status_code, problem)
-        return body
+            raise error_from_problem(response.status_code, ElicitdClient._problem(response))
+        try:
+            return response.json() if response.content else None
+        except ValueError:
+            return None
 
     # ---- flows -------------------------------------------------------------------------------------
     async def create_flow(

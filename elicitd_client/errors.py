@@ -33,9 +33,18 @@ class ElicitdError(Exception):
 
 
 class ElicitdUnavailable(ElicitdError):
-    """elicitd could not be reached, or kept answering 5xx, after every retry."""
+    """elicitd could not be reached, or kept answering a 5xx that may pass (502, 504, 503 with
+    ``Retry-After``), after every retry. ``code`` and ``status`` are the last answer's, if any."""
 
     default_code = "unavailable"
+
+
+class ServerError(ElicitdError):
+    """A 5xx answer that another attempt would not change, raised without retrying: a feature this
+    elicitd does not offer (``payments_unavailable``, ``consent_unavailable``: a 503 without
+    ``Retry-After``) or a fault on elicitd's side (``internal_error``). ``code`` says which."""
+
+    default_code = "internal_error"
 
 
 class Unauthenticated(ElicitdError):
@@ -127,6 +136,7 @@ _BY_CODE: dict[str, type[ElicitdError]] = {
         InsufficientScope,
         RateLimited,
         ElicitdUnavailable,
+        ServerError,
     )
 }
 _BY_STATUS: dict[int, type[ElicitdError]] = {
@@ -143,6 +153,7 @@ def error_from_problem(status: int, problem: dict[str, Any]) -> ElicitdError:
     """Build the most specific exception for a problem+json answer (unknown codes keep their code)."""
     code = problem.get("code")
     code = code if isinstance(code, str) and code else None
-    cls = (_BY_CODE.get(code) if code else None) or _BY_STATUS.get(status) or ElicitdError
+    by_status = _BY_STATUS.get(status) or (ServerError if status >= 500 else ElicitdError)
+    cls = (_BY_CODE.get(code) if code else None) or by_status
     detail = problem.get("detail") or problem.get("title") or f"elicitd answered HTTP {status}"
     return cls(str(detail), code=code or cls.default_code, status=status, problem=problem)

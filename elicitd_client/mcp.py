@@ -35,12 +35,13 @@ not complete ``deploy(staging)``); the price is that replicas share the SDK keys
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, TypeVar
 
@@ -59,7 +60,7 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from elicitd_client.client import ElicitdClient
-from elicitd_client.errors import InvalidRequestState
+from elicitd_client.errors import ElicitdError, ElicitdUnavailable, InvalidRequestState, RateLimited
 from elicitd_client.outcomes import (
     Completed,
     Consent,
@@ -68,6 +69,7 @@ from elicitd_client.outcomes import (
     ElicitationFailed,
     ElicitationOutcome,
     ElicitationPending,
+    ElicitdRefused,
     InputRequired,
     Payment,
     SubjectUnavailable,
@@ -222,7 +224,8 @@ class Elicitd:
             _drop_none({"provider": provider, "scopes": sorted(set(scopes)), "message": message, "account": account}),
         )
         await self._obtain(ctx, need)
-        return await self.client.token(provider, self._subject(ctx), scopes=sorted(set(scopes)), account=account)
+        with _readable_errors(need):
+            return await self.client.token(provider, self._subject(ctx), scopes=sorted(set(scopes)), account=account)
 
     async def require_consent(
         self,
@@ -269,9 +272,10 @@ class Elicitd:
         subject = self._subject(ctx)
         if not _url_capable(ctx):
             raise missing_url_capability()
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return await self._modern(ctx, need, subject)
-        return await self._legacy(ctx, need, subject)
+        with _readable_errors(need):
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                return await self._modern(ctx, need, subject)
+            return await self._legacy(ctx, need, subject)
 
     async def _create(self, need: _Need, subject: Subject) -> CreatedFlow:
         return await self.client.create_flow(subject, need.kind, **need.create)
@@ -410,6 +414,24 @@ class Elicitd:
         return sent
 
 
+@contextlib.contextmanager
+def _readable_errors(need: _Need) -> Iterator[None]:
+    """An error answer from elicitd becomes ``ElicitdRefused``, a ``ToolError``: the model reads why
+    (with elicitd's code) instead of the SDK's bare "Error executing tool" for a crash."""
+    try:
+        yield
+    except ElicitdError as exc:
+        raise ElicitdRefused(_refused_text(need, exc), code=exc.code, status=exc.status) from exc
+
+
+def _refused_text(need: _Need, exc: ElicitdError) -> str:
+    if isinstance(exc, ElicitdUnavailable):
+        return f"elicitd is not reachable now, so the {_noun(need)} cannot be asked for; try again soon [{exc.code}]."
+    if isinstance(exc, RateLimited) and exc.retry_after is not None:
+        return f"Too many requests for the {_noun(need)}; try again in {exc.retry_after} s [{exc.code}]."
+    return f"Could not ask for the {_noun(need)}: {exc.detail.rstrip('.')} [{exc.code}]."
+
+
 def _response_json(value: Any) -> dict[str, Any]:
     dumped = (
         value.model_dump(by_alias=True, mode="json", exclude_none=True) if hasattr(value, "model_dump") else dict(value)
@@ -447,6 +469,7 @@ __all__ = [
     "ElicitationOutcome",
     "ElicitationPending",
     "Elicitd",
+    "ElicitdRefused",
     "InputRequired",
     "Payment",
     "SubjectUnavailable",

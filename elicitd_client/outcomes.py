@@ -74,6 +74,20 @@ class ElicitationFailed(ElicitationOutcome):
         self.code = code
 
 
+class ElicitdRefused(ElicitationOutcome):
+    """elicitd could not take the request at all, so nothing was asked of the user: a feature this
+    elicitd does not offer (``payments_unavailable``), a rate limit, a key it refused, or elicitd
+    unreachable after the client's retries. ``code`` is elicitd's problem code; the message names it
+    so the model (and the person reading along) can tell a missing feature from a passing outage."""
+
+    outcome = "refused"
+
+    def __init__(self, message: str, *, code: str, status: int = 0, flow: Flow | None = None) -> None:
+        super().__init__(message, flow=flow)
+        self.code = code
+        self.status = status
+
+
 class SubjectUnavailable(RuntimeError):
     """No verified user for this request: the server has no token verifier, or the token names
     no issuer/subject. A configuration error, never the caller's to fix."""

@@ -1,7 +1,9 @@
 """A tiny real HTTP/1.1 server in front of elicitd that misbehaves on purpose.
 
 Each incoming request takes the next step of a script: ``"503"`` (or any status) answers that
-status, ``"drop"`` closes the connection without an answer, ``"forward-drop"`` forwards the
+status with a problem+json body, optionally followed by ``code=…`` (the problem's code, default
+``unavailable``) and ``retry-after=…`` (a ``Retry-After`` header), as in
+``"503 code=payments_unavailable"`` or ``"503 retry-after=0"``; ``"drop"`` closes the connection without an answer, ``"forward-drop"`` forwards the
 request to elicitd and then drops the connection (the answer is lost), ``"forward"`` proxies it.
 When the script runs out every request is forwarded. Real sockets, so the client's transport
 errors and retries are the ones production would see.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -43,10 +46,14 @@ class FlakyServer:
         if step == "drop":
             writer.close()
             return
-        if step.isdigit():
-            payload = b'{"code":"unavailable","detail":"flaky"}'
+        status, *options = step.split()
+        if status.isdigit():
+            named = dict(option.split("=", 1) for option in options)
+            code = named.get("code", "unavailable")
+            payload = json.dumps({"code": code, "status": int(status), "detail": f"flaky {code}"}).encode()
+            extra = f"Retry-After: {named['retry-after']}\r\n" if "retry-after" in named else ""
             writer.write(
-                f"HTTP/1.1 {step} Flaky\r\nContent-Type: application/problem+json\r\n"
+                f"HTTP/1.1 {status} Flaky\r\nContent-Type: application/problem+json\r\n{extra}"
                 f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
                 + payload
             )

@@ -15,6 +15,7 @@ from elicitd_client import (
     InvalidRequest,
     InvalidRequestState,
     NotConnected,
+    ServerError,
     Subject,
     Unauthenticated,
 )
@@ -128,14 +129,48 @@ async def test_errors_carry_the_problem_code(
             await client.resolve(Subject(subject.iss, "someone-else"), created.request_state)
 
 
-async def test_retries_5xx_then_succeeds(
+async def test_retries_what_may_pass_then_succeeds(
     elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
 ) -> None:
-    async with flaky_server(elicitd.url, ["503", "500", "502"]) as flaky:
+    async with flaky_server(elicitd.url, ["503 retry-after=0", "502", "504"]) as flaky:
         async with ElicitdClient(flaky.url, server_client.api_key, retries=3, backoff=0.01) as client:
             created = await client.create_flow(_subject(subject), "external", url=PAGE)
     assert created.created is True and created.status == "pending"
     assert flaky.seen == [("POST", "/v1/flows")] * 4
+
+
+@pytest.mark.parametrize(
+    ("step", "status", "code"),
+    [
+        ("503 code=payments_unavailable", 503, "payments_unavailable"),
+        ("500 code=internal_error", 500, "internal_error"),
+    ],
+)
+async def test_a_permanent_5xx_is_raised_at_once_with_its_code(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject, step: str, status: int, code: str
+) -> None:
+    # A 503 without Retry-After, or a 500, answers the same on every attempt: one request only.
+    async with flaky_server(elicitd.url, [step]) as flaky:
+        async with ElicitdClient(flaky.url, server_client.api_key, retries=3, backoff=0.01) as client:
+            with pytest.raises(ServerError) as refused:
+                await client.create_flow(_subject(subject), "external", url=PAGE)
+    assert (refused.value.code, refused.value.status, refused.value.detail) == (code, status, f"flaky {code}")
+    assert flaky.seen == [("POST", "/v1/flows")]
+
+
+async def test_payments_unavailable_from_a_real_elicitd_is_not_retried(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
+) -> None:
+    # This elicitd has no payment provider: its 503 is permanent and carries no Retry-After.
+    async with flaky_server(elicitd.url) as flaky:
+        async with ElicitdClient(flaky.url, server_client.api_key, retries=3, backoff=0.01) as client:
+            with pytest.raises(ServerError) as refused:
+                await client.create_flow(
+                    _subject(subject), "payment", params={"amount": 500, "currency": "usd", "description": "report"}
+                )
+    assert (refused.value.code, refused.value.status) == ("payments_unavailable", 503)
+    assert "ELICITD_STRIPE_SECRET_KEY" in refused.value.detail
+    assert flaky.seen == [("POST", "/v1/flows")]
 
 
 async def test_retries_dropped_connections(
@@ -150,13 +185,21 @@ async def test_retries_dropped_connections(
 async def test_gives_up_after_the_last_retry(
     elicitd: RunningApp, server_client: ServerClientHandle, subject: schemas.Subject
 ) -> None:
-    async with flaky_server(elicitd.url, ["503"] * 10) as flaky:
+    async with flaky_server(elicitd.url, ["503 retry-after=0"] * 10) as flaky:
         async with ElicitdClient(flaky.url, server_client.api_key, retries=2, backoff=0.01) as client:
             with pytest.raises(ElicitdUnavailable) as failed:
                 await client.create_flow(_subject(subject), "external", url=PAGE)
-    assert failed.value.code == "unavailable"
-    assert "HTTP 503 after 3 attempts" in failed.value.detail
+    assert (failed.value.code, failed.value.status) == ("unavailable", 503)
+    assert failed.value.detail == "elicitd answered HTTP 503 after 3 attempts"
     assert len(flaky.seen) == 3
+
+    # A provider behind elicitd failing keeps its own code once the retries are spent.
+    async with flaky_server(elicitd.url, ["502 code=provider_refresh_failed"] * 10) as flaky:
+        async with ElicitdClient(flaky.url, server_client.api_key, retries=1, backoff=0.01) as client:
+            with pytest.raises(ElicitdUnavailable) as upstream:
+                await client.create_flow(_subject(subject), "external", url=PAGE)
+    assert (upstream.value.code, upstream.value.status) == ("provider_refresh_failed", 502)
+    assert len(flaky.seen) == 2
 
     # Nothing listening at all: connection refused, retried, then unavailable.
     async with ElicitdClient(f"http://127.0.0.1:{free_port()}", "k", retries=1, backoff=0.01) as client:

@@ -13,9 +13,10 @@ import pytest
 from mcp_types import ElicitResult
 
 from service.settings import Settings
+from tests.client.flaky_server import flaky_server
 from tests.consent.helpers import kinds_app
 from tests.mcp.harness import AUDIENCE, Mode, example_server, mcp_client, text_of
-from tests.support.apps import RunningApp, new_server_client
+from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
 from tests.support.oauth_server import OAuthServer
 from tests.support.stripe_double import API_KEY, WEBHOOK_SECRET, StripeDouble
 
@@ -72,3 +73,30 @@ async def test_paid_tool_runs_after_the_payment(
     assert result.is_error is False, result.content
     payment_id = stripe_double.session_for(seen[0])["payment_intent"]
     assert text_of(result) == f"Premium report on rates (payment {payment_id}): everything is fine."
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_paid_tool_without_payments_says_why_at_once(
+    elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, mode: Mode
+) -> None:
+    # This elicitd has no payment provider: its 503 is permanent, so the tool hears it after one
+    # request (no retries), as a tool error the model can read, with elicitd's code.
+    token = oauth_server.mint(f"u{uuid.uuid4().hex[:10]}", client_id=AUDIENCE)["id_token"]
+    asked: list[str] = []
+
+    async def callback(context: Any, params: Any) -> ElicitResult:
+        asked.append(params.url)
+        return ElicitResult(action="accept")
+
+    async with (
+        flaky_server(elicitd.url) as counted,
+        example_server(counted.url, server_client.api_key, oauth_server.issuer) as server,
+        mcp_client(server.url, token, mode=mode, elicitation_callback=callback) as mcp,
+    ):
+        result = await mcp.call_tool("premium_report", {"topic": "rates"})
+    assert result.is_error is True and asked == []
+    assert text_of(result) == (
+        "Error executing tool premium_report: Could not ask for the payment: Payments are not configured on "
+        "this elicitd (ELICITD_STRIPE_SECRET_KEY) [payments_unavailable]."
+    )
+    assert counted.seen == [("POST", "/v1/flows")]
