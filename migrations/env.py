@@ -1,40 +1,43 @@
-"""Alembic environment: async engine, one transaction per migration, short lock timeout.
+"""Alembic environment: runs only through ``service.db.migrate``.
 
-The URL comes from the caller (``service.db.migrate``) through the Alembic config, never from a
-file in the repository.
+That module opens the connection, takes the migration lock and sets the timeouts, then hands the
+connection over here; running Alembic any other way would skip all three, so it is refused.
+Each migration runs in its own transaction, so a failed one rolls back whole and a retry starts
+from the last one that committed.
+
+Operations in the migrations build their constraints with the models' naming convention (that is
+what ``target_metadata`` brings besides autogenerate), so an explicit name in a migration is
+wrapped in ``op.f()``: the ``ck`` convention would otherwise prefix it a second time.
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from alembic import context
-from sqlalchemy import pool
-from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import create_async_engine
+from alembic.runtime.migration import MigrationContext, MigrationInfo
+
+from service.db.migrate import COMPARE_OPTIONS, target_metadata
 
 config = context.config
+connection = config.attributes.get("connection")
+if connection is None or context.is_offline_mode():
+    raise RuntimeError("run migrations with `elicitd migrate` (service.db.migrate), which holds the migration lock")
+ran: list[str] = config.attributes["ran"]
 
 
-def _run(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=None, transaction_per_migration=True)
-    with context.begin_transaction():
-        # Fail fast instead of queueing behind live traffic on a busy table.
-        connection.exec_driver_sql("SET lock_timeout = '10s'")
-        context.run_migrations()
+def _record(ctx: MigrationContext, step: MigrationInfo, heads: Collection[Any], run_args: Mapping[str, Any]) -> None:
+    """What ``upgrade_async`` returns: the revisions this run applied (or undid), in order."""
+    ran.append(step.up_revision_id or "")
 
 
-async def _main() -> None:
-    engine = create_async_engine(config.get_main_option("sqlalchemy.url") or "", poolclass=pool.NullPool)
-    async with engine.connect() as connection:
-        await connection.run_sync(_run)
-        await connection.commit()
-    await engine.dispose()
-
-
-if context.is_offline_mode():
-    context.configure(url=config.get_main_option("sqlalchemy.url"), literal_binds=True)
-    with context.begin_transaction():
-        context.run_migrations()
-else:
-    asyncio.run(_main())
+context.configure(
+    connection=connection,
+    target_metadata=target_metadata(),
+    transaction_per_migration=True,
+    on_version_apply=_record,
+    **COMPARE_OPTIONS,
+)
+with context.begin_transaction():
+    context.run_migrations()

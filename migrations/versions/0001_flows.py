@@ -76,10 +76,10 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
         sa.CheckConstraint(
             "status IN ('pending', 'completed', 'declined', 'cancelled', 'expired', 'failed')",
-            name="ck_flows_status",
+            name=op.f("ck_flows_status"),
         ),
         sa.CheckConstraint(
-            "kind IN ('oauth_connect', 'api_key', 'consent', 'payment', 'external')", name="ck_flows_kind"
+            "kind IN ('oauth_connect', 'api_key', 'consent', 'payment', 'external')", name=op.f("ck_flows_kind")
         ),
     )
     op.create_index(

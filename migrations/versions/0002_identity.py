@@ -38,7 +38,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("issuer", name="uq_issuers_issuer"),
         # A secret and its key id exist together or not at all.
         sa.CheckConstraint("(client_secret_enc IS NULL) = (client_secret_key_id IS NULL)",
-                           name="ck_issuers_secret_pair"),
+                           name=op.f("ck_issuers_secret_pair")),
     )
     op.create_table(
         "login_attempts",

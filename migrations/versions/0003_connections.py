@@ -44,7 +44,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
         sa.CheckConstraint("token_auth_method IN ('client_secret_basic', 'client_secret_post', 'none')",
-                           name="ck_providers_token_auth_method"),
+                           name=op.f("ck_providers_token_auth_method")),
     )
 
     op.create_table(
@@ -70,7 +70,7 @@ def upgrade() -> None:
         sa.Column("refreshed_at", sa.DateTime(timezone=True)),
         sa.Column("revoked_at", sa.DateTime(timezone=True)),
         sa.CheckConstraint("status IN ('active', 'reauthorization_required', 'revoked')",
-                           name="ck_connections_status"),
+                           name=op.f("ck_connections_status")),
     )
     # One live connection per (subject, provider, provider account); revoked rows stay as history.
     op.create_index("uq_connections_live_account", "connections",

@@ -40,7 +40,7 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
         sa.CheckConstraint(
             "status IN ('created', 'open', 'processing', 'paid', 'expired', 'failed', 'paid_late')",
-            name="ck_payments_status",
+            name=op.f("ck_payments_status"),
         ),
         sa.UniqueConstraint("provider", "session_id", name="uq_payments_provider_session_id"),
     )

@@ -29,7 +29,7 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("revoked_at", sa.DateTime(timezone=True)),
         sa.Column("last_used_at", sa.DateTime(timezone=True)),
-        sa.CheckConstraint("role IN ('viewer', 'operator', 'admin')", name="ck_admin_tokens_role"),
+        sa.CheckConstraint("role IN ('viewer', 'operator', 'admin')", name=op.f("ck_admin_tokens_role")),
         sa.UniqueConstraint("token_hash", name="uq_admin_tokens_token_hash"),
     )
 

@@ -39,6 +39,7 @@ class Provider(Timestamps, Base):
         CheckConstraint(
             "token_auth_method IN ('client_secret_basic', 'client_secret_post', 'none')", name="token_auth_method"
         ),
+        CheckConstraint("auth_type IN ('oauth2', 'api_key')", name="auth_type"),
     )
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -21,10 +21,12 @@ class WebhookDelivery(Timestamps, Base):
             "next_attempt_at",
             postgresql_where=text("delivered_at IS NULL AND abandoned_at IS NULL"),
         ),
+        # Admin listing by client (keyset on id); it also serves the foreign key (migration 0006).
+        Index("ix_webhook_outbox_client_id", "server_client_id", "id"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
-    server_client_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server_clients.id", ondelete="CASCADE"), index=True)
+    server_client_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server_clients.id", ondelete="CASCADE"))
     flow_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("flows.id", ondelete="CASCADE"), index=True)
     event_type: Mapped[str] = mapped_column(String(48))
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
