@@ -18,12 +18,12 @@ from litestar import Litestar
 from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
 from service.admin.api import admin_router
+from service.api_docs import OfflineSwaggerRenderPlugin
 from service.connections.api import ConnectionController
 from service.errors import EXCEPTION_HANDLERS
 from service.flows.api import FlowController
@@ -111,7 +111,7 @@ def create_app(services: Services) -> Litestar:
             version="0.1.0",
             description="Durable state for MCP URL-mode elicitation.",
             path="/schema",
-            render_plugins=[SwaggerRenderPlugin()],
+            render_plugins=[OfflineSwaggerRenderPlugin("/schema")],
             components=Components(
                 security_schemes={
                     "apiKey": SecurityScheme(type="http", scheme="bearer", description="A server client's API key"),
