@@ -123,6 +123,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         poll_interval=settings.poll_interval_seconds,
         safety_poll_interval=max(settings.poll_interval_seconds * 10, 30.0),
         finished=finished,
+        clock=clock,
     )
     metrics = Metrics(hub)
     webhooks = WebhookWorker(
@@ -130,6 +131,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         sessions=sessions,
         vault=vault,
         on_outcome=metrics.webhook_outcome,
+        clock=clock,
     )
     kinds = load_plugins(settings)
     flows = FlowService(
@@ -137,13 +139,13 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         sessions=sessions,
         read_sessions=read_sessions,
         hub=hub,
-        codec=RequestStateCodec(settings.keys),
+        codec=RequestStateCodec(settings.keys, clock=clock),
         handlers={name: plugin.handler for name, plugin in kinds.items()},
         listeners=(metrics.flow_finished, webhooks.wake),
         rate_limiter=FlowRateLimiter(on_limited=metrics.limited),
         clock=clock,
     )
-    issuers = IssuerDirectory(sessions, vault, http=http)
+    issuers = IssuerDirectory(sessions, vault, http=http, clock=clock)
     signer = ReceiptSigner.from_pem(settings.signing_key) if settings.signing_key else None
     return Services(
         settings=settings,
@@ -157,7 +159,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         metrics=metrics,
         tracing=build_tracing(settings),
         webhooks=webhooks,
-        authenticator=ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds),
+        authenticator=ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds, clock=clock),
         issuers=issuers,
         kinds=kinds,
         flows=flows,
@@ -165,8 +167,8 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         connections=ConnectionService(
             sessions=sessions, vault=vault, metadata=MetadataCache(), on_refresh=metrics.record_refresh
         ),
-        consent=ConsentService(flows, signer, settings.public_url),
-        payments=PaymentService(flows, provider_for(settings), settings.public_url),
+        consent=ConsentService(flows, signer, settings.public_url, clock=clock),
+        payments=PaymentService(flows, provider_for(settings), settings.public_url, clock=clock),
         apikeys=ApiKeyService(flows, vault),
     )
 

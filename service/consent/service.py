@@ -8,7 +8,6 @@ matches no row and nothing is recorded: a receipt exists only for the approval t
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from service.clock import Clock, SystemClock
 from service.consent.kind import parse_params
 from service.consent.receipts import ReceiptSigner, consent_text, text_digest
 from service.db.base import CLIENT_ID, FLOW_ID, PrefixedId
@@ -46,10 +46,14 @@ def view_of(flow: Flow) -> ConsentView:
 
 
 class ConsentService:
-    def __init__(self, flows: FlowService, signer: ReceiptSigner | None, issuer: str) -> None:
+    def __init__(
+        self, flows: FlowService, signer: ReceiptSigner | None, issuer: str, *, clock: Clock | None = None
+    ) -> None:
         self.flows = flows
         self.signer = signer
         self.issuer = issuer
+        # The receipt's ``iat`` and ``approved_at``: when this replica signed, a claim, not a deadline.
+        self.clock: Clock = clock or SystemClock()
 
     def receipt_claims(self, flow: Flow, view: ConsentView, *, client_name: str, now: int) -> dict[str, Any]:
         flow_ref = FLOW_ID.format(flow.id)
@@ -70,7 +74,7 @@ class ConsentService:
         """Complete with a signed receipt; None when the flow was no longer pending."""
         if self.signer is None:  # normalize() refuses consent flows without a key; defence in depth
             return None
-        now = int(time.time())
+        now = int(self.clock.time())
         claims = self.receipt_claims(flow, view, client_name=client_name, now=now)
         receipt = self.signer.sign(claims)
         result = {

@@ -3,15 +3,19 @@
 It is attacker-controlled input (MCP.md), so it is sealed with AES-GCM and bound to the flow, the
 server client (as associated data: a state minted for another client does not even decrypt), the
 subject and an expiry. It carries no secret of its own; the flow's truth stays in PostgreSQL.
+
+The sealed expiry is Unix seconds derived from the flow's ``expires_at`` (a database timestamp) and
+may be checked by any replica, so it is compared with the clock's wall time (``time()``), never its
+monotonic time, which has no fixed origin and differs from process to process.
 """
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from dataclasses import dataclass
 
+from service.clock import Clock, SystemClock
 from service.crypto.aead import Sealer, SealError
 from service.errors import InvalidRequestState, RequestStateExpired
 from service.flows.schemas import Subject
@@ -30,8 +34,9 @@ class RequestState:
 
 
 class RequestStateCodec:
-    def __init__(self, ring: KeyRing) -> None:
+    def __init__(self, ring: KeyRing, *, clock: Clock | None = None) -> None:
         self._sealer = Sealer(ring, PURPOSE)
+        self._clock: Clock = clock or SystemClock()
 
     def mint(
         self, *, flow_id: uuid.UUID, server_client_id: uuid.UUID, subject: Subject, expires_at: int, asked: bool
@@ -39,9 +44,7 @@ class RequestStateCodec:
         payload = {"f": flow_id.hex, "i": subject.iss, "s": subject.sub, "e": expires_at, "a": asked}
         return self._sealer.seal_token(json.dumps(payload, separators=(",", ":")).encode(), server_client_id.bytes)
 
-    def verify(
-        self, token: str, *, server_client_id: uuid.UUID, subject: Subject, now: float | None = None
-    ) -> RequestState:
+    def verify(self, token: str, *, server_client_id: uuid.UUID, subject: Subject) -> RequestState:
         """Open and check a state; raise ``InvalidRequestState`` or ``RequestStateExpired``.
 
         The messages are the same whatever failed (tampering, another client, another subject),
@@ -59,6 +62,6 @@ class RequestStateCodec:
             raise InvalidRequestState("The request state is not valid for this server client.") from exc
         if state.subject != subject:
             raise InvalidRequestState("The request state is not valid for this subject.")
-        if state.expires_at < (time.time() if now is None else now):
+        if state.expires_at < self._clock.time():
             raise RequestStateExpired("The request state has expired; start a new flow.")
         return state

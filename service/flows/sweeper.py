@@ -3,13 +3,15 @@
 ``SKIP LOCKED`` keeps replicas apart, so running this on every replica is safe and needs no leader.
 Chores (dropping dead login attempts, OAuth states, browser sessions) run less often than expiry:
 they only reclaim space, while expiry decides outcomes.
+
+The pauses run on the flow service's clock; *what* is overdue is decided by the database clock in
+the sweep's own statement, so a replica with a skewed clock sweeps at odd moments but never early.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -36,7 +38,8 @@ async def run_chores(flows: FlowService, chores: Sequence[Chore]) -> int:
 
 
 async def run_sweeper(flows: FlowService, interval: float, chores: Sequence[Chore] = ()) -> None:
-    last_chores = 0.0
+    clock = flows.clock
+    last_chores: float | None = None
     while True:
         try:
             # Drain in batches so a backlog clears quickly without one huge transaction.
@@ -46,7 +49,7 @@ async def run_sweeper(flows: FlowService, interval: float, chores: Sequence[Chor
             raise
         except Exception as exc:  # keep sweeping after a database hiccup
             logger.warning("sweep failed", extra={"error_type": type(exc).__name__})
-        if chores and time.monotonic() - last_chores >= CHORE_INTERVAL_SECONDS:
-            last_chores = time.monotonic()
+        if chores and (last_chores is None or clock.monotonic() - last_chores >= CHORE_INTERVAL_SECONDS):
+            last_chores = clock.monotonic()
             await run_chores(flows, chores)
-        await asyncio.sleep(interval)
+        await clock.sleep(interval)

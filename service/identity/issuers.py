@@ -10,7 +10,6 @@ value bound to the row id and the purpose ``issuer_client_secret``.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import httpx
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.clock import Clock, SystemClock
 from service.crypto.aead import SealError
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError, ElicitdError, InvalidRequest
@@ -242,8 +242,11 @@ class IssuerDirectory:
         *,
         http: httpx.AsyncClient | None = None,
         metadata_ttl: float = METADATA_TTL_SECONDS,
+        clock: Clock | None = None,
     ) -> None:
         self._sessions = sessions
+        # The in-process caches' freshness, and "now" when an ID token's times are checked.
+        self.clock: Clock = clock or SystemClock()
         self._vault = vault
         self._http = http
         self._metadata_ttl = metadata_ttl
@@ -321,7 +324,7 @@ class IssuerDirectory:
     async def _metadata_for(self, session: AsyncSession, row: Issuer) -> dict[str, Any]:
         if row.authorization_endpoint and row.token_endpoint and row.jwks_uri and row.metadata_ is None:
             return {}
-        now = time.monotonic()
+        now = self.clock.monotonic()
         cached = self._metadata.get(row.issuer)
         if cached is not None and cached[0] > now:
             return cached[1]
@@ -361,7 +364,7 @@ class IssuerDirectory:
 
     async def jwks(self, issuer: ResolvedIssuer, *, refresh: bool = False) -> dict[str, Any]:
         """The issuer's signing keys; ``refresh`` refetches (rate-limited) after an unknown ``kid``."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         cached = self._jwks.get(issuer.jwks_uri)
         if cached is not None:
             fetched_at, cached_keys = cached

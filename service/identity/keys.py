@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
-import time
 import uuid
 from dataclasses import dataclass
 
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.clock import Clock, SystemClock
 from service.errors import Unauthenticated
 from service.identity.models import ServerClient, ServerClientKey
 
@@ -56,9 +56,13 @@ async def add_key(session: AsyncSession, server_client_id: uuid.UUID) -> str:
 
 
 class ApiKeyAuthenticator:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], cache_seconds: float) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], cache_seconds: float, *, clock: Clock | None = None
+    ) -> None:
         self._sessions = sessions
         self._ttl = cache_seconds
+        # Only the cache's freshness reads this clock; a key's own expiry is the database's call.
+        self._clock: Clock = clock or SystemClock()
         self._cache: dict[bytes, tuple[float, AuthenticatedClient]] = {}
         self._inflight: dict[bytes, asyncio.Future[AuthenticatedClient]] = {}
 
@@ -70,7 +74,7 @@ class ApiKeyAuthenticator:
         if not key.startswith(KEY_PREFIX) or len(key) > 200:
             raise Unauthenticated()
         digest = hash_key(key)
-        now = time.monotonic()
+        now = self._clock.monotonic()
         cached = self._cache.get(digest)
         if cached is not None and cached[0] > now:
             return cached[1]
@@ -124,7 +128,7 @@ class ApiKeyAuthenticator:
         if self._ttl > 0:
             if len(self._cache) > 10_000:
                 self._cache.clear()
-            self._cache[digest] = (time.monotonic() + self._ttl, client)
+            self._cache[digest] = (self._clock.monotonic() + self._ttl, client)
         return client
 
     def forget(self) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +107,10 @@ async def verify_id_token(
         except (JoseError, ValueError):
             raise InvalidIdToken("The identity token's signature could not be verified.") from None
     claims = decoded.claims
+    # The directory's clock: the same "now" for ``exp``, ``iat`` and the age limit below.
+    now = int(directory.clock.time())
     registry = jwt.JWTClaimsRegistry(
+        now=now,
         leeway=CLOCK_LEEWAY_SECONDS,
         iss={"essential": True, "value": issuer.issuer},
         aud={"essential": True, "value": issuer.client_id},
@@ -124,7 +126,7 @@ async def verify_id_token(
     if len(audiences) > 1 and claims.get("azp") != issuer.client_id:
         raise InvalidIdToken("The identity token is not for this service, or it has expired.")
     issued_at = claims["iat"]
-    if not isinstance(issued_at, int | float) or issued_at < time.time() - MAX_ID_TOKEN_AGE_SECONDS:
+    if not isinstance(issued_at, int | float) or issued_at < now - MAX_ID_TOKEN_AGE_SECONDS:
         raise InvalidIdToken("The identity token is too old.")
     got_nonce = claims.get("nonce")
     if not isinstance(got_nonce, str) or not hmac.compare_digest(got_nonce.encode(), nonce.encode()):

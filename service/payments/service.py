@@ -10,12 +10,12 @@ whoever commits first wins and the others find nothing left to change.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from service.clock import Clock, SystemClock
 from service.db.base import FLOW_ID
 from service.errors import ServiceUnavailable
 from service.flows.models import Flow
@@ -53,10 +53,14 @@ class ReconcileAction:
 
 
 class PaymentService:
-    def __init__(self, flows: FlowService, provider: PaymentProvider | None, public_url: str) -> None:
+    def __init__(
+        self, flows: FlowService, provider: PaymentProvider | None, public_url: str, *, clock: Clock | None = None
+    ) -> None:
         self.flows = flows
         self.provider = provider
         self.public_url = public_url
+        # "Now" for the checkout's expiry window, which the provider checks against its own clock.
+        self.clock: Clock = clock or SystemClock()
 
     def _provider(self) -> PaymentProvider:
         if self.provider is None:
@@ -95,7 +99,7 @@ class PaymentService:
             return payment.checkout_url
         if payment.status != "created":
             return None
-        now = int(time.time())
+        now = int(self.clock.time())
         expires_at = min(max(int(flow.expires_at.timestamp()), now + MIN_CHECKOUT_SECONDS), now + MAX_CHECKOUT_SECONDS)
         created = await provider.create_checkout(
             CheckoutRequest(

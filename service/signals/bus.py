@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import uuid
@@ -25,6 +26,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+
+from service.clock import Clock, SystemClock
 
 logger = logging.getLogger("elicitd.signals")
 
@@ -70,10 +73,9 @@ class Waiter:
         if self._woken:  # woken between two waits: report it at once, as a set Event would
             self._woken = False
             return True
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._future = future
-        slot = self._hub._arm(loop, future, timeout)
+        slot = self._hub._arm(future, timeout)
         try:
             return await future
         finally:
@@ -102,8 +104,11 @@ class WaiterHub:
         poll_interval: float,
         safety_poll_interval: float,
         finished: FinishedLookup,
+        clock: Clock | None = None,
     ) -> None:
         self._redis_url = redis_url
+        # Wait timeouts, poll ticks and reconnect backoff run on this clock; Redis I/O timeouts do not.
+        self._clock: Clock = clock or SystemClock()
         self.channel = channel
         self.poll_interval = poll_interval
         self.safety_poll_interval = safety_poll_interval
@@ -134,6 +139,11 @@ class WaiterHub:
     def waiter_count(self) -> int:
         return sum(len(s) for s in self._waiters.values())
 
+    def waiters_on(self, flow_id: uuid.UUID) -> int:
+        """How many requests of this process are parked on the flow: a caller can tell a long-poll
+        that is waiting from one that has not arrived yet, without timing it."""
+        return len(self._waiters.get(flow_id, ()))
+
     def _set_health(self, healthy: bool) -> None:
         if healthy != self._healthy:
             self._healthy = healthy
@@ -163,13 +173,14 @@ class WaiterHub:
             if not group:
                 del self._waiters[waiter.flow_id]
 
-    def _arm(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[bool], timeout: float) -> int:
+    def _arm(self, future: asyncio.Future[bool], timeout: float) -> int:
         """Settle ``future`` with False at most ``TIMEOUT_SLOT_SECONDS`` after ``timeout``."""
-        slot = math.ceil((loop.time() + timeout) / TIMEOUT_SLOT_SECONDS)
+        now = self._clock.monotonic()
+        slot = math.ceil((now + timeout) / TIMEOUT_SLOT_SECONDS)
         group = self._timeouts.get(slot)
         if group is None:
             group = self._timeouts[slot] = {}
-            loop.call_at(slot * TIMEOUT_SLOT_SECONDS, self._expire, slot)
+            self._clock.call_later(slot * TIMEOUT_SLOT_SECONDS - now, functools.partial(self._expire, slot))
         group[id(future)] = future
         return slot
 
@@ -271,7 +282,7 @@ class WaiterHub:
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
                 with contextlib.suppress(Exception):
                     await client.aclose()
-            await asyncio.sleep(backoff)
+            await self._clock.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 
     def _dispatch(self, data: object) -> None:
@@ -288,7 +299,7 @@ class WaiterHub:
     async def _poll(self) -> None:
         """One query per tick for every waited flow: wakes those that finished or are due."""
         while not self._stopping:
-            await asyncio.sleep(self.poll_interval if not self._healthy else self.safety_poll_interval)
+            await self._clock.sleep(self.poll_interval if not self._healthy else self.safety_poll_interval)
             ids = list(self._waiters)
             if not ids:
                 continue

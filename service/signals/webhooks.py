@@ -24,7 +24,6 @@ import hmac
 import json
 import logging
 import random
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.clock import Clock, SystemClock
 from service.crypto.vault import Vault
 from service.db.base import CLIENT_ID, PrefixedId
 from service.errors import ConfigurationError
@@ -152,8 +152,12 @@ class WebhookWorker:
         vault: Vault,
         on_outcome: Outcome | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings
+        # The pause between rounds and the signature's timestamp. When a retry is due is decided by
+        # the database (``next_attempt_at``), which every replica's worker reads the same way.
+        self.clock: Clock = clock or SystemClock()
         self.sessions = sessions
         self.vault = vault
         self.on_outcome = on_outcome
@@ -182,12 +186,18 @@ class WebhookWorker:
                     raise
                 except Exception as exc:  # keep delivering after a database hiccup
                     logger.warning("webhook round failed", extra={"error_type": type(exc).__name__})
-                try:
-                    async with asyncio.timeout(self.settings.poll_interval_seconds):
-                        await self._wake.wait()
-                except TimeoutError:
-                    pass
-                self._wake.clear()
+                await self._pause()
+
+    async def _pause(self) -> None:
+        """Until a wake-up or the next poll tick, whichever comes first."""
+        woken = asyncio.ensure_future(self._wake.wait())
+        tick = asyncio.ensure_future(self.clock.sleep(self.settings.poll_interval_seconds))
+        try:
+            await asyncio.wait((woken, tick), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            tick.cancel()
+        self._wake.clear()
 
     async def run_once(self, http: httpx.AsyncClient) -> int:
         claimed = await self.claim()
@@ -234,7 +244,7 @@ class WebhookWorker:
         return min(base, self.settings.backoff_max_seconds) * jitter
 
     async def deliver(self, http: httpx.AsyncClient, event: Claimed) -> None:
-        started = time.monotonic()
+        started = self.clock.monotonic()
         extra = {
             "delivery_id": EVENT_ID.format(event.id),
             "attempt": event.attempt,
@@ -247,7 +257,7 @@ class WebhookWorker:
         body = event_body(event.id, event.event_type, event.created_at, event.payload)
         headers = {
             "Content-Type": "application/json",
-            SIGNATURE_HEADER: sign(event.secret, int(time.time()), body),
+            SIGNATURE_HEADER: sign(event.secret, int(self.clock.time()), body),
             EVENT_ID_HEADER: EVENT_ID.format(event.id),
             EVENT_TYPE_HEADER: event.event_type,
         }
@@ -259,7 +269,7 @@ class WebhookWorker:
         except httpx.HTTPError as exc:
             # The exception text can hold the URL or response bits; only its type is kept.
             error = type(exc).__name__
-        duration_ms = round((time.monotonic() - started) * 1000, 1)
+        duration_ms = round((self.clock.monotonic() - started) * 1000, 1)
         if error is None:
             async with self.sessions() as session:
                 await session.execute(text(_DELIVERED), {"id": event.id, "attempt": event.attempt, "status": status})
