@@ -91,12 +91,7 @@ async def serve(mcp: MCPServer, port: int) -> AsyncIterator[str]:
             timeout_graceful_shutdown=1,
         )
     )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-            raise RuntimeError("MCP server did not start")
-        await asyncio.sleep(0.02)
+    task = await server.start()
     try:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:

@@ -60,7 +60,7 @@ class Receiver:
         self.max_in_flight = max(self.max_in_flight, self.in_flight[event])
         try:
             if self.delay:
-                await asyncio.sleep(self.delay)
+                await asyncio.sleep(self.delay)  # a slow receiver, so deliveries overlap for real
             status = self.answer(event, self.seen[event])
         finally:
             self.in_flight[event] -= 1
@@ -76,9 +76,7 @@ async def receiving(receiver: Receiver | None = None) -> AsyncIterator[Receiver]
     server = InProcessServer(
         uvicorn.Config(receiver, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="off")
     )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
+    task = await server.start()
     receiver.url = f"http://127.0.0.1:{port}/hooks/elicitd"
     try:
         yield receiver
@@ -86,11 +84,3 @@ async def receiving(receiver: Receiver | None = None) -> AsyncIterator[Receiver]
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 10)
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)

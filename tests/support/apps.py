@@ -16,6 +16,7 @@ import uvicorn
 from litestar import Litestar
 
 from service.app import create_app
+from service.clock import Clock
 from service.db.base import CLIENT_ID
 from service.identity.clients import create_server_client
 from service.services import Services, build_services
@@ -54,16 +55,18 @@ async def running_app(
     keep_public_url: bool = False,
     customize: Callable[[Services], Services] | None = None,
     routes: Sequence[Any] = (),
+    clock: Clock | None = None,
 ) -> AsyncIterator[RunningApp]:
     """Serve ``create_app(settings)`` for real: lifespan, sockets, background tasks and all.
 
     The public URL becomes this instance's address unless ``keep_public_url`` (replicas behind
-    one address share it). ``customize`` may swap parts of the services (a test kind page), and
-    ``routes`` adds test-only routes."""
+    one address share it). ``customize`` may swap parts of the services (a test kind page),
+    ``routes`` adds test-only routes, and ``clock`` (a ``tests.support.clock.ManualClock``) puts
+    every service's own timing in the test's hands."""
     port = port or free_port()
     if not keep_public_url:
         settings = settings.with_(public_url=f"http://127.0.0.1:{port}")
-    services = build_services(settings)
+    services = build_services(settings, clock=clock)
     if customize is not None:
         services = customize(services)
     app = create_app(services)
@@ -73,12 +76,7 @@ async def running_app(
         app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=1
     )
     server = InProcessServer(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-            raise RuntimeError("elicitd did not start")
-        await asyncio.sleep(0.02)
+    task = await server.start()
     try:
         yield RunningApp(url=f"http://127.0.0.1:{port}", app=app, settings=settings, services=services)
     finally:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import socket
 from collections.abc import Iterator
 
 import uvicorn
@@ -16,6 +18,29 @@ class InProcessServer(uvicorn.Server):
     leave a stopped server's handler in place, and Ctrl+C would no longer interrupt pytest.
     """
 
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._listening = asyncio.Event()
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._listening.set()
+
+    async def start(self) -> asyncio.Task[None]:
+        """Serve in a task; return it once the server listens, or raise why it could not start."""
+        task = asyncio.create_task(self.serve())
+        listening = asyncio.ensure_future(self._listening.wait())
+        try:
+            await asyncio.wait((task, listening), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            listening.cancel()
+        if not self.started:
+            if task.done():
+                task.result()
+            raise RuntimeError("the server stopped before it listened")
+        return task
