@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 from sqlalchemy import text
 
 from service.flows import repository as repo
@@ -17,8 +18,9 @@ from service.flows.repository import Transition
 from service.flows.states import Actor, FlowStatus
 from service.settings import Settings
 from tests.admin.conftest import admin_http, complete_flow, create_flow, make_token
-from tests.signals.receiver import Receiver, eventually, receiving
+from tests.signals.receiver import Receiver, receiving
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
+from tests.support.waiting import until
 
 FAST = {"WEBHOOK_BACKOFF_SECONDS": "0.2", "WEBHOOK_BACKOFF_MAX_SECONDS": "0.5", "WEBHOOK_POLL_INTERVAL_SECONDS": "0.1"}
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
@@ -57,15 +59,31 @@ async def outbox(app: RunningApp, flow_id: str) -> Any:
         ).one()
 
 
+async def outbox_rows(app: RunningApp, flow_id: str) -> int:
+    """How many outbox rows of the flow a worker's session can see right now."""
+    async with app.state.sessions() as session:
+        found = await session.execute(
+            text("SELECT count(*) FROM webhook_outbox WHERE flow_id = :f"), {"f": uuid.UUID(flow_id[3:])}
+        )
+        return int(found.scalar_one())
+
+
 async def delivered_row(app: RunningApp, flow_id: str, timeout: float = 30.0) -> Any:
     """The outbox row once its delivery is recorded: the receiver sees the POST before the worker
     writes ``delivered_at`` (after the answer), so reading the row at once races that write."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while (row := await outbox(app, flow_id)).delivered_at is None:
-        if asyncio.get_running_loop().time() > deadline:
-            return row
-        await asyncio.sleep(0.05)
-    return row
+
+    async def recorded() -> bool:
+        return (await outbox(app, flow_id)).delivered_at is not None
+
+    await until(recorded, timeout=timeout, what="the delivery recorded")
+    return await outbox(app, flow_id)
+
+
+async def delivery_round(app: RunningApp) -> int:
+    """One round of the app's worker, run here: when it returns, every event it claimed has been
+    POSTed and answered, so what a round would deliver is known without waiting for the next one."""
+    async with httpx.AsyncClient(timeout=10, follow_redirects=False) as http:
+        return await app.state.webhooks.run_once(http)
 
 
 async def test_signed_delivery_verifies_with_the_documented_recipe(make_settings: Callable[..., Settings]) -> None:
@@ -74,7 +92,7 @@ async def test_signed_delivery_verifies_with_the_documented_recipe(make_settings
         client, secret = await with_webhook(app, receiver.url)
         flow_id = await create_flow(app, client)
         assert (await complete_flow(app, client, flow_id)).status_code == 200
-        await eventually(lambda: len(receiver.ok()) == 1)
+        await until(lambda: len(receiver.ok()) == 1, timeout=30, what="the event delivered")
     got = receiver.received[0]
     event = json.loads(got.body)
     assert event["type"] == "flow.completed"
@@ -98,20 +116,26 @@ async def test_delivery_only_after_the_transition_commits(make_settings: Callabl
                 session, uuid.UUID(flow_id[3:]), Transition(FlowStatus.COMPLETED, Actor.API, result={"x": 1})
             )
             assert moved is not None
-            await asyncio.sleep(1.0)  # ten worker polls: the uncommitted outbox row is invisible
+            # The outbox row exists in this transaction only: no worker's session sees it, so a
+            # whole delivery round run now cannot claim it.
+            assert await outbox_rows(app, flow_id) == 0
+            await delivery_round(app)
             assert receiver.received == []
             await session.commit()
+        assert await outbox_rows(app, flow_id) == 1
         app.state.webhooks.wake()
-        await eventually(lambda: len(receiver.ok()) == 1)
+        await until(lambda: len(receiver.ok()) == 1, timeout=30, what="the committed event delivered")
+        rolled_back = await create_flow(app, client)
         async with app.state.sessions() as session:
             moved = await repo.transition(
                 session,
-                uuid.UUID((await create_flow(app, client))[3:]),
+                uuid.UUID(rolled_back[3:]),
                 Transition(FlowStatus.FAILED, Actor.API, error_code="boom"),
             )
             assert moved is not None
             await session.rollback()  # a transition that rolls back is never announced
-        await asyncio.sleep(1.0)
+        assert await outbox_rows(app, rolled_back) == 0
+        await delivery_round(app)
         assert len(receiver.received) == 1
 
 
@@ -121,7 +145,7 @@ async def test_retries_after_receiver_errors_then_delivers(make_settings: Callab
         client, _ = await with_webhook(app, receiver.url)
         flow_id = await create_flow(app, client)
         assert (await complete_flow(app, client, flow_id)).status_code == 200
-        await eventually(lambda: len(receiver.ok()) == 1)
+        await until(lambda: len(receiver.ok()) == 1, timeout=30, what="the third attempt delivered")
         row = await delivered_row(app, flow_id)
     assert [r.status for r in receiver.received] == [500, 500, 204]
     assert len({r.body for r in receiver.received}) == 1  # the same bytes on every retry
@@ -139,13 +163,13 @@ async def test_delivery_resumes_after_a_restart(make_settings: Callable[..., Set
             client, _ = await with_webhook(first, receiver.url)
             flow_id = await create_flow(first, client)
             assert (await complete_flow(first, client, flow_id)).status_code == 200
-            await eventually(lambda: len(receiver.received) >= 1)
+            await until(lambda: len(receiver.received) >= 1, timeout=30, what="a first attempt")
         # The instance is gone with the event undelivered; a new one picks it up from the outbox.
         attempts_before = len(receiver.received)
         assert receiver.ok() == []
         failing = False
         async with running_app(settings) as second:
-            await eventually(lambda: len(receiver.ok()) == 1)
+            await until(lambda: len(receiver.ok()) == 1, timeout=30, what="delivery by the new instance")
             row = await delivered_row(second, flow_id)
     assert row.delivered_at is not None
     assert row.attempts == attempts_before + 1
@@ -160,21 +184,32 @@ async def test_abandoned_after_the_retry_window_then_replayed(make_settings: Cal
         assert (await complete_flow(app, client, flow_id)).status_code == 200
         operator = await make_token(app, "operator")
         async with admin_http(app, operator) as http:
-            for _ in range(100):
+            listed: list[dict[str, Any]] = []
+
+            async def abandoned() -> bool:
+                nonlocal listed
                 listed = (await http.get("/admin/v1/webhooks", params={"flow_id": flow_id})).json()["items"]
-                if listed and listed[0]["state"] == "abandoned":
-                    break
-                await asyncio.sleep(0.1)
-            assert listed[0]["state"] == "abandoned"
+                return bool(listed) and listed[0]["state"] == "abandoned"
+
+            await until(abandoned, timeout=10, what="the event abandoned")
             assert listed[0]["last_status"] == 503
             assert listed[0]["last_error"] == "http 503"
             tries = len(receiver.received)
-            await asyncio.sleep(0.5)
-            assert len(receiver.received) == tries  # abandoned means no more attempts
+            # Abandoned means no more attempts, even once its retry time has come: make it due
+            # and run a delivery round.
+            async with app.state.sessions() as session:
+                await session.execute(
+                    text("UPDATE webhook_outbox SET next_attempt_at = now() WHERE flow_id = :f"),
+                    {"f": uuid.UUID(flow_id[3:])},
+                )
+                await session.commit()
+            await delivery_round(app)
+            assert len(receiver.received) == tries
+            assert (await outbox(app, flow_id)).attempts == tries
             failing = False
             replayed = await http.post(f"/admin/v1/webhooks/{listed[0]['id']}/replay")
             assert replayed.status_code == 200
-            await eventually(lambda: len(receiver.ok()) == 1)
+            await until(lambda: len(receiver.ok()) == 1, timeout=30, what="the replay delivered")
             shown = (await http.get(f"/admin/v1/webhooks/{listed[0]['id']}")).json()
         assert shown["state"] == "delivered"
         assert shown["attempts"] == tries + 1
@@ -188,7 +223,26 @@ async def test_two_replicas_never_deliver_an_event_twice(make_settings: Callable
         flows = [await create_flow(one, client) for _ in range(24)]
         results = await asyncio.gather(*(complete_flow(one if i % 2 else two, client, f) for i, f in enumerate(flows)))
         assert {r.status_code for r in results} == {200}
-        await eventually(lambda: len(receiver.delivered_ids()) == 24, timeout=30)
-        await asyncio.sleep(1.0)  # give a duplicate every chance to show up
+        ids = [uuid.UUID(f[3:]) for f in flows]
+
+        async def settled() -> bool:
+            # Every claim bumps ``attempts`` and makes one POST: once all 24 are delivered and the
+            # receiver has answered as many POSTs as there were claims, no attempt is in flight.
+            async with one.state.sessions() as session:
+                row = (
+                    await session.execute(
+                        text(
+                            "SELECT count(delivered_at) AS delivered, COALESCE(sum(attempts), 0) AS attempts "
+                            "FROM webhook_outbox WHERE flow_id = ANY(:ids)"
+                        ),
+                        {"ids": ids},
+                    )
+                ).one()
+            return bool(row.delivered == 24 and row.attempts == len(receiver.received))
+
+        await until(settled, timeout=30, what="every event delivered, every attempt answered")
+        # A round on each replica now: a delivered event is never claimed again.
+        await delivery_round(one)
+        await delivery_round(two)
     assert set(receiver.delivered_ids().values()) == {1}
     assert receiver.max_in_flight == 1
