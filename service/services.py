@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from service.admin.quotas import FlowRateLimiter
 from service.apikeys.service import ApiKeyService
 from service.clock import Clock, SystemClock
+from service.connections.authorize import ConnectService
 from service.connections.discovery import MetadataCache
 from service.connections.repository import purge_states as purge_oauth_states
 from service.connections.service import ConnectionService
@@ -45,6 +46,7 @@ from service.identity.keys import ApiKeyAuthenticator
 from service.identity.sessions import purge_expired as purge_expired_logins
 from service.kinds import load_plugins
 from service.observability.metrics import Metrics
+from service.observability.stalls import StallMonitor
 from service.observability.tracing import Tracing, build_tracing
 from service.payments.plugin import provider_for
 from service.payments.service import PaymentService
@@ -69,6 +71,7 @@ class Services:
     vault: Vault
     hub: WaiterHub
     metrics: Metrics
+    stalls: StallMonitor
     tracing: Tracing
     webhooks: WebhookWorker
     authenticator: ApiKeyAuthenticator
@@ -77,6 +80,7 @@ class Services:
     flows: FlowService
     gate: BrowserGate
     connections: ConnectionService
+    connect: ConnectService
     consent: ConsentService
     payments: PaymentService
     apikeys: ApiKeyService
@@ -85,8 +89,9 @@ class Services:
         return f"Services(kinds={sorted(self.kinds)})"
 
     async def start(self) -> None:
-        """Connect what needs connecting (the Redis subscription)."""
+        """Connect what needs connecting (the Redis subscription); watch the event loop."""
         await self.hub.start()
+        self.stalls.start()
 
     def background(self) -> list[Coroutine[Any, Any, None]]:
         """The upkeep a serving replica runs: expiry sweeps and chores, webhook delivery."""
@@ -98,6 +103,7 @@ class Services:
 
     async def aclose(self) -> None:
         """Release everything, in reverse order of need; safe to call once after ``start``."""
+        await self.stalls.stop()
         await self.hub.stop()
         self.tracing.shutdown()
         await self.issuers.close()
@@ -146,6 +152,15 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         clock=clock,
     )
     issuers = IssuerDirectory(sessions, vault, http=http, clock=clock)
+    connections = ConnectionService(
+        sessions=sessions,
+        read_sessions=read_sessions,
+        vault=vault,
+        metadata=MetadataCache(http=http, clock=clock),
+        http=http,
+        clock=clock,
+        on_refresh=metrics.record_refresh,
+    )
     signer = ReceiptSigner.from_pem(settings.signing_key) if settings.signing_key else None
     return Services(
         settings=settings,
@@ -157,6 +172,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         vault=vault,
         hub=hub,
         metrics=metrics,
+        stalls=StallMonitor(metrics.registry),
         tracing=build_tracing(settings),
         webhooks=webhooks,
         authenticator=ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds, clock=clock),
@@ -164,12 +180,13 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         kinds=kinds,
         flows=flows,
         gate=BrowserGate(settings=settings, sessions=sessions, vault=vault, issuers=issuers, flows=flows),
-        connections=ConnectionService(
-            sessions=sessions, vault=vault, metadata=MetadataCache(), on_refresh=metrics.record_refresh
+        connections=connections,
+        connect=ConnectService(
+            connections=connections, flows=flows, read_sessions=read_sessions, http=http, public_url=settings.public_url
         ),
         consent=ConsentService(flows, signer, settings.public_url, clock=clock),
         payments=PaymentService(flows, provider_for(settings), settings.public_url, clock=clock),
-        apikeys=ApiKeyService(flows, vault),
+        apikeys=ApiKeyService(flows, vault, http=http),
     )
 
 

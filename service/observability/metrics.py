@@ -19,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.flows.models import Flow
+from service.observability.stalls import StallMonitor
 from service.signals.bus import WaiterHub
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -107,7 +108,9 @@ class Metrics:
     include_in_schema=True,
     media_type=CONTENT_TYPE_LATEST,
 )
-async def metrics_endpoint(metrics: Metrics, read_sessions: async_sessionmaker[AsyncSession]) -> Response[bytes]:
+async def metrics_endpoint(
+    metrics: Metrics, stalls: StallMonitor, read_sessions: async_sessionmaker[AsyncSession]
+) -> Response[bytes]:
     async with read_sessions() as session:
         backlog = (
             await session.execute(
@@ -115,4 +118,5 @@ async def metrics_endpoint(metrics: Metrics, read_sessions: async_sessionmaker[A
             )
         ).scalar_one()
     metrics.webhook_backlog.set(backlog)
+    stalls.publish_max()
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -270,4 +270,6 @@ def test_metric_names_match_the_reference() -> None:
         "elicitd_webhook_deliveries_total",
         "elicitd_token_refreshes_total",
         "elicitd_rate_limited_total",
+        "elicitd_event_loop_stall_seconds",
+        "elicitd_event_loop_stall_max_seconds",
     } == documented
