@@ -149,6 +149,10 @@ class WaiterHub:
             self._healthy = healthy
             if healthy:
                 logger.info("redis signal bus connected")
+            elif self._stopping:
+                # Our own shutdown (the app stopping, a CLI command ending) closed the subscription:
+                # nothing is wrong, and a warning on every clean exit would teach people to ignore it.
+                logger.debug("redis signal bus closed")
             else:
                 logger.warning("redis signal bus unavailable: waiters poll PostgreSQL")
             self.wake_all()
