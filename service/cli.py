@@ -168,6 +168,18 @@ def cmd_dev(args: argparse.Namespace) -> None:
         configure_logging(settings)
         upgrade(settings.database_url)
         key = asyncio.run(_ensure_dev_client(settings))
+        # -- the config file (a broken one stops here, in one line), then Dev ID and Demo Files ----
+        from service.config_file import apply_before_serving
+        from service.devtools import prepare_dev_tools
+
+        asyncio.run(apply_before_serving(settings, env))
+        dev_tools = prepare_dev_tools(
+            settings,
+            data_dir=DATA_DIR,
+            host=args.host,
+            embedded=not os.environ.get("ELICITD_DATABASE_URL") and not os.environ.get("ELICITD_REDIS_URL"),
+        )
+        # ------------------------------------------------------------------------------------------
         base = settings.public_url
         print(
             f"""
@@ -184,8 +196,9 @@ Create a flow:
 """,
             flush=True,
         )
+        print(dev_tools.banner(key), flush=True)
         uvicorn.run(
-            create_app(build_services(settings)),
+            dev_tools.wrap(create_app(build_services(settings))),
             host=args.host,
             port=args.port,
             log_config=None,

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError
+from service.settings import Settings
 
 SectionApplier = Callable[[AsyncSession, Vault, Any, Mapping[str, str]], Awaitable[int]]
 
@@ -89,4 +90,26 @@ async def apply_config(
 async def apply_config_file(
     path: str | Path, sessions: async_sessionmaker[AsyncSession], vault: Vault, env: Mapping[str, str] | None = None
 ) -> dict[str, int]:
-    return await apply_config(sessions, vault, load_config_file(path), env)
+    data = load_config_file(path)
+    try:
+        return await apply_config(sessions, vault, data, env)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"ELICITD_CONFIG_FILE {path}: {exc.detail}") from None
+
+
+async def apply_before_serving(settings: Settings, env: Mapping[str, str] | None = None) -> None:
+    """Apply ``settings.config_file`` with a short-lived engine before the server starts.
+
+    The app applies the file again in its lifespan (it is idempotent); doing it first from the
+    command means a broken file stops the start with one line naming the file and the entry, where
+    a failing lifespan would print the server's startup traceback.
+    """
+    if not settings.config_file:
+        return
+    from service.db.engine import make_engine, make_sessionmaker
+
+    engine = make_engine(settings)
+    try:
+        await apply_config_file(settings.config_file, make_sessionmaker(engine), Vault(settings.keys), env)
+    finally:
+        await engine.dispose()

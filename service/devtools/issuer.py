@@ -1,0 +1,265 @@
+"""Dev ID: an OpenID Connect issuer whose sign-in page lets you pick or type a user name.
+
+It is the identity provider of the users of ``make run``: elicitd signs browsers in here (the
+authorization code flow with PKCE S256, ``nonce`` and ``state``, an ES256 ID token checked against
+``/jwks``), and the MCP host of ``make demo`` gets its user's access token from ``/mint`` — the
+step a real host would do with the MCP authorization flow. The signed-in name is also kept in a
+cookie that Demo Files reads, as one company's sign-in often serves its own apps.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from joserfc import jwt
+from joserfc.errors import JoseError
+from litestar import Request, Response, get, post
+from litestar.handlers import HTTPRouteHandler
+
+from service.devtools.keys import DevSecrets
+from service.devtools.oauth import (
+    CODE_TTL_SECONDS,
+    NO_STORE,
+    PENDING_TTL_SECONDS,
+    AuthorizationRequest,
+    Expiring,
+    Grant,
+    PageError,
+    RedirectError,
+    RegisteredClient,
+    authenticate_client,
+    bearer_error,
+    bearer_token,
+    normalize_user,
+    parse_authorization_request,
+    pkce_matches,
+    redirect_back,
+    token_error,
+)
+from service.devtools.pages import DEV_ID_LOOK, problem_page, render
+
+ID_PATH = "/dev/id"
+USER_COOKIE = "elicitd_dev_user"  # read by Demo Files; Path=/dev, so elicitd's own pages never see it
+SCOPES = ("openid", "profile")
+SUGGESTED_USERS = ("alice", "bob", "carol")
+ID_TOKEN_TTL_SECONDS = 300
+ACCESS_TOKEN_TTL_SECONDS = 3600
+MAX_MINTED_TTL_SECONDS = 86400
+
+
+class DevIssuer:
+    """Dev ID's state: registered clients, requests waiting on the page, unused codes."""
+
+    def __init__(self, issuer: str, keys: DevSecrets, clients: Mapping[str, RegisteredClient]) -> None:
+        self.issuer = issuer
+        self.keys = keys
+        self.clients = clients
+        self.pending: Expiring[AuthorizationRequest] = Expiring(PENDING_TTL_SECONDS)
+        self.codes: Expiring[Grant] = Expiring(CODE_TTL_SECONDS)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "issuer": self.issuer,
+            "authorization_endpoint": f"{self.issuer}/authorize",
+            "token_endpoint": f"{self.issuer}/token",
+            "jwks_uri": f"{self.issuer}/jwks",
+            "userinfo_endpoint": f"{self.issuer}/userinfo",
+            "response_types_supported": ["code"],
+            "grant_types_supported": ["authorization_code"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["ES256"],
+            "scopes_supported": list(SCOPES),
+            "claims_supported": ["sub", "name", "preferred_username", "iss", "aud", "exp", "iat", "nonce"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+            "code_challenge_methods_supported": ["S256"],
+            "authorization_response_iss_parameter_supported": True,
+        }
+
+    def sign(self, claims: dict[str, Any]) -> str:
+        return jwt.encode({"alg": "ES256", "kid": self.keys.kid, "typ": "JWT"}, claims, self.keys.signing_key)
+
+    def id_token(self, grant: Grant) -> str:
+        now = int(time.time())
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "sub": grant.user,
+            "aud": grant.client_id,
+            "iat": now,
+            "exp": now + ID_TOKEN_TTL_SECONDS,
+            "auth_time": grant.auth_time,
+            "name": grant.user.capitalize(),
+            "preferred_username": grant.user,
+        }
+        if grant.nonce is not None:
+            claims["nonce"] = grant.nonce
+        return self.sign(claims)
+
+    def access_token(self, sub: str, *, audience: str, client_id: str, scope: str, ttl: int) -> str:
+        now = int(time.time())
+        return self.sign(
+            {
+                "iss": self.issuer,
+                "sub": sub,
+                "aud": audience,
+                "client_id": client_id,
+                "scope": scope,
+                "iat": now,
+                "exp": now + ttl,
+                "jti": secrets.token_urlsafe(12),
+            }
+        )
+
+    def verify_access_token(self, token: str, audience: str | None = None) -> dict[str, Any] | None:
+        """The claims of an access token this issuer signed (for ``audience`` when given)."""
+        aud: jwt.ClaimsOption = {"essential": True}
+        if audience is not None:
+            aud["value"] = audience
+        try:
+            claims = jwt.decode(token, self.keys.signing_key, algorithms=["ES256"]).claims
+            jwt.JWTClaimsRegistry(
+                iss={"essential": True, "value": self.issuer}, aud=aud, exp={"essential": True}
+            ).validate(claims)
+        except (JoseError, ValueError):
+            return None
+        return claims
+
+
+def issuer_routes(dev: DevIssuer) -> list[HTTPRouteHandler]:
+    def sign_in_page(request_id: str, request: AuthorizationRequest, problem: str | None = None) -> Response[str]:
+        return render(
+            "sign_in.html",
+            DEV_ID_LOOK,
+            status=200 if problem is None else 400,
+            note="there are no passwords, and whoever you pick is who you are on this machine",
+            title="Sign in",
+            action=f"{ID_PATH}/authorize",
+            request_id=request_id,
+            client_name=request.client.name,
+            users=SUGGESTED_USERS,
+            hint=request.login_hint or "",
+            problem=problem,
+            issuer=dev.issuer,
+            return_host=urlsplit(request.redirect_uri).netloc,
+        )
+
+    @get(f"{ID_PATH}/.well-known/openid-configuration", include_in_schema=False, sync_to_thread=False)
+    def discovery() -> dict[str, Any]:
+        return dev.metadata()
+
+    @get(f"{ID_PATH}/jwks", include_in_schema=False, sync_to_thread=False)
+    def jwks() -> dict[str, Any]:
+        return dev.keys.public_jwks()
+
+    @get(f"{ID_PATH}/authorize", include_in_schema=False)
+    async def authorize(request: Request[Any, Any, Any]) -> Response[Any]:
+        params = {key: str(value) for key, value in request.query_params.items()}
+        try:
+            checked = parse_authorization_request(
+                params, dev.clients, allowed_scopes=SCOPES, default_scopes=("openid",), require_nonce=False
+            )
+        except PageError as exc:
+            return problem_page(DEV_ID_LOOK, exc.message)
+        except RedirectError as exc:
+            return redirect_back(exc.request, dev.issuer, error=exc.error, error_description=exc.description)
+        if "openid" not in checked.scopes:
+            return redirect_back(checked, dev.issuer, error="invalid_scope", error_description="openid is required.")
+        return sign_in_page(dev.pending.put(checked), checked)
+
+    @post(f"{ID_PATH}/authorize", include_in_schema=False, status_code=303)
+    async def sign_in(request: Request[Any, Any, Any]) -> Response[Any]:
+        form = await request.form()
+        request_id = str(form.get("request", ""))
+        waiting = dev.pending.get(request_id)
+        if waiting is None:
+            return problem_page(
+                DEV_ID_LOOK, "This sign-in page has expired. Go back to the application and start again."
+            )
+        if form.get("cancel"):
+            dev.pending.pop(request_id)
+            return redirect_back(waiting, dev.issuer, error="access_denied", error_description="Sign-in cancelled.")
+        user = normalize_user(str(form.get("username", "")))
+        if user is None:
+            return sign_in_page(request_id, waiting, "A user name is 1-64 letters, digits, '.', '_' or '-'.")
+        dev.pending.pop(request_id)
+        grant = Grant(
+            client_id=waiting.client.client_id,
+            redirect_uri=waiting.redirect_uri,
+            code_challenge=waiting.code_challenge,
+            user=user,
+            scopes=waiting.scopes,
+            nonce=waiting.nonce,
+            auth_time=int(time.time()),
+        )
+        response = redirect_back(waiting, dev.issuer, code=dev.codes.put(grant))
+        response.set_cookie(USER_COOKIE, user, path="/dev", httponly=True, samesite="lax")
+        return response
+
+    @post(f"{ID_PATH}/token", include_in_schema=False, status_code=200)
+    async def token(request: Request[Any, Any, Any]) -> Response[Any]:
+        form = {key: str(value) for key, value in (await request.form()).items()}
+        client = authenticate_client(request, form, dev.clients)
+        if client is None:
+            return token_error("invalid_client", "Client authentication failed.", 401)
+        if form.get("grant_type") != "authorization_code":
+            return token_error("unsupported_grant_type", "Only authorization_code is supported here.")
+        grant = dev.codes.pop(form.get("code", ""))
+        if (
+            grant is None
+            or grant.client_id != client.client_id
+            or grant.redirect_uri != form.get("redirect_uri")
+            or not pkce_matches(form.get("code_verifier", ""), grant.code_challenge)
+        ):
+            return token_error("invalid_grant", "The code is unknown, used, expired or not yours.")
+        scope = " ".join(grant.scopes)
+        return Response(
+            {
+                "access_token": dev.access_token(
+                    grant.user,
+                    audience=client.client_id,
+                    client_id=client.client_id,
+                    scope=scope,
+                    ttl=ACCESS_TOKEN_TTL_SECONDS,
+                ),
+                "token_type": "Bearer",
+                "expires_in": ACCESS_TOKEN_TTL_SECONDS,
+                "id_token": dev.id_token(grant),
+                "scope": scope,
+            },
+            headers=NO_STORE,
+        )
+
+    @get(f"{ID_PATH}/userinfo", include_in_schema=False)
+    async def userinfo(request: Request[Any, Any, Any]) -> Response[Any]:
+        value = bearer_token(request)
+        claims = None if value is None else dev.verify_access_token(value)
+        if claims is None:
+            return bearer_error("The access token is not valid here.")
+        sub = str(claims["sub"])
+        return Response({"sub": sub, "name": sub.capitalize(), "preferred_username": sub}, headers=NO_STORE)
+
+    @post(f"{ID_PATH}/mint", include_in_schema=False, status_code=200)
+    async def mint(data: dict[str, Any]) -> Response[Any]:
+        """A user's access token for an MCP server, without a browser: what the MCP host of
+        ``make demo`` would otherwise obtain through the MCP authorization flow."""
+        sub = normalize_user(str(data.get("sub", "")))
+        audience = data.get("audience")
+        ttl = data.get("expires_in", ACCESS_TOKEN_TTL_SECONDS)
+        if sub is None or not isinstance(audience, str) or not audience:
+            return token_error("invalid_request", "Give 'sub' (a user name) and 'audience' (the MCP server).")
+        if not isinstance(ttl, int) or not 0 < ttl <= MAX_MINTED_TTL_SECONDS:
+            return token_error("invalid_request", f"'expires_in' is 1-{MAX_MINTED_TTL_SECONDS} seconds.")
+        scope = str(data.get("scope", ""))
+        return Response(
+            {
+                "access_token": dev.access_token(sub, audience=audience, client_id="dev-mint", scope=scope, ttl=ttl),
+                "token_type": "Bearer",
+                "expires_in": ttl,
+            },
+            headers=NO_STORE,
+        )
+
+    return [discovery, jwks, authorize, sign_in, token, userinfo, mint]
