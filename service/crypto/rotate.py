@@ -26,9 +26,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.crypto.aead import SealError
 from service.crypto.columns import ENCRYPTED_COLUMNS, EncryptedColumn
 from service.crypto.vault import Vault
+from service.db.errors import DbError, classify
 
 DEFAULT_BATCH = 200
-LOCK_WAIT = "30s"  # longest wait for a row a request holds (refresh lock timeout is 20 s)
+# Longest wait for a row a request holds. Requests hold rows for milliseconds (no provider call
+# runs under a row lock), so the session's own lock_timeout would do; a longer wait stays below a
+# raised statement_timeout, as the rule in service/db/engine.py ("Timeouts") asks.
+LOCK_WAIT = "30s"
+LOCK_WAIT_STATEMENT = "35s"
 
 
 @dataclass(slots=True)
@@ -94,10 +99,13 @@ async def _rotate_column(
             }
             if waiting:
                 await session.execute(text(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'"))
+                await session.execute(text(f"SET LOCAL statement_timeout = '{LOCK_WAIT_STATEMENT}'"))
             try:
                 rows = (await session.execute(wait_locked if waiting else skip_locked, params)).all()
-            except DBAPIError:  # still held after LOCK_WAIT: reported as remaining
-                break
+            except DBAPIError as exc:
+                if classify(exc) is not DbError.LOCK_NOT_AVAILABLE:
+                    raise
+                break  # still held after LOCK_WAIT: reported as remaining
             if not rows:
                 if waiting:
                     break

@@ -1,4 +1,36 @@
-"""Engine and session factory. Sessions are short: one unit of work, committed explicitly."""
+"""Engine and session factory. Sessions are short: one unit of work, committed explicitly.
+
+Timeouts
+--------
+Every wait in elicitd has a bound, and the bounds are chosen against each other; this is the rule
+(docs/architecture.md#timeouts says the same for operators):
+
+1. **No pooled connection is held across an outbound call, and no row lock either.** Work with a
+   provider is claimed by one short conditional statement, the call is made with no connection
+   checked out and no transaction open, and its result is written by another short conditional
+   statement (see ``service/connections/service.py``). So a connection is busy only while
+   PostgreSQL works, and a slow provider can never empty the pool.
+2. **A lock wait ends before the statement does**: ``lock_timeout`` (5 s) < ``statement_timeout``
+   (15 s), set for every session here. A statement blocked on a lock fails as SQLSTATE 55P03
+   (``lock_not_available``), which names the cause, rather than as 57014 (``query_canceled``).
+   No request-path statement raises its own ``lock_timeout``: the rows a request locks are held
+   for milliseconds, so 5 s is already long. A command that must wait longer for a lock (key
+   rotation) raises ``statement_timeout`` in the same transaction, above its ``lock_timeout``
+   (``SET LOCAL`` both), so the rule holds there too.
+3. **A request waiting for a connection outlives one slow statement**:
+   ``db_pool_timeout_seconds`` (30 s) > ``statement_timeout``; past it the request gets 503 +
+   ``Retry-After``.
+4. **Outbound HTTP** (``service/http.py``): 15 s per phase, 5 s to connect; a token refresh also has
+   an overall deadline of the same 15 s (``oauth.CALL_DEADLINE_SECONDS``).
+5. **A refresh claim outlives the call it covers**: claim = call deadline + 5 s for the write
+   (``REFRESH_CLAIM_SECONDS``, 20 s), so a claim never lapses while its call may still reach the
+   provider — the condition for a rotating refresh token never being sent twice.
+6. **A request waiting for another replica's refresh waits at most the claim** (20 s): by then the
+   winner wrote its token or its claim lapsed. This stays under the client library's default
+   timeout (30 s), so the token endpoint answers before its caller gives up.
+
+Errors from these waits are told apart by SQLSTATE in ``service/db/errors.py``.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +45,9 @@ from service.settings import Settings
 # Connections older than this are replaced at checkout: below the idle timeouts of common NATs and
 # load balancers (AWS NAT gateways drop idle flows after 350 s), which kill a socket silently.
 POOL_RECYCLE_SECONDS = 300
+# See "Timeouts" above: a lock wait ends (55P03) before the statement would be cancelled (57014).
+LOCK_TIMEOUT_MS = 5_000
+STATEMENT_TIMEOUT_MS = 15_000
 
 
 def make_engine(settings: Settings) -> AsyncEngine:
@@ -33,7 +68,11 @@ def make_engine(settings: Settings) -> AsyncEngine:
         pool_recycle=POOL_RECYCLE_SECONDS,
         # A statement that hangs must not pin a waiter forever; lock waits fail fast too.
         connect_args={
-            "server_settings": {"statement_timeout": "15000", "lock_timeout": "5000", "application_name": "elicitd"}
+            "server_settings": {
+                "statement_timeout": str(STATEMENT_TIMEOUT_MS),
+                "lock_timeout": str(LOCK_TIMEOUT_MS),
+                "application_name": "elicitd",
+            }
         },
     )
     event.listen(engine.sync_engine, "checkout", _discard_closed)
