@@ -4,18 +4,36 @@ Building an ``httpx.AsyncClient`` costs tens of milliseconds of CPU (TLS context
 store), which every request parked on the same event loop pays as a stall. So one client is built
 per process by ``build_services``, shared by every outbound call (issuers, providers, API-key
 checks, webhooks), and closed on shutdown. Redirects are never followed: a provider or issuer
-endpoint that redirects is answering something other than what was asked.
+endpoint that redirects is answering something other than what was asked. Cookies are never
+kept: the client is shared by every user's calls, so a cookie one provider set while checking one
+person's key must not ride along on the next person's request.
+
+Its timeouts are part of one rule with the database's: see "Timeouts" in ``service/db/engine.py``.
 """
 
 from __future__ import annotations
 
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from urllib.request import Request
+
 import httpx
 
 USER_AGENT = "elicitd"
-# An outbound call is given this long in all; connecting alone gets less. See docs/architecture.md
-# for how this relates to the database's statement and lock timeouts.
+# Each phase of an outbound call (connect, write, read, waiting for a pooled connection) is given
+# this long; connecting alone gets less. Code that needs a bound on a whole call (a token refresh,
+# whose claim must outlive it) adds an overall deadline of the same length.
 TIMEOUT_SECONDS = 15.0
 CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+class _NoCookies(DefaultCookiePolicy):
+    """Refuses to store or send any cookie."""
+
+    def set_ok(self, cookie: object, request: Request) -> bool:
+        return False
+
+    def return_ok(self, cookie: object, request: Request) -> bool:
+        return False
 
 
 def make_http_client() -> httpx.AsyncClient:
@@ -24,5 +42,6 @@ def make_http_client() -> httpx.AsyncClient:
         timeout=timeout,
         follow_redirects=False,
         headers={"User-Agent": USER_AGENT},
+        cookies=CookieJar(policy=_NoCookies()),
         limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
     )
