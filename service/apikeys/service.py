@@ -9,6 +9,7 @@ provider check's header: never in a URL, a log line, an event, a flow result or 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -102,9 +103,11 @@ def _check_request(check: LiveCheck, key: str, fields: dict[str, str]) -> tuple[
 
 
 class ApiKeyService:
-    def __init__(self, flows: FlowService, vault: Vault) -> None:
+    def __init__(self, flows: FlowService, vault: Vault, *, http: httpx.AsyncClient) -> None:
         self.flows = flows
         self.vault = vault
+        # The process's shared client: no client (and TLS context) is built per check.
+        self.http = http
 
     async def live_check(self, provider: ApiKeyProvider, key: str, fields: dict[str, str]) -> None:
         check = provider.config.check
@@ -112,10 +115,9 @@ class ApiKeyService:
             return
         url, headers = _check_request(check, key, fields)
         try:
-            # A client per check: checks are rare, and no connection state outlives the request.
-            async with httpx.AsyncClient(follow_redirects=False, headers={"User-Agent": "elicitd"}) as http:
-                response = await http.request(check.method, url, headers=headers, timeout=check.timeout_seconds)
-        except httpx.HTTPError:
+            async with asyncio.timeout(check.timeout_seconds):
+                response = await self.http.request(check.method, url, headers=headers, timeout=check.timeout_seconds)
+        except (httpx.HTTPError, TimeoutError):
             raise EntryRejected(
                 f"{provider.display_name} could not be reached to check the key. Try again in a moment.",
                 reason="check_unavailable",

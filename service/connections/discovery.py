@@ -4,19 +4,24 @@ Metadata changes rarely and every connect and refresh needs it, so each process 
 ``ttl`` seconds (a replica that has none simply fetches it: nothing here is shared state). The
 document's ``issuer`` must equal the configured issuer exactly (RFC 8414 §3.3): otherwise a
 compromised or misconfigured discovery URL could point us at another server's endpoints.
+
+A fetch is network I/O: callers read the provider row, let its session go, and only then ask
+this cache (``ConnectionService.provider``), so a slow issuer never holds a pooled connection.
+Fetches go out on the process's shared HTTP client; one fetch per issuer at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from service.clock import Clock, SystemClock
 from service.errors import UpstreamError
+from service.http import make_http_client
 
 logger = logging.getLogger("elicitd.connections.discovery")
 
@@ -35,7 +40,18 @@ def candidate_urls(issuer: str) -> list[str]:
 
 
 class MetadataCache:
-    def __init__(self, *, ttl: float = 3600.0, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        http: httpx.AsyncClient | None = None,
+        clock: Clock | None = None,
+        ttl: float = 3600.0,
+        timeout: float = 10.0,
+    ) -> None:
+        """``http`` is the process's shared client; a one-off check from a command that has none
+        (``elicitd providers add``) gets a client for the one fetch."""
+        self._http = http
+        self._clock = clock or SystemClock()
         self._ttl = ttl
         self._timeout = timeout
         self._entries: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -47,36 +63,42 @@ class MetadataCache:
     async def get(self, issuer: str, discovery_url: str | None = None) -> dict[str, Any]:
         key = discovery_url or issuer
         cached = self._entries.get(key)
-        if cached is not None and cached[0] > time.monotonic():
+        if cached is not None and cached[0] > self._clock.monotonic():
             return cached[1]
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             cached = self._entries.get(key)
-            if cached is not None and cached[0] > time.monotonic():
+            if cached is not None and cached[0] > self._clock.monotonic():
                 return cached[1]
             document = await self._fetch(issuer, discovery_url)
-            self._entries[key] = (time.monotonic() + self._ttl, document)
+            self._entries[key] = (self._clock.monotonic() + self._ttl, document)
             return document
 
     async def _fetch(self, issuer: str, discovery_url: str | None) -> dict[str, Any]:
+        if self._http is not None:
+            return await self._fetch_with(self._http, issuer, discovery_url)
+        async with make_http_client() as http:
+            return await self._fetch_with(http, issuer, discovery_url)
+
+    async def _fetch_with(self, http: httpx.AsyncClient, issuer: str, discovery_url: str | None) -> dict[str, Any]:
         urls = [discovery_url] if discovery_url else candidate_urls(issuer)
-        async with httpx.AsyncClient(timeout=self._timeout, follow_redirects=False) as http:
-            for url in urls:
-                try:
-                    response = await http.get(url, headers={"Accept": "application/json"})
-                except httpx.HTTPError as exc:
-                    logger.warning("provider metadata fetch failed", extra={"error_type": type(exc).__name__})
-                    continue
-                if response.status_code != 200:
-                    continue
-                try:
-                    document = response.json()
-                except ValueError:
-                    continue
-                if not isinstance(document, dict):
-                    continue
-                if str(document.get("issuer", "")).rstrip("/") != issuer.rstrip("/"):
-                    logger.warning("provider metadata names another issuer", extra={"code": "issuer_mismatch"})
-                    raise DiscoveryFailed("The provider's metadata names a different issuer than configured.")
-                return document
+        for url in urls:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    response = await http.get(url, headers={"Accept": "application/json"}, timeout=self._timeout)
+            except (httpx.HTTPError, TimeoutError) as exc:
+                logger.warning("provider metadata fetch failed", extra={"error_type": type(exc).__name__})
+                continue
+            if response.status_code != 200:
+                continue
+            try:
+                document = response.json()
+            except ValueError:
+                continue
+            if not isinstance(document, dict):
+                continue
+            if str(document.get("issuer", "")).rstrip("/") != issuer.rstrip("/"):
+                logger.warning("provider metadata names another issuer", extra={"code": "issuer_mismatch"})
+                raise DiscoveryFailed("The provider's metadata names a different issuer than configured.")
+            return document
         raise DiscoveryFailed("The provider's metadata could not be fetched.")

@@ -1,7 +1,8 @@
 """Providers (third-party OAuth APIs), connections (the token vault) and pending OAuth states.
 
-Mirrors ``migrations/versions/0003_connections.py``; the app never calls ``create_all``. Every
-secret column is ciphertext from ``service.crypto.vault.Vault`` with its ``*_key_id`` beside it.
+Mirrors ``migrations/versions/0003_connections.py`` (and 0007, the refresh claim); the app never
+calls ``create_all``. Every secret column is ciphertext from ``service.crypto.vault.Vault`` with its
+``*_key_id`` beside it.
 """
 
 from __future__ import annotations
@@ -105,6 +106,10 @@ class Connection(Timestamps, Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Non-secret values entered beside an API key (such as a region); see service/apikeys.
     fields: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    # A refresh in progress: which attempt claimed it, and until when (database clock). Set and
+    # cleared by single conditional statements; see ConnectionService (migration 0007).
+    refresh_claim: Mapped[uuid.UUID | None] = mapped_column()
+    refresh_claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class OAuthState(Timestamps, Base):

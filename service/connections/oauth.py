@@ -1,4 +1,12 @@
-"""Talking OAuth 2 to providers, through Authlib's ``AsyncOAuth2Client``.
+"""Talking OAuth 2 to providers, over the process's one shared HTTP client.
+
+Authlib supplies the protocol pieces that are easy to get subtly wrong — the authorization URL
+with its PKCE S256 challenge (RFC 7636), the token and revocation request bodies (RFC 6749 §4.1.3,
+§6; RFC 7009 §2.1) and client authentication (``client_secret_basic``, ``client_secret_post``,
+``none``). The requests themselves go out on the ``httpx.AsyncClient`` that ``build_services``
+made: Authlib's own HTTP integration would build a client (and a TLS context) per call, tens of
+milliseconds of CPU that every request parked on the event loop pays. Answers are parsed here as
+RFC 6749 §5 says: a JSON object with ``access_token``, or one with ``error``.
 
 Everything a provider sends back is treated as hostile text: errors are reduced to a short code
 from a fixed alphabet, exception messages are never logged or shown (they can echo a code or a
@@ -7,26 +15,30 @@ token), and token responses live only in ``TokenSet`` objects whose ``repr`` hid
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from authlib.integrations.httpx_client import AsyncOAuth2Client, OAuthError
+import httpx
+from authlib.oauth2.auth import ClientAuth
+from authlib.oauth2.rfc6749.parameters import prepare_grant_uri, prepare_token_request
+from authlib.oauth2.rfc7009 import prepare_revoke_token_request
+from authlib.oauth2.rfc7636 import create_s256_code_challenge
 
 from service.connections.catalog import dig
 from service.connections.providers import ResolvedProvider
-
-try:  # Authlib talks through httpx2 when it is installed, else httpx.
-    import httpx2 as _http
-except ImportError:  # pragma: no cover
-    import httpx as _http  # type: ignore[no-redef]
+from service.http import TIMEOUT_SECONDS
 
 logger = logging.getLogger("elicitd.connections.oauth")
 
-TIMEOUT_SECONDS = 15.0
+# A call to a provider ends within this, whole (httpx's timeouts are per phase: a provider that
+# trickles bytes could otherwise hold a call open longer). The refresh claim is sized from it.
+CALL_DEADLINE_SECONDS = TIMEOUT_SECONDS
 _CODE = re.compile(r"^[a-z0-9_]{1,48}$")
+_TOKEN_HEADERS = {"Accept": "application/json", "Content-Type": "application/x-www-form-urlencoded;charset=UTF-8"}
 
 
 class ProviderError(Exception):
@@ -60,31 +72,35 @@ def new_verifier() -> str:
     return secrets.token_urlsafe(64)  # 86 characters: inside RFC 7636's 43..128
 
 
-def _client(provider: ResolvedProvider, redirect_uri: str | None = None) -> AsyncOAuth2Client:
-    return AsyncOAuth2Client(
-        client_id=provider.client_id,
-        client_secret=provider.client_secret,
-        token_endpoint_auth_method=provider.token_auth_method,
-        revocation_endpoint_auth_method=provider.token_auth_method,
-        redirect_uri=redirect_uri,
-        code_challenge_method="S256",
-        timeout=TIMEOUT_SECONDS,
-        follow_redirects=False,
-    )
-
-
 def authorization_url(
     provider: ResolvedProvider, *, redirect_uri: str, scopes: list[str], state: str, verifier: str
 ) -> str:
     """PKCE S256 always, whatever the provider advertises: a stolen code is useless without it."""
-    client = _client(provider, redirect_uri)
-    extra = {k: str(v) for k, v in provider.authorize_params.items()}
+    params: dict[str, Any] = {k: str(v) for k, v in provider.authorize_params.items()}
     if scopes:
-        extra["scope"] = provider.scope_separator.join(scopes)
-    url, _ = client.create_authorization_url(
-        provider.authorization_endpoint, state=state, code_verifier=verifier, **extra
+        params["scope"] = provider.scope_separator.join(scopes)
+    response_type = params.pop("response_type", "code")
+    params.setdefault("redirect_uri", redirect_uri)
+    if response_type == "code":
+        params["code_challenge"] = create_s256_code_challenge(verifier)
+        params["code_challenge_method"] = "S256"
+    url = prepare_grant_uri(
+        provider.authorization_endpoint,
+        client_id=provider.client_id,
+        response_type=response_type,
+        state=state,
+        **params,
     )
     return str(url)
+
+
+def _authenticated(
+    provider: ResolvedProvider, url: str, body: str, headers: dict[str, str]
+) -> tuple[str, bytes, dict[str, str]]:
+    """The provider's client authentication applied to a form POST (RFC 6749 §2.3.1)."""
+    auth = ClientAuth(provider.client_id, provider.client_secret, provider.token_auth_method)
+    url, headers, body = auth.prepare("POST", url, headers, body)
+    return url, body.encode(), headers
 
 
 def _token_set(token: dict[str, Any]) -> TokenSet:
@@ -108,51 +124,78 @@ def _token_set(token: dict[str, Any]) -> TokenSet:
     )
 
 
-async def _token_call(provider: ResolvedProvider, redirect_uri: str | None, **kwargs: Any) -> TokenSet:
-    async with _client(provider, redirect_uri) as client:
-        try:
-            if "refresh_token" in kwargs:
-                token = await client.refresh_token(provider.token_endpoint, refresh_token=kwargs["refresh_token"])
-            else:
-                token = await client.fetch_token(provider.token_endpoint, grant_type="authorization_code", **kwargs)
-        except OAuthError as exc:
-            raise ProviderError(safe_code(exc.error)) from None
-        except _http.HTTPStatusError as exc:
-            raise ProviderError(f"http_{exc.response.status_code}") from None
-        except (_http.HTTPError, ValueError) as exc:
-            logger.warning(
-                "provider token call failed", extra={"provider": provider.name, "error_type": type(exc).__name__}
-            )
-            raise ProviderError("provider_unreachable") from None
-    if isinstance(token, dict) and "error" in token:
-        raise ProviderError(safe_code(token.get("error")))
-    return _token_set(dict(token))
+def _token_answer(response: httpx.Response) -> dict[str, Any]:
+    """RFC 6749 §5: a JSON object, either a token (§5.1) or an error (§5.2).
+
+    A server error, or a non-JSON answer with an error status (a gateway's rate-limit page), is
+    ``http_<status>``; a JSON ``error`` is its code; anything else unusable is unreachable."""
+    if response.status_code >= 500:
+        raise ProviderError(f"http_{response.status_code}")
+    try:
+        document = response.json()
+    except ValueError:
+        document = None
+    if not isinstance(document, dict):
+        if not response.is_success:
+            raise ProviderError(f"http_{response.status_code}")
+        raise ProviderError("provider_unreachable")
+    if "error" in document:
+        raise ProviderError(safe_code(document.get("error")))
+    return document
 
 
-async def exchange_code(provider: ResolvedProvider, *, redirect_uri: str, code: str, verifier: str) -> TokenSet:
-    return await _token_call(provider, redirect_uri, code=code, code_verifier=verifier)
+async def _token_call(http: httpx.AsyncClient, provider: ResolvedProvider, body: str) -> dict[str, Any]:
+    url, content, headers = _authenticated(provider, provider.token_endpoint, body, dict(_TOKEN_HEADERS))
+    try:
+        async with asyncio.timeout(CALL_DEADLINE_SECONDS):
+            response = await http.post(url, content=content, headers=headers)
+    except (httpx.HTTPError, TimeoutError) as exc:
+        logger.warning(
+            "provider token call failed", extra={"provider": provider.name, "error_type": type(exc).__name__}
+        )
+        raise ProviderError("provider_unreachable") from None
+    try:
+        return _token_answer(response)
+    except ProviderError as exc:
+        if exc.error == "provider_unreachable":
+            logger.warning("provider token call failed", extra={"provider": provider.name, "error_type": "ValueError"})
+        raise
 
 
-async def refresh(provider: ResolvedProvider, refresh_token: str) -> TokenSet:
-    return await _token_call(provider, None, refresh_token=refresh_token)
+async def exchange_code(
+    http: httpx.AsyncClient, provider: ResolvedProvider, *, redirect_uri: str, code: str, verifier: str
+) -> TokenSet:
+    body = prepare_token_request("authorization_code", "", redirect_uri=redirect_uri, code=code, code_verifier=verifier)
+    return _token_set(await _token_call(http, provider, body))
 
 
-async def fetch_account(provider: ResolvedProvider, tokens: TokenSet) -> tuple[str, str | None]:
+async def refresh(http: httpx.AsyncClient, provider: ResolvedProvider, refresh_token: str) -> TokenSet:
+    body = prepare_token_request("refresh_token", "", refresh_token=refresh_token)
+    token = await _token_call(http, provider, body)
+    if "refresh_token" not in token:
+        # The provider keeps the refresh token (no rotation): it stays the one to use next time.
+        token["refresh_token"] = refresh_token
+    return _token_set(token)
+
+
+async def fetch_account(
+    http: httpx.AsyncClient, provider: ResolvedProvider, tokens: TokenSet
+) -> tuple[str, str | None]:
     """The provider's id (and a readable login) for the account that granted the tokens."""
     document: Any = tokens.raw
     if provider.account_endpoint:
-        async with _http.AsyncClient(timeout=TIMEOUT_SECONDS, follow_redirects=False) as http:
-            try:
+        try:
+            async with asyncio.timeout(CALL_DEADLINE_SECONDS):
                 response = await http.get(
                     provider.account_endpoint,
                     headers={"Authorization": f"Bearer {tokens.access_token}", "Accept": "application/json"},
                 )
-            except _http.HTTPError as exc:
-                logger.warning(
-                    "provider account lookup failed",
-                    extra={"provider": provider.name, "error_type": type(exc).__name__},
-                )
-                raise ProviderError("account_lookup_failed") from None
+        except (httpx.HTTPError, TimeoutError) as exc:
+            logger.warning(
+                "provider account lookup failed",
+                extra={"provider": provider.name, "error_type": type(exc).__name__},
+            )
+            raise ProviderError("account_lookup_failed") from None
         if response.status_code != 200:
             raise ProviderError("account_lookup_failed")
         try:
@@ -165,17 +208,19 @@ async def fetch_account(provider: ResolvedProvider, tokens: TokenSet) -> tuple[s
     return account_id, (None if login is None or isinstance(login, dict | list) else str(login)[:255])
 
 
-async def revoke(provider: ResolvedProvider, token: str, hint: str) -> bool:
+async def revoke(http: httpx.AsyncClient, provider: ResolvedProvider, token: str, hint: str) -> bool:
     """RFC 7009. False when the provider has no endpoint or the call failed (local revocation
     happens anyway; a provider that cannot be reached must not keep a user connected here)."""
     if not provider.revocation_endpoint:
         return False
-    async with _client(provider) as client:
-        try:
-            response = await client.revoke_token(provider.revocation_endpoint, token=token, token_type_hint=hint)
-        except (_http.HTTPError, OAuthError) as exc:
-            logger.warning(
-                "provider revocation failed", extra={"provider": provider.name, "error_type": type(exc).__name__}
-            )
-            return False
-    return bool(response.status_code == 200)
+    body, headers = prepare_revoke_token_request(token, hint, "", {})
+    url, content, headers = _authenticated(provider, provider.revocation_endpoint, body, headers)
+    try:
+        async with asyncio.timeout(CALL_DEADLINE_SECONDS):
+            response = await http.post(url, content=content, headers=headers)
+    except (httpx.HTTPError, TimeoutError) as exc:
+        logger.warning(
+            "provider revocation failed", extra={"provider": provider.name, "error_type": type(exc).__name__}
+        )
+        return False
+    return response.status_code == 200

@@ -3,15 +3,21 @@
 Each state change is one conditional statement: consuming a ``state`` is an ``UPDATE … WHERE
 used_at IS NULL AND expires_at > now() AND browser_session_id = …``, so a replay, an expired
 state and a state from another browser all fail the same way, atomically, on any replica.
+
+A refresh is claimed, finished and given up the same way (``claim_refresh``, ``store_refreshed``,
+``release_refresh_claim``): each is one statement that holds the row for milliseconds, and the
+provider call between them happens with no transaction open.
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import ColumnElement, Interval, func, literal, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.connections.models import ACTIVE, REAUTHORIZATION_REQUIRED, REVOKED, Connection, OAuthState
@@ -90,6 +96,43 @@ async def live_connections(
     return list((await session.execute(stmt)).scalars())
 
 
+def _seconds(value: float) -> ColumnElement[timedelta]:
+    return literal(timedelta(seconds=value), Interval())
+
+
+def _due(margin_seconds: float) -> ColumnElement[bool]:
+    """Expires within the margin (database clock). A token without an expiry is never due."""
+    return func.coalesce(Connection.expires_at <= func.now() + _seconds(margin_seconds), False)
+
+
+def _expired() -> ColumnElement[bool]:
+    return func.coalesce(Connection.expires_at <= func.now(), False)
+
+
+def _claimed() -> ColumnElement[bool]:
+    return func.coalesce(Connection.refresh_claimed_until > func.now(), False)
+
+
+async def pick_connections(
+    session: AsyncSession, *, iss: str, sub: str, provider: str, account: str | None, margin_seconds: float
+) -> list[tuple[Connection, bool]]:
+    """``live_connections`` with, for each, whether its token is due for a refresh (one round trip)."""
+    stmt = (
+        select(Connection, _due(margin_seconds))
+        .where(
+            Connection.subject_iss == iss,
+            Connection.subject_sub == sub,
+            Connection.provider == provider,
+            Connection.status != REVOKED,
+        )
+        .order_by(Connection.updated_at.desc(), Connection.id.desc())
+        .execution_options(populate_existing=True)
+    )
+    if account is not None:
+        stmt = stmt.where(Connection.account_id == account)
+    return [(row[0], bool(row[1])) for row in await session.execute(stmt)]
+
+
 async def claim_slot(session: AsyncSession, *, iss: str, sub: str, provider: str, account_id: str) -> uuid.UUID:
     """The id of the live connection for this account, creating an empty one if there is none.
 
@@ -121,43 +164,88 @@ async def reclaim(session: AsyncSession, connection_id: uuid.UUID, account_id: s
 
 
 async def store_tokens(session: AsyncSession, connection_id: uuid.UUID, values: dict[str, Any]) -> Connection:
-    """Write freshly issued tokens; the connection becomes active again."""
+    """Write freshly issued tokens; the connection becomes active again.
+
+    A refresh of the old grant that is still in flight loses its claim here, so its late write
+    cannot replace the tokens of the new grant."""
     sql = (
         "UPDATE connections SET account_id = :account_id, account_login = :account_login, scopes = :scopes, "
         "token_type = :token_type, access_token_enc = :access_enc, access_token_key_id = :access_kid, "
         "refresh_token_enc = :refresh_enc, refresh_token_key_id = :refresh_kid, "
         "expires_at = CASE WHEN CAST(:expires_in AS integer) IS NULL THEN NULL "
         "             ELSE now() + make_interval(secs => CAST(:expires_in AS integer)) END, "
+        "refresh_claim = NULL, refresh_claimed_until = NULL, "
         "status = 'active', updated_at = now(), revoked_at = NULL WHERE id = :id RETURNING *"
     )
     result = await _connections(session, sql, {**values, "id": connection_id})
     return result.scalars().one()  # type: ignore[no-any-return]
 
 
-async def lock_for_refresh(
-    session: AsyncSession, connection_id: uuid.UUID, margin_seconds: float
-) -> tuple[Connection, bool] | None:
-    """Row-lock the connection (``FOR UPDATE``) and say whether it still needs a refresh.
+# ---- refresh: claim, call the provider holding nothing, write conditionally ---------------------------
+@dataclass(frozen=True, slots=True)
+class RefreshView:
+    """A connection as a refresh sees it, every flag on the database clock."""
 
-    Every replica serializes on this lock, so exactly one refresh call reaches the provider; the
-    others wait, then read the new token and find it fresh. With rotating refresh tokens this is
-    what keeps a used refresh token from ever being sent twice.
-    """
-    row = (
-        await session.execute(
-            select(Connection, Connection.expires_at <= text("now() + make_interval(secs => :m)"))
-            .where(Connection.id == connection_id)
-            .with_for_update()
-            .execution_options(populate_existing=True),
-            {"m": margin_seconds},
-        )
-    ).first()
+    connection: Connection
+    due: bool  # expires within the refresh margin
+    expired: bool  # already expired
+    claimed: bool  # another attempt holds an unexpired claim
+
+
+async def refresh_view(session: AsyncSession, connection_id: uuid.UUID, margin_seconds: float) -> RefreshView | None:
+    stmt = (
+        select(Connection, _due(margin_seconds), _expired(), _claimed())
+        .where(Connection.id == connection_id)
+        .execution_options(populate_existing=True)
+    )
+    row = (await session.execute(stmt)).first()
     if row is None:
         return None
-    return row[0], bool(row[1])
+    return RefreshView(connection=row[0], due=bool(row[1]), expired=bool(row[2]), claimed=bool(row[3]))
 
 
-async def store_refreshed(session: AsyncSession, connection_id: uuid.UUID, values: dict[str, Any]) -> Connection:
+async def claim_refresh(
+    session: AsyncSession,
+    connection_id: uuid.UUID,
+    *,
+    claim: uuid.UUID,
+    hold_seconds: float,
+    margin_seconds: float,
+    force: bool,
+) -> tuple[Connection, bool] | None:
+    """Claim the refresh of an active connection whose token is still due (any token when
+    ``force``) and that no other attempt holds; returns the row as claimed and whether its token
+    has expired, or None when another attempt holds it, it was refreshed, or it is not active.
+
+    One statement on any replica: exactly one of many concurrent claimants gets the row. The claim
+    lapses by itself at ``refresh_claimed_until``, so a claimant that dies blocks nobody for long.
+    """
+    conditions = [
+        Connection.id == connection_id,
+        Connection.status == ACTIVE,
+        (Connection.refresh_claimed_until.is_(None)) | (Connection.refresh_claimed_until <= func.now()),
+    ]
+    if not force:
+        conditions.append(_due(margin_seconds))
+    stmt = (
+        update(Connection)
+        .where(*conditions)
+        .values(
+            refresh_claim=claim,
+            refresh_claimed_until=func.now() + _seconds(hold_seconds),
+        )
+        .returning(Connection, _expired())
+        .execution_options(populate_existing=True, synchronize_session=False)
+    )
+    row = (await session.execute(stmt)).first()
+    return None if row is None else (row[0], bool(row[1]))
+
+
+async def store_refreshed(
+    session: AsyncSession, connection_id: uuid.UUID, claim: uuid.UUID, values: dict[str, Any]
+) -> Connection | None:
+    """Write a refresh's result and end its claim — only while the claim is still this attempt's
+    and the connection is active (a reconnect or a revocation in the meantime wins)."""
     sql = (
         "UPDATE connections SET access_token_enc = :access_enc, access_token_key_id = :access_kid, "
         "refresh_token_enc = COALESCE(:refresh_enc, refresh_token_enc), "
@@ -165,21 +253,45 @@ async def store_refreshed(session: AsyncSession, connection_id: uuid.UUID, value
         "token_type = :token_type, scopes = COALESCE(:scopes, scopes), "
         "expires_at = CASE WHEN CAST(:expires_in AS integer) IS NULL THEN NULL "
         "             ELSE now() + make_interval(secs => CAST(:expires_in AS integer)) END, "
-        "refreshed_at = now(), updated_at = now() WHERE id = :id AND status = 'active' RETURNING *"
+        "refresh_claim = NULL, refresh_claimed_until = NULL, "
+        f"refreshed_at = now(), updated_at = now() WHERE id = :id AND status = '{ACTIVE}' AND refresh_claim = :claim "
+        "RETURNING *"
     )
-    result = await _connections(session, sql, {**values, "id": connection_id})
-    return result.scalars().one()  # type: ignore[no-any-return]
+    result = await _connections(session, sql, {**values, "id": connection_id, "claim": claim})
+    return result.scalars().one_or_none()  # type: ignore[no-any-return]
 
 
-async def mark_reauthorization_required(session: AsyncSession, connection_id: uuid.UUID) -> None:
+async def release_refresh_claim(session: AsyncSession, connection_id: uuid.UUID, claim: uuid.UUID) -> None:
+    """Give a claim up early (the call failed): the next caller may try at once."""
     await session.execute(
         text(
-            f"UPDATE connections SET status = '{REAUTHORIZATION_REQUIRED}', access_token_enc = NULL, "
-            "access_token_key_id = NULL, refresh_token_enc = NULL, refresh_token_key_id = NULL, updated_at = now() "
-            f"WHERE id = :id AND status = '{ACTIVE}'"
+            "UPDATE connections SET refresh_claim = NULL, refresh_claimed_until = NULL "
+            "WHERE id = :id AND refresh_claim = :claim"
         ),
-        {"id": connection_id},
+        {"id": connection_id, "claim": claim},
     )
+
+
+async def mark_reauthorization_required(
+    session: AsyncSession, connection_id: uuid.UUID, *, claim: uuid.UUID | None = None
+) -> bool:
+    """The provider refused the grant (under this attempt's ``claim``), or the token expired and
+    there is no refresh token (``claim`` None: only while that is still so). Wipes the tokens."""
+    guard = (
+        "AND refresh_claim = :claim"
+        if claim is not None
+        else "AND refresh_token_enc IS NULL AND COALESCE(expires_at <= now(), false)"
+    )
+    result = await session.execute(
+        text(
+            f"UPDATE connections SET status = '{REAUTHORIZATION_REQUIRED}', access_token_enc = NULL, "
+            "access_token_key_id = NULL, refresh_token_enc = NULL, refresh_token_key_id = NULL, "
+            "refresh_claim = NULL, refresh_claimed_until = NULL, updated_at = now() "
+            f"WHERE id = :id AND status = '{ACTIVE}' {guard} RETURNING id"
+        ),
+        {"id": connection_id, "claim": claim} if claim is not None else {"id": connection_id},
+    )
+    return result.first() is not None
 
 
 async def mark_revoked(session: AsyncSession, ids: list[uuid.UUID]) -> list[uuid.UUID]:
@@ -187,7 +299,8 @@ async def mark_revoked(session: AsyncSession, ids: list[uuid.UUID]) -> list[uuid
     result = await session.execute(
         text(
             f"UPDATE connections SET status = '{REVOKED}', access_token_enc = NULL, access_token_key_id = NULL, "
-            "refresh_token_enc = NULL, refresh_token_key_id = NULL, revoked_at = now(), updated_at = now() "
+            "refresh_token_enc = NULL, refresh_token_key_id = NULL, refresh_claim = NULL, "
+            "refresh_claimed_until = NULL, revoked_at = now(), updated_at = now() "
             f"WHERE id = ANY(:ids) AND status <> '{REVOKED}' RETURNING id"
         ),
         {"ids": ids},

@@ -1,26 +1,46 @@
 """Connections: finishing an authorization, handing out (and refreshing) tokens, revoking.
 
-Refresh is the delicate part. Many replicas may be asked for the same near-expiry token at once,
-and providers that rotate refresh tokens treat a second use of one as theft (RFC 9700 §4.14) and
-revoke the whole grant. So a refresh happens only while holding the connection's row lock
-(``SELECT … FOR UPDATE``): the first caller refreshes and commits, every other caller waits on
-the lock, then sees a fresh token and returns it without calling the provider.
+Refresh is the delicate part. Many requests on many replicas may want the same near-expiry token
+at once, providers that rotate refresh tokens treat a second use of one as theft (RFC 9700 §4.14)
+and revoke the whole grant, and a provider may take its time (15 s) to answer. So:
+
+1. **One flight per process.** The first caller starts the refresh of a connection as a task;
+   every later caller in the process awaits that task instead of starting another.
+2. **One claim across replicas.** The flight claims the refresh with one conditional ``UPDATE``
+   (``repository.claim_refresh``): active, still due, and no unexpired claim by anyone else.
+   Exactly one replica's statement matches; the claim lapses by itself after
+   ``REFRESH_CLAIM_SECONDS``, longer than the provider call may take.
+3. **The provider call holds nothing**: no pooled connection, no transaction, no row lock. A slow
+   provider costs one task, never the pool.
+4. **A conditional write** stores the result only while the claim is still this flight's and the
+   connection still active (``repository.store_refreshed``); a reconnect or a revocation in the
+   meantime wins.
+5. **A loser reads the winner's token**: a flight that finds another replica's claim looks at the
+   row again after short pauses (on the injected clock) until the new token is there, the claim is
+   gone, or ``REFRESH_WAIT_SECONDS`` have passed.
+
+Revocation and provider discovery follow the same shape: read what is needed and let the session
+go, call out, then write conditionally. The timeouts involved are chosen against each other; the
+rule is in ``service/db/engine.py`` ("Timeouts").
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import httpx
 import msgspec
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.clock import Clock, SystemClock
 from service.connections import oauth
 from service.connections import repository as repo
 from service.connections.discovery import MetadataCache
@@ -29,6 +49,7 @@ from service.connections.providers import ResolvedProvider, UnknownProvider, get
 from service.crypto.aead import SealError
 from service.crypto.vault import Vault
 from service.db.base import CONNECTION_ID
+from service.db.errors import TRANSIENT, classify
 from service.errors import (
     Conflict,
     NotConnected,
@@ -45,7 +66,15 @@ ACCESS_TOKEN = "access_token"
 REFRESH_TOKEN = "refresh_token"
 PKCE_VERIFIER = "pkce_verifier"
 REFRESH_MARGIN_SECONDS = 60.0
-REFRESH_LOCK_TIMEOUT = "20s"
+# The claim outlives the provider call it covers (its whole deadline) plus time to write the result,
+# so it cannot lapse while the call may still reach the provider; a caller waiting on another
+# replica's refresh waits as long as a claim lasts. See "Timeouts" in service/db/engine.py.
+REFRESH_CLAIM_SECONDS = oauth.CALL_DEADLINE_SECONDS + 5.0
+REFRESH_WAIT_SECONDS = REFRESH_CLAIM_SECONDS
+# Pauses between looks at a row another replica is refreshing: short at first, then backing off.
+REFRESH_POLL_FIRST_SECONDS = 0.05
+REFRESH_POLL_MAX_SECONDS = 0.5
+DB_RETRY_AFTER_SECONDS = 1
 
 
 class InsufficientScope(Conflict):
@@ -109,25 +138,36 @@ class ConnectionService:
         self,
         *,
         sessions: async_sessionmaker[AsyncSession],
+        read_sessions: async_sessionmaker[AsyncSession],
         vault: Vault,
         metadata: MetadataCache,
+        http: httpx.AsyncClient,
+        clock: Clock | None = None,
         refresh_margin_seconds: float = REFRESH_MARGIN_SECONDS,
         on_refresh: Callable[[str, str], None] | None = None,
     ) -> None:
         self.sessions = sessions
+        self.read_sessions = read_sessions
         self.vault = vault
         self.metadata = metadata
+        self.http = http
+        self.clock = clock or SystemClock()
         self.margin = refresh_margin_seconds
         # ``(provider, outcome)`` after each refresh attempt (the metrics' refresh counter).
         self.on_refresh = on_refresh
+        # The refresh in flight per (connection, forced) in this process: later callers await it.
+        self._flights: dict[tuple[uuid.UUID, bool], asyncio.Task[TokenResponse]] = {}
 
     def _refreshed(self, provider: str, outcome: str) -> None:
         if self.on_refresh is not None:
             self.on_refresh(provider, outcome)
 
     # ---- providers -------------------------------------------------------------------------------
-    async def provider(self, session: AsyncSession, name: str) -> ResolvedProvider:
-        row = await get_provider(session, name)
+    async def provider(self, name: str) -> ResolvedProvider:
+        """The provider ready to talk to. Its row is read in a session of its own, which is let go
+        before discovery (a network fetch when the metadata is not cached) runs."""
+        async with self.read_sessions() as session:
+            row = await get_provider(session, name)
         if row is None or not row.enabled:
             raise UnknownProvider(f"No enabled provider is named '{name}'.")
         return await resolve(row, self.vault, self.metadata)
@@ -209,17 +249,21 @@ class ConnectionService:
         return Completed(connection=conn, result=connection_result(conn))
 
     # ---- the token endpoint ----------------------------------------------------------------------
-    async def _pick(
+    async def _live(
         self, client: AuthenticatedClient, provider: str, iss: str, sub: str, account: str | None
-    ) -> Connection:
+    ) -> list[tuple[Connection, bool]]:
+        """The subject's live connections to ``provider`` (each with whether its token is due for a
+        refresh), after the access checks; ``not_connected`` when there is none."""
         check_provider_allowed(client, provider)
         check_issuer_trusted(client, iss)
-        async with self.sessions() as session:
-            found = await repo.live_connections(session, iss=iss, sub=sub, provider=provider, account=account)
+        with _database_busy():
+            async with self.read_sessions() as session:
+                found = await repo.pick_connections(
+                    session, iss=iss, sub=sub, provider=provider, account=account, margin_seconds=self.margin
+                )
         if not found:
             raise NotConnected(f"The subject has no connection to '{provider}'.")
-        active = [c for c in found if c.status == ACTIVE]
-        return active[0] if active else found[0]
+        return found
 
     def _answer(self, conn: Connection) -> TokenResponse:
         token = self._open(conn, ACCESS_TOKEN)
@@ -247,7 +291,9 @@ class ConnectionService:
     async def token(
         self, client: AuthenticatedClient, provider: str, *, iss: str, sub: str, scopes: list[str], account: str | None
     ) -> TokenResponse:
-        conn = await self._pick(client, provider, iss, sub, account)
+        found = await self._live(client, provider, iss, sub, account)
+        active = [item for item in found if item[0].status == ACTIVE]
+        conn, due = active[0] if active else found[0]
         if conn.status == REAUTHORIZATION_REQUIRED:
             raise self._reauth(conn)
         missing = sorted(set(scopes) - set(conn.scopes or []))
@@ -257,90 +303,129 @@ class ConnectionService:
                 "oauth_connect flow with them to ask the user.",
                 extra={"missing": missing},
             )
-        async with self.sessions() as session:
-            fresh = (
-                await session.execute(
-                    text(
-                        "SELECT CAST(:e AS timestamptz) IS NULL "
-                        "OR CAST(:e AS timestamptz) > now() + make_interval(secs => :m)"
-                    ),
-                    {"e": conn.expires_at, "m": self.margin},
-                )
-            ).scalar_one()
-        if fresh:
+        if not due:
             return self._answer(conn)
         return await self._refresh(conn.id)
 
     async def refresh_by_id(self, connection_id: uuid.UUID) -> Connection | None:
-        """Refresh now whatever the expiry (operators), through the same row-locked path as the
-        token endpoint. Returns the updated row (never the token); None when there is no such row."""
+        """Refresh now whatever the expiry (operators), through the same claim as the token
+        endpoint. Returns the updated row (never the token); None when there is no such row."""
         await self._refresh(connection_id, force=True)
-        async with self.sessions() as session:
+        async with self.read_sessions() as session:
             return await session.get(Connection, connection_id, populate_existing=True)
 
     async def _refresh(self, connection_id: uuid.UUID, *, force: bool = False) -> TokenResponse:
-        async with self.sessions() as session:
-            await session.execute(text(f"SET LOCAL lock_timeout = '{REFRESH_LOCK_TIMEOUT}'"))
-            try:
-                locked = await repo.lock_for_refresh(session, connection_id, self.margin)
-            except DBAPIError as exc:
-                logger.warning(
-                    "refresh lock wait timed out",
-                    extra={"connection_id": str(connection_id), "error_type": type(exc).__name__},
-                )
-                raise ServiceUnavailable(
-                    "Another refresh of this connection is taking long; retry shortly.", headers={"Retry-After": "2"}
-                ) from None
-            if locked is None:
+        """Join this process's refresh of the connection, or start it.
+
+        The refresh runs as its own task, so a caller that gives up (a client disconnecting) does
+        not cancel it for the others waiting on it."""
+        key = (connection_id, force)
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = asyncio.create_task(self._refresh_flight(connection_id, force=force))
+            self._flights[key] = flight
+            flight.add_done_callback(lambda done: self._landed(key, done))
+        with _database_busy():
+            return await asyncio.shield(flight)
+
+    def _landed(self, key: tuple[uuid.UUID, bool], flight: asyncio.Task[TokenResponse]) -> None:
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+        if not flight.cancelled():
+            flight.exception()  # retrieved: whoever awaited it got it; nobody else needs a warning
+
+    async def _refresh_flight(self, connection_id: uuid.UUID, *, force: bool) -> TokenResponse:
+        claim = uuid.uuid4()
+        deadline = self.clock.monotonic() + REFRESH_WAIT_SECONDS
+        pause = REFRESH_POLL_FIRST_SECONDS
+        provider: ResolvedProvider | None = None
+        while True:
+            async with self.read_sessions() as session:
+                view = await repo.refresh_view(session, connection_id, self.margin)
+            if view is None:
                 raise NotConnected("The connection no longer exists.")
-            conn, due = locked
+            conn = view.connection
             if conn.status == REAUTHORIZATION_REQUIRED:
                 raise self._reauth(conn)
             if conn.status != ACTIVE:
                 raise NotConnected("The connection was revoked.")
-            if not due and not force:
-                return self._answer(conn)  # another caller refreshed while we waited for the lock
-            refresh_token = self._open(conn, REFRESH_TOKEN)
-            expired = (
-                await session.execute(
-                    text("SELECT COALESCE(CAST(:e AS timestamptz) <= now(), false)"), {"e": conn.expires_at}
-                )
-            ).scalar_one()
-            if refresh_token is None:
-                if force:
-                    raise NoRefreshToken(
-                        "The provider gave this connection no refresh token; it cannot be "
-                        "refreshed, only reconnected when it expires."
+            if not view.due and not force:
+                return self._answer(conn)  # refreshed by another caller meanwhile
+            if conn.refresh_token_enc is None or not conn.refresh_token_key_id:
+                return await self._without_refresh_token(conn, expired=view.expired, force=force)
+            if not view.claimed:
+                # Discovery may fetch metadata: before the claim, so the claim covers only the call.
+                provider = provider or await self.provider(conn.provider)
+                async with self.sessions() as session:
+                    claimed = await repo.claim_refresh(
+                        session,
+                        connection_id,
+                        claim=claim,
+                        hold_seconds=REFRESH_CLAIM_SECONDS,
+                        margin_seconds=self.margin,
+                        force=force,
                     )
-                if not expired:
-                    return self._answer(conn)
-                await repo.mark_reauthorization_required(session, conn.id)
-                await session.commit()
-                raise self._reauth(conn)
-            provider = await self.provider(session, conn.provider)
+                    await session.commit()
+                if claimed is not None:
+                    answer = await self._refresh_claimed(claimed[0], claim, provider, expired=claimed[1], force=force)
+                    if answer is not None:
+                        return answer
+                    # Overtaken (a reconnect, a revocation): what is stored now is the answer.
+                    force = False
+                continue  # someone else claimed or refreshed first: look again
+            if self.clock.monotonic() >= deadline:
+                logger.warning(
+                    "refresh wait timed out",
+                    extra={"connection_id": CONNECTION_ID.format(conn.id), "provider": conn.provider},
+                )
+                if not view.expired and not force:
+                    return self._answer(conn)  # still valid for a moment: better than an error
+                raise ServiceUnavailable(
+                    "Another refresh of this connection is taking long; retry shortly.", headers={"Retry-After": "2"}
+                )
+            await self.clock.sleep(pause)
+            pause = min(pause * 2, REFRESH_POLL_MAX_SECONDS)
+
+    async def _without_refresh_token(self, conn: Connection, *, expired: bool, force: bool) -> TokenResponse:
+        if force:
+            raise NoRefreshToken(
+                "The provider gave this connection no refresh token; it cannot be "
+                "refreshed, only reconnected when it expires."
+            )
+        if not expired:
+            return self._answer(conn)
+        async with self.sessions() as session:
+            await repo.mark_reauthorization_required(session, conn.id)
+            await session.commit()
+        raise self._reauth(conn)
+
+    async def _refresh_claimed(
+        self, conn: Connection, claim: uuid.UUID, provider: ResolvedProvider, *, expired: bool, force: bool
+    ) -> TokenResponse | None:
+        """The provider call under this flight's claim, with no connection held. None when the
+        result could not be stored because the connection changed meanwhile."""
+        settled = False
+        ref = CONNECTION_ID.format(conn.id)
+        try:
+            refresh_token = self._open(conn, REFRESH_TOKEN)
+            if refresh_token is None:
+                return None  # removed since the look before the claim: the next look decides
             try:
-                tokens = await oauth.refresh(provider, refresh_token)
+                tokens = await oauth.refresh(self.http, provider, refresh_token)
             except oauth.ProviderError as exc:
                 if exc.error == "invalid_grant":
-                    await repo.mark_reauthorization_required(session, conn.id)
-                    await session.commit()
+                    async with self.sessions() as session:
+                        await repo.mark_reauthorization_required(session, conn.id, claim=claim)
+                        await session.commit()
+                    settled = True
                     self._refreshed(conn.provider, "reauthorization_required")
                     logger.info(
                         "connection needs reauthorization",
-                        extra={
-                            "connection_id": CONNECTION_ID.format(conn.id),
-                            "provider": conn.provider,
-                            "code": "invalid_grant",
-                        },
+                        extra={"connection_id": ref, "provider": conn.provider, "code": "invalid_grant"},
                     )
                     raise self._reauth(conn) from None
                 logger.warning(
-                    "token refresh failed",
-                    extra={
-                        "connection_id": CONNECTION_ID.format(conn.id),
-                        "provider": conn.provider,
-                        "code": exc.error,
-                    },
+                    "token refresh failed", extra={"connection_id": ref, "provider": conn.provider, "code": exc.error}
                 )
                 self._refreshed(conn.provider, "failed")
                 if not expired and not force:
@@ -350,24 +435,46 @@ class ConnectionService:
                 ) from None
             values = self._seal_tokens(conn.id, tokens)
             values["scopes"] = sorted(set(tokens.scope.split())) if tokens.scope else None
-            updated = await repo.store_refreshed(session, conn.id, values)
-            await session.commit()
+            async with self.sessions() as session:
+                updated = await repo.store_refreshed(session, conn.id, claim, values)
+                await session.commit()
+            settled = True
+            if updated is None:
+                self._refreshed(conn.provider, "discarded")
+                logger.warning(
+                    "refreshed token not stored: the connection changed meanwhile",
+                    extra={"connection_id": ref, "provider": conn.provider},
+                )
+                return None
             self._refreshed(conn.provider, "refreshed")
-            logger.info(
-                "token refreshed", extra={"connection_id": CONNECTION_ID.format(conn.id), "provider": conn.provider}
-            )
+            logger.info("token refreshed", extra={"connection_id": ref, "provider": conn.provider})
             return self._answer(updated)
+        finally:
+            if not settled:
+                await self._release(conn.id, claim)
+
+    async def _release(self, connection_id: uuid.UUID, claim: uuid.UUID) -> None:
+        """End a claim early so the next caller need not wait for it to lapse (best effort)."""
+        try:
+            async with self.sessions() as session:
+                await repo.release_refresh_claim(session, connection_id, claim)
+                await session.commit()
+        except (DBAPIError, OSError) as exc:
+            logger.warning(
+                "refresh claim not released; it lapses by itself",
+                extra={"connection_id": CONNECTION_ID.format(connection_id), "code": str(classify(exc))},
+            )
 
     # ---- revocation ------------------------------------------------------------------------------
     async def revoke(
         self, client: AuthenticatedClient, provider_name: str, *, iss: str, sub: str, account: str | None
     ) -> RevokeResponse:
-        await self._pick(client, provider_name, iss, sub, account)  # access checks and not_connected
-        async with self.sessions() as session:
-            found = await repo.live_connections(session, iss=iss, sub=sub, provider=provider_name, account=account)
-            at_provider = await self._revoke_at_provider(session, provider_name, found)
-            revoked = await repo.mark_revoked(session, [c.id for c in found])
-            await session.commit()
+        found = [conn for conn, _ in await self._live(client, provider_name, iss, sub, account)]
+        at_provider = await self._revoke_at_provider(provider_name, found)
+        with _database_busy():
+            async with self.sessions() as session:
+                revoked = await repo.mark_revoked(session, [c.id for c in found])
+                await session.commit()
         for cid in revoked:
             logger.info(
                 "connection revoked", extra={"connection_id": CONNECTION_ID.format(cid), "provider": provider_name}
@@ -377,12 +484,13 @@ class ConnectionService:
     async def revoke_by_id(self, connection_id: uuid.UUID) -> RevokeResponse | None:
         """One connection by id (operators): at the provider when it can, locally always. None when
         there is no such row; ``revoked`` is empty when it was already revoked."""
-        async with self.sessions() as session:
+        async with self.read_sessions() as session:
             conn = await session.get(Connection, connection_id, populate_existing=True)
-            if conn is None:
-                return None
-            found = [conn] if conn.status != REVOKED else []
-            at_provider = await self._revoke_at_provider(session, conn.provider, found)
+        if conn is None:
+            return None
+        found = [conn] if conn.status != REVOKED else []
+        at_provider = await self._revoke_at_provider(conn.provider, found)
+        async with self.sessions() as session:
             revoked = await repo.mark_revoked(session, [c.id for c in found])
             await session.commit()
         for cid in revoked:
@@ -391,11 +499,12 @@ class ConnectionService:
             )
         return RevokeResponse(revoked=[CONNECTION_ID.format(c) for c in revoked], revoked_at_provider=at_provider)
 
-    async def _revoke_at_provider(self, session: AsyncSession, provider_name: str, found: list[Connection]) -> bool:
+    async def _revoke_at_provider(self, provider_name: str, found: list[Connection]) -> bool:
+        """RFC 7009 calls for the tokens read before; no session is open while they run."""
         if not found:
             return False
         try:
-            provider: ResolvedProvider | None = await self.provider(session, provider_name)
+            provider: ResolvedProvider | None = await self.provider(provider_name)
         except (UnknownProvider, UpstreamError):
             provider = None
         at_provider = False
@@ -406,7 +515,25 @@ class ConnectionService:
             access_token = self._open(conn, ACCESS_TOKEN)
             # Revoking the refresh token ends the whole grant (RFC 7009 §2.1); else the access token.
             if refresh_token is not None:
-                at_provider = await oauth.revoke(provider, refresh_token, REFRESH_TOKEN) or at_provider
+                at_provider = await oauth.revoke(self.http, provider, refresh_token, REFRESH_TOKEN) or at_provider
             elif access_token is not None:
-                at_provider = await oauth.revoke(provider, access_token, ACCESS_TOKEN) or at_provider
+                at_provider = await oauth.revoke(self.http, provider, access_token, ACCESS_TOKEN) or at_provider
         return at_provider
+
+
+@contextlib.contextmanager
+def _database_busy() -> Iterator[None]:
+    """A database error that passes (a lock wait that ran out, a failover, a dropped connection)
+    is answered 503 + ``Retry-After``; nothing was written, so the caller may simply retry. Any
+    other database error is not caught here."""
+    try:
+        yield
+    except DBAPIError as exc:
+        kind = classify(exc)
+        if kind not in TRANSIENT:
+            raise
+        logger.warning("database briefly unavailable", extra={"code": str(kind)})
+        raise ServiceUnavailable(
+            "The database is briefly unavailable; retry shortly.",
+            headers={"Retry-After": str(DB_RETRY_AFTER_SECONDS)},
+        ) from None

@@ -138,7 +138,7 @@ async def make_connection(
     )
     service = app.state.connections
     async with app.state.sessions() as session:
-        resolved = await service.provider(session, provider)
+        resolved = await service.provider(provider)
         done = await service.store_authorization(
             session,
             iss=server.issuer,

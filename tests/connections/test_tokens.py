@@ -41,7 +41,7 @@ async def plant_connection(
     )
     service = env.app.state.connections
     async with env.app.state.sessions() as session:
-        provider = await service.provider(session, env.provider)
+        provider = await service.provider(env.provider)
         done = await service.store_authorization(
             session,
             iss=env.iss,

@@ -130,7 +130,7 @@ async def mint_connection(app: RunningApp, oauth: OAuthServer, world: World, sub
     )
     service = app.state.connections
     async with app.state.sessions() as session:
-        provider = await service.provider(session, PROVIDER)
+        provider = await service.provider(PROVIDER)
         done = await service.store_authorization(
             session,
             iss=oauth.issuer,
