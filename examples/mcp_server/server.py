@@ -24,9 +24,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from elicitd_client import ElicitdClient
+from elicitd_client.auth import JwtVerifier
 from elicitd_client.mcp import ElicitationCancelled, ElicitationDeclined, Elicitd
 from elicitd_client.webhooks import InvalidWebhook, verify_webhook
-from examples.mcp_server.auth import JwtVerifier
 
 logger = logging.getLogger("example")
 

@@ -26,7 +26,7 @@ def test_the_bare_distribution_and_client_extra_need_only_httpx() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["dependencies"] == ["httpx==0.28.1"]
     assert project["optional-dependencies"]["client"] == ["httpx==0.28.1"]
-    assert project["optional-dependencies"]["mcp"] == ["httpx==0.28.1", "mcp==2.3.0"]
+    assert project["optional-dependencies"]["mcp"] == ["httpx==0.28.1", "mcp==2.3.0", "pyjwt[crypto]>=2.10,<3"]
     server = project["optional-dependencies"]["server"]
     assert any(dep.startswith("litestar") for dep in server)
     # Every dependency is pinned exactly.
