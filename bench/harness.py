@@ -223,13 +223,27 @@ def _required(pattern: str, output: str) -> str:
     return found.group(1)
 
 
+_WRK_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
+
+
+def _wrk_ms(value: str) -> float:
+    """``812.00us``, ``1.25ms``, ``2.01s`` (wrk's latency figures) in milliseconds."""
+    number = re.match(r"[\d.]+", value)
+    assert number is not None
+    return float(number.group(0)) * _WRK_UNITS[value[number.end() :]]
+
+
 @dataclass(frozen=True)
 class Target:
+    """One measured endpoint. With ``unique``, every request's body has ``{n}`` replaced by a
+    counter that never repeats within the run (each create makes a new flow)."""
+
     name: str
     url: str
     method: str = "GET"
     headers: tuple[str, ...] = ()
     body: str = ""
+    unique: bool = False
 
 
 @dataclass
@@ -241,6 +255,7 @@ class Generator:
     connections: int
     threads: int = 1
     workdir: Path = DATA
+    runs: int = 0
 
     @classmethod
     def choose(cls, preferred: str, connections: int) -> Generator:
@@ -254,13 +269,25 @@ class Generator:
         return self._wrk(target, seconds) if self.kind == "wrk" else self._python(target, seconds)
 
     def _wrk(self, target: Target, seconds: float) -> dict[str, float]:
+        self.runs += 1
         script = self.workdir / f"wrk-{target.name}.lua"
         lines = [f'wrk.method = "{target.method}"']
-        if target.body:
-            lines.append(f"wrk.body = [==[{target.body}]==]")
         for header in target.headers:
             name, _, value = header.partition(":")
             lines.append(f'wrk.headers["{name.strip()}"] = [==[{value.strip()}]==]')
+        if target.unique:
+            # A prefix per wrk run, a counter per request: no two requests of a run share a body.
+            prefix = f"{secrets.token_hex(4)}-{self.runs}-"
+            head, _, tail = target.body.partition("{n}")
+            lines += [
+                "local n = 0",
+                "request = function()",
+                "  n = n + 1",
+                f"  return wrk.format(nil, nil, nil, [==[{head}{prefix}]==] .. n .. [==[{tail}]==])",
+                "end",
+            ]
+        elif target.body:
+            lines.append(f"wrk.body = [==[{target.body}]==]")
         script.write_text("\n".join(lines) + "\n")
         out = subprocess.run(
             [
@@ -270,6 +297,7 @@ class Generator:
                 f"-d{seconds:g}s",
                 "--timeout",
                 "10s",
+                "--latency",
                 "-s",
                 str(script),
                 target.url,
@@ -288,6 +316,8 @@ class Generator:
             "requests": total - non2xx,
             "non2xx": non2xx,
             "errors": sum(int(g) for g in errors.groups()) if errors else 0,
+            "p50_ms": _wrk_ms(_required(r"\n\s+50%\s+([\d.]+\w+)", out)),
+            "p99_ms": _wrk_ms(_required(r"\n\s+99%\s+([\d.]+\w+)", out)),
         }
 
     def _python(self, target: Target, seconds: float) -> dict[str, float]:
@@ -316,6 +346,9 @@ class Generator:
             cmd += ["--header", header]
         if target.body:
             cmd += ["--body", target.body]
+        if target.unique:
+            cmd += ["--unique-prefix", f"{secrets.token_hex(4)}-{self.runs}-"]
+        self.runs += 1
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
         return result

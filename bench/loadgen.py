@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import resource
 import sys
 import time
@@ -58,14 +59,26 @@ async def _throughput(args: argparse.Namespace) -> dict[str, object]:
     body = args.body.encode() if args.body else b""
     request = build_request(args.method, args.host, args.port, args.path, args.header, body)
     counts = {"ok": 0, "non2xx": 0, "errors": 0}
+    latencies: list[float] = []
+    sent = 0
     measuring = False
     stop = False
+
+    def next_request() -> bytes:
+        """The fixed request, or (``--unique-prefix``) one whose ``{n}`` never repeats."""
+        nonlocal sent
+        sent += 1
+        if not args.unique_prefix:
+            return request
+        unique = body.replace(b"{n}", f"{args.unique_prefix}{sent}".encode())
+        return build_request(args.method, args.host, args.port, args.path, args.header, unique)
 
     async def connection() -> None:
         reader, writer = await asyncio.open_connection(args.host, args.port)
         try:
             while not stop:
-                writer.write(request)
+                writer.write(next_request())
+                began = time.perf_counter()
                 try:
                     status = await read_response(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
@@ -75,6 +88,7 @@ async def _throughput(args: argparse.Namespace) -> dict[str, object]:
                     continue
                 if measuring:
                     counts["ok" if 200 <= status < 300 else "non2xx"] += 1
+                    latencies.append(time.perf_counter() - began)
         finally:
             writer.close()
 
@@ -89,12 +103,15 @@ async def _throughput(args: argparse.Namespace) -> dict[str, object]:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    ordered = sorted(latencies) or [0.0]
     return {
         "requests": counts["ok"],
         "non2xx": counts["non2xx"],
         "errors": counts["errors"],
         "seconds": elapsed,
         "rps": counts["ok"] / elapsed,
+        "p50_ms": ordered[max(0, math.ceil(0.5 * len(ordered)) - 1)] * 1000,
+        "p99_ms": ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)] * 1000,
     }
 
 
@@ -191,6 +208,7 @@ def main() -> None:
     tp.add_argument("--method", default="GET")
     tp.add_argument("--header", action="append", default=[])
     tp.add_argument("--body", default="")
+    tp.add_argument("--unique-prefix", default="", help="replace {n} in the body by this prefix and a counter")
     tp.add_argument("--connections", type=int, default=32)
     tp.add_argument("--duration", type=float, default=8.0)
     tp.add_argument("--warmup", type=float, default=1.0)
