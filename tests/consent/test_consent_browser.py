@@ -26,6 +26,7 @@ from tests.consent.helpers import create_flow, event_types, flow_row, new_sub, o
 from tests.support.apps import RunningApp, ServerClientHandle
 from tests.support.browser import save_screenshot
 from tests.support.oauth_server import OAuthServer
+from tests.support.waiting import parked
 
 TITLE = "Book flight LH 123 to Lisbon"
 DESCRIPTION = (
@@ -78,7 +79,9 @@ async def test_approve_completes_with_a_receipt_verifiable_with_the_published_ke
     assert "Acme Travel Assistant" in await browser_page.locator("main").inner_text()
     assert await browser_page.locator("#consent-details dt").all_inner_texts() == ["Flight", "Price"]
     await save_screenshot(browser_page, "consent-page")
-    await asyncio.sleep(0.3)
+    # Showing the page changed nothing: the flow is pending and the resolve is still parked on it.
+    await parked(app, flow_id)
+    assert (await flow_row(app, flow_id))["status"] == "pending"
     assert not waiting.done(), "the resolve must still be waiting while the user reads the page"
 
     started = time.time()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from service.flows.schemas import Subject
+from service.settings import Settings
 from tests.flows.helpers import (
     create_external,
     db_events,
@@ -14,7 +16,9 @@ from tests.flows.helpers import (
     resolve_body,
     subject_json,
 )
-from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
+from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
+from tests.support.clock import ManualClock
+from tests.support.waiting import parked, until
 
 
 async def test_create_returns_ready_mcp_and_legacy_objects(
@@ -243,7 +247,7 @@ async def test_status_long_poll_returns_on_completion(
         created = await create_external(http, subject)
         flow_id = created["flow"]["id"]
         waiting = asyncio.create_task(http.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 20}))
-        await asyncio.sleep(0.3)
+        await parked(elicitd, flow_id)
         assert not waiting.done()
         await http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"ok": True}})
         response = await asyncio.wait_for(waiting, 5)
@@ -262,3 +266,27 @@ async def test_status_wait_times_out_pending(
         elapsed = loop.time() - start
     assert response.json()["flow"]["status"] == "pending"
     assert 0.55 <= elapsed < 3
+
+
+async def test_status_wait_ends_when_its_clock_runs_out_not_before(
+    make_settings: Callable[..., Settings], subject: Subject
+) -> None:
+    clock = ManualClock()
+    async with running_app(make_settings(), clock=clock) as app:
+        client = await new_server_client(app)
+        async with app.http(client.api_key) as http:
+            created = await create_external(http, subject)
+            flow_id = created["flow"]["id"]
+            waiting = asyncio.create_task(http.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 20}))
+            await parked(app, flow_id)
+            clock.advance(19.9)
+            # Whatever was due by now has fired; the wait must be parked on its last 0.1 s (a timer
+            # that close is no background upkeep's), not answering.
+            await until(
+                lambda: waiting.done() or any(d <= 0.15 for d in clock.deadlines()), what="the last 0.1 s armed"
+            )
+            assert not waiting.done()
+            clock.advance(0.2)
+            response = await asyncio.wait_for(waiting, 5)
+    assert response.status_code == 200
+    assert response.json()["flow"]["status"] == "pending"

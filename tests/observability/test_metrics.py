@@ -17,6 +17,7 @@ from service.settings import Settings
 from tests.admin.conftest import complete_flow, create_flow, hooked_client, make_connection, make_provider
 from tests.support.apps import LogCapture, RunningApp, new_server_client, running_app
 from tests.support.oauth_server import OAuthServer
+from tests.support.waiting import parked
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +90,7 @@ async def test_waiters_and_fallback_gauges_follow_the_hub(make_settings: Callabl
 
         async with app.http(client.api_key) as http:
             waiting = asyncio.create_task(http.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 5}))
-            for _ in range(100):
-                if app.state.hub.waiter_count == 1:
-                    break
-                await asyncio.sleep(0.02)
+            await parked(app, flow_id)
             found = await scrape(app)
             assert (await complete_flow(app, client, flow_id)).status_code == 200
             assert (await waiting).json()["flow"]["status"] == "completed"

@@ -14,6 +14,7 @@ from tests.consent.helpers import flow_row, transitions
 from tests.payments.conftest import Payments
 from tests.support.apps import RunningApp, ServerClientHandle
 from tests.support.stripe_double import StripeDouble
+from tests.support.waiting import parked
 
 
 async def payment_events(
@@ -71,7 +72,7 @@ async def test_webhook_completes_the_flow_and_wakes_a_waiting_resolve(
     assert (await flow_row(app, flow_id))["expires_at"].timestamp() >= session["expires_at"]
 
     waiting = asyncio.create_task(resolve(app, client, created, 20))
-    await asyncio.sleep(0.3)
+    await parked(app, flow_id)
     assert not waiting.done()
     paid = stripe_double.pay(session["id"])
     response = await payments.webhook("checkout.session.completed", paid)

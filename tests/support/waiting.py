@@ -6,6 +6,9 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 
+from service.db.base import FLOW_ID
+from tests.support.apps import RunningApp
+
 POLL_SECONDS = 0.01
 
 
@@ -28,3 +31,14 @@ async def until(
         if loop.time() >= deadline:
             raise AssertionError(f"{what}: not within {timeout:g} s")
         await asyncio.sleep(POLL_SECONDS)  # the poll interval; what is awaited is the condition
+
+
+async def parked(app: RunningApp, flow_ref: str, *, count: int = 1, timeout: float = 10.0) -> None:
+    """Return once ``count`` requests of ``app`` wait on the flow (registered with its waiter hub).
+
+    From then on such a request ends only when it is woken or its own time is up, so a test can
+    assert that it has not answered yet, and know that what it does next happens during the wait."""
+    flow_id = FLOW_ID.parse(flow_ref)
+    assert flow_id is not None, flow_ref
+    hub = app.services.hub
+    await until(lambda: hub.waiters_on(flow_id) >= count, timeout=timeout, what=f"a request waiting on {flow_ref}")
