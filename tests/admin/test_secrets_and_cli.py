@@ -28,6 +28,7 @@ from tests.admin.conftest import (
 from tests.support.apps import RunningApp, new_server_client
 from tests.support.oauth_server import OAuthServer
 from tests.support.stripe_double import API_KEY, StripeDouble
+from tests.support.waiting import until
 
 MARKER = "MARKER-" + uuid.uuid4().hex[:8]
 
@@ -68,13 +69,22 @@ async def test_no_secret_in_any_admin_response(elicitd: RunningApp, tokens: dict
     assert created.status_code == 201
     flow_id = created.json()["flow"]["id"]
     assert (await complete_flow(elicitd, client, flow_id, {"token": f"{MARKER}-result"})).status_code == 200
-    await asyncio.sleep(0.3)  # let the worker record a delivery attempt
-    async with elicitd.state.sessions() as session:
-        delivery = (
-            await session.execute(
-                text("SELECT id FROM webhook_outbox WHERE flow_id = :f"), {"f": uuid.UUID(flow_id[3:])}
-            )
-        ).scalar_one()
+    delivery: uuid.UUID | None = None
+
+    async def attempt_recorded() -> bool:
+        # The failed attempt's status and error are shown by the admin API too: wait for them.
+        nonlocal delivery
+        async with elicitd.state.sessions() as session:
+            delivery = (
+                await session.execute(
+                    text("SELECT id FROM webhook_outbox WHERE flow_id = :f AND attempts >= 1 AND lease_until IS NULL"),
+                    {"f": uuid.UUID(flow_id[3:])},
+                )
+            ).scalar_one_or_none()
+        return delivery is not None
+
+    await until(attempt_recorded, what="a delivery attempt recorded")
+    assert delivery is not None
     calls = [
         ("GET", "/admin/v1/flows", None),
         ("GET", f"/admin/v1/flows/{flow_id}", None),
@@ -178,7 +188,7 @@ async def test_cli_parity(elicitd: RunningApp, database_url: str, backend: Any) 
         assert json.loads(out)["status"] == "cancelled"
         assert (await waiting).json()["flow"]["status"] == "cancelled"
     code, _, err = await _cli(env, "flows", "cancel", flow_id)
-    assert code == 2
+    assert code == 1  # refused: the flow is already terminal
     assert "cannot change again" in err
 
     code, out, _ = await _cli(env, "clients", "set-webhook", client_id, DEAD_HOOK)
@@ -324,7 +334,7 @@ async def test_cli_parity_providers_issuers_connections_payments(
         "--client-secret-env",
         "PROVIDER_SECRET_FOR_TEST",
     )
-    assert code == 2 and "exists" in err
+    assert code == 1 and "exists" in err  # refused: a conflict
     code, out, _ = await _cli(env, "providers", "update", name, "--display-name", "CLI Files", "--json")
     assert json.loads(out)["display_name"] == "CLI Files" and json.loads(out)["client_secret_set"] is True
     code, out, _ = await _cli(env, "providers", "test-discovery", name, "--json")
