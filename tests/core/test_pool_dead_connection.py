@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import asyncpg
@@ -12,6 +11,7 @@ from service.flows.schemas import Subject
 from service.settings import Settings
 from tests.flows.helpers import create_external
 from tests.support.apps import new_server_client, running_app
+from tests.support.waiting import until
 
 
 def _asyncpg_url(settings: Settings) -> str:
@@ -30,14 +30,13 @@ async def test_connection_terminated_by_the_server_is_replaced_without_a_failed_
             flow_id = created["flow"]["id"]
             async with app.state.sessions() as session:
                 pid = (await session.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+                pooled = (await (await session.connection()).get_raw_connection()).driver_connection
+            assert pooled is not None
             admin = await asyncpg.connect(_asyncpg_url(settings))
             try:
                 assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid) is True
-                for _ in range(100):
-                    if not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid):
-                        break
-                    await asyncio.sleep(0.02)
-                await asyncio.sleep(0.1)  # the app's loop reads the closed socket
+                # The app's loop reads the closed socket; only then does the pool know to replace it.
+                await until(pooled.is_closed, what="the pooled connection seen closed")
                 answers = [await http.get(f"/v1/flows/{flow_id}") for _ in range(3)]
                 after = await admin.fetchval(
                     "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'elicitd' AND datname = "

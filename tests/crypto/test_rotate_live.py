@@ -42,6 +42,7 @@ from tests.connections.conftest import PROVIDER_CLIENT_ID, register_provider
 from tests.support import backends
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 from tests.support.oauth_server import OAuthServer
+from tests.support.waiting import until
 
 OLD = KeyRing.generate_entry("rotold")
 NEW = KeyRing.generate_entry("rotnew")
@@ -397,29 +398,30 @@ async def test_rotate_cli_while_serving(
                 world.webhook[handle.public_id] = shown.webhook_secret
                 written += 1
                 n += 1
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # the writer's pace (a trickle beside the reads), not a wait
 
         async def refresh_midway() -> None:
             """Once the CLI has re-keyed the issuers, make three tokens due so the app refreshes
             them (row lock, provider call, new ciphertexts) while their rows are being re-keyed."""
-            while not stop.is_set():
+
+            async def issuers_rekeyed() -> bool:
                 async with app.state.sessions() as session:
                     done = (
                         await session.execute(
                             text("SELECT count(*) FROM issuers WHERE client_secret_key_id = :k"), {"k": NEW_ID}
                         )
                     ).scalar_one()
-                if done:
-                    async with app.state.sessions() as session:
-                        await session.execute(
-                            text(
-                                "UPDATE connections SET expires_at = now() + interval '5 seconds' WHERE id = ANY(:ids)"
-                            ),
-                            {"ids": [uuid.UUID(r[3:]) for r in refreshing]},
-                        )
-                        await session.commit()
-                    return
-                await asyncio.sleep(0.005)
+                return bool(done)
+
+            await until(lambda: stop.is_set() or issuers_rekeyed(), timeout=120, what="the CLI re-keying the issuers")
+            if stop.is_set():
+                return
+            async with app.state.sessions() as session:
+                await session.execute(
+                    text("UPDATE connections SET expires_at = now() + interval '5 seconds' WHERE id = ANY(:ids)"),
+                    {"ids": [uuid.UUID(r[3:]) for r in refreshing]},
+                )
+                await session.commit()
 
         oauth.set_token_delay(0.2)  # each refresh holds its connection's row lock a while
         tasks = [
@@ -427,12 +429,23 @@ async def test_rotate_cli_while_serving(
             asyncio.create_task(write_secrets()),
             asyncio.create_task(refresh_midway()),
         ]
+        one_pass = len(world.conn_sub)
         try:
-            await asyncio.sleep(0.3)
+            await until(lambda: served >= one_pass and written >= 1, timeout=60, what="reads and writes under way")
             started = time.monotonic()
             code, report, stderr = await run_cli(url, ring, "--batch", "3", "--json")
             took = time.monotonic() - started
-            await asyncio.sleep(0.5)
+            assert code == 0, (report, stderr)
+            # Serving goes on under the rotated ring: another full pass of reads, another write,
+            # and the refreshes made due midway answered.
+            served_then, written_then = served, written
+            await until(
+                lambda: (
+                    served >= served_then + one_pass and written > written_then and refreshed_by_app == set(refreshing)
+                ),
+                timeout=60,
+                what="reads, writes and refreshes after the rotation",
+            )
         finally:
             stop.set()
             await asyncio.gather(*tasks)
@@ -572,12 +585,14 @@ async def test_rotate_cli_waits_for_a_row_the_app_holds(
         oauth.set_token_delay(6)
         try:
             async with app.http(world.client.api_key) as api:
+                refreshes = oauth.token_calls("refresh_token")
                 refresh = asyncio.create_task(
                     api.get(
                         f"/v1/connections/{PROVIDER}/token", params={"iss": oauth.issuer, "sub": world.conn_sub[held]}
                     )
                 )
-                await asyncio.sleep(1)
+                # The rotation starts once the app's refresh is at the provider (which answers in 6 s).
+                await until(lambda: oauth.token_calls("refresh_token") > refreshes, what="the refresh at the provider")
                 code, report, stderr = await run_cli(url, ring, "--batch", "3", "--json")
                 answer = await refresh
         finally:
