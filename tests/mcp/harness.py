@@ -7,22 +7,24 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx2
 import uvicorn
 from mcp import Client
+from mcp.client import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, ElicitRequestURLParams, TextContent
 
 from elicitd_client import ElicitdClient
 from elicitd_client.mcp import Elicitd
 from examples.mcp_server.server import ExampleConfig, build_server
-from tests.support.apps import free_port
+from tests.support.apps import RunningApp, free_port
 from tests.support.serving import InProcessServer
+from tests.support.waiting import parked, until
 
 logging.getLogger("httpx2").setLevel(logging.WARNING)
 logging.getLogger("mcp").setLevel(logging.WARNING)
@@ -34,6 +36,9 @@ STATE_KEY = "k" * 43
 Mode = Literal["2026-07-28", "legacy"]
 # What the person at the MCP client answers to an elicitation.
 Action = Literal["accept", "decline", "cancel"]
+# When the simulated person gets to the page, given the flow id: an event of the exchange (the
+# client's retry waiting, some state-only rounds), never a guessed delay.
+Gate = Callable[[str], Awaitable[None]]
 
 
 @dataclass
@@ -165,6 +170,38 @@ def round_log() -> Iterator[RoundLog]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
+
+
+def flow_of(context: ClientRequestContext, params: ElicitRequestURLParams) -> str:
+    """The flow id an elicitation names: the input key on 2026-07-28, elicitationId on 2025-11-25."""
+    if params.elicitation_id:
+        return str(params.elicitation_id)
+    key = str(context.request_id)
+    assert key.startswith("elicitd_fl_")
+    return key.removeprefix("elicitd_")
+
+
+def while_retrying(app: RunningApp) -> Gate:
+    """Once the MCP client's retry waits at elicitd for the flow: the person finishes the page
+    while the client is already retrying."""
+
+    async def gate(flow_id: str) -> None:
+        await parked(app, flow_id, timeout=30)
+
+    return gate
+
+
+def after_state_only_rounds(log: RoundLog, count: int) -> Gate:
+    """Once the client has had ``count`` state-only rounds: retries that found the person busy."""
+
+    async def gate(_flow_id: str) -> None:
+        await until(
+            lambda: sum(1 for r in log.rounds if r["state_only"]) >= count,
+            timeout=30,
+            what=f"{count} state-only rounds",
+        )
+
+    return gate
 
 
 def text_of(result: CallToolResult) -> str:

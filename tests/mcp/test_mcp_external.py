@@ -17,7 +17,19 @@ from mcp_types import ElicitRequestParams, ElicitRequestURLParams, ElicitResult
 
 from elicitd_client import ElicitdClient
 from elicitd_client.mcp import Elicitd
-from tests.mcp.harness import AUDIENCE, Action, Mode, example_server, mcp_client, round_log, text_of
+from tests.mcp.harness import (
+    AUDIENCE,
+    Action,
+    Gate,
+    Mode,
+    after_state_only_rounds,
+    example_server,
+    flow_of,
+    mcp_client,
+    round_log,
+    text_of,
+    while_retrying,
+)
 from tests.support.apps import RunningApp, ServerClientHandle
 from tests.support.oauth_server import OAuthServer
 
@@ -37,35 +49,28 @@ def add_external_tools(mcp: MCPServer, elicitd: Elicitd) -> None:
         return f"{first.result['who']}+{second.result['who']}"
 
 
-def flow_of(context: ClientRequestContext, params: ElicitRequestURLParams) -> str:
-    """The flow id an elicitation names: the input key on 2026-07-28, elicitationId on 2025-11-25."""
-    if params.elicitation_id:
-        return str(params.elicitation_id)
-    key = str(context.request_id)
-    assert key.startswith("elicitd_fl_")
-    return key.removeprefix("elicitd_")
-
-
 def finishing(
     api: ElicitdClient,
+    when: Gate | None,
     *,
     action: Action = "accept",
-    delay: float = 0.2,
     who: str = "alice",
     seen: list[tuple[str, str]] | None = None,
 ) -> ElicitationFnT:
     """An elicitation callback: record the URL, answer ``action``; on accept finish the flow in the
-    background after ``delay`` (the user completing the page while the client already retries)."""
+    background once ``when`` lets it (``while_retrying``: the user completing the page while the
+    client already retries). With ``when`` None the user never finishes."""
 
     async def callback(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
         assert isinstance(params, ElicitRequestURLParams), params
         flow_id = flow_of(context, params)
         if seen is not None:
             seen.append((flow_id, params.url))
-        if action == "accept":
+        if action == "accept" and when is not None:
+            gate = when
 
             async def finish() -> None:
-                await asyncio.sleep(delay)
+                await gate(flow_id)
                 await api.complete(flow_id, {"who": who})
 
             asyncio.get_running_loop().create_task(finish())
@@ -90,7 +95,9 @@ async def test_external_step_completes(
     async with (
         ElicitdClient(elicitd.url, server_client.api_key) as api,
         example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as server,
-        mcp_client(server.url, token, mode=mode, elicitation_callback=finishing(api, seen=seen)) as client,
+        mcp_client(
+            server.url, token, mode=mode, elicitation_callback=finishing(api, while_retrying(elicitd), seen=seen)
+        ) as client,
     ):
         assert client.protocol_version == ("2026-07-28" if mode == "2026-07-28" else "2025-11-25")
         result = await client.call_tool("verify", {"step": "email"})
@@ -118,7 +125,7 @@ async def test_decline_is_a_readable_tool_result(
             server.url,
             user[1],
             mode=mode,
-            elicitation_callback=finishing(api, action="decline", seen=seen),
+            elicitation_callback=finishing(api, None, action="decline", seen=seen),
         ) as client,
     ):
         result = await client.call_tool("verify", {"step": "phone"})
@@ -140,7 +147,7 @@ async def test_cancel_then_the_next_call_reuses_the_flow(
             server.url,
             user[1],
             mode=mode,
-            elicitation_callback=finishing(api, action="cancel", seen=seen),
+            elicitation_callback=finishing(api, None, action="cancel", seen=seen),
         ) as client:
             cancelled = await client.call_tool("verify", {"step": "id"})
         assert cancelled.is_error is True
@@ -150,7 +157,7 @@ async def test_cancel_then_the_next_call_reuses_the_flow(
             server.url,
             user[1],
             mode=mode,
-            elicitation_callback=finishing(api, seen=seen),
+            elicitation_callback=finishing(api, while_retrying(elicitd), seen=seen),
         ) as client:
             done = await client.call_tool("verify", {"step": "id"})
         assert done.is_error is False, done.content
@@ -176,14 +183,16 @@ async def test_retry_before_the_user_finished_gets_state_only_rounds(
     elicitd: RunningApp, server_client: ServerClientHandle, oauth_server: OAuthServer, user: tuple[str, str]
 ) -> None:
     seen: list[tuple[str, str]] = []
-    async with (
-        ElicitdClient(elicitd.url, server_client.api_key) as api,
-        example_server(
-            elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools, wait_seconds=0.5
-        ) as server,
-        mcp_client(server.url, user[1], elicitation_callback=finishing(api, delay=2.2, seen=seen)) as client,
-    ):
-        with round_log() as log:
+    with round_log() as log:
+        async with (
+            ElicitdClient(elicitd.url, server_client.api_key) as api,
+            example_server(
+                elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools, wait_seconds=0.5
+            ) as server,
+            mcp_client(
+                server.url, user[1], elicitation_callback=finishing(api, after_state_only_rounds(log, 2), seen=seen)
+            ) as client,
+        ):
             started = time.monotonic()
             result = await client.call_tool("verify", {"step": "slow"})
             elapsed = time.monotonic() - started
@@ -194,7 +203,7 @@ async def test_retry_before_the_user_finished_gets_state_only_rounds(
     assert outcomes[-1] == ("completed", False)
     assert outcomes[:-1] and all(o == ("input_required", True) for o in outcomes[:-1])
     assert 3 <= len(outcomes) + 1 <= 10
-    assert 2.0 < elapsed < 10
+    assert elapsed < 10
 
 
 async def test_budget_runs_out_as_pending_not_a_round_cap_error(
@@ -210,7 +219,7 @@ async def test_budget_runs_out_as_pending_not_a_round_cap_error(
             wait_seconds=0.3,
             budget_seconds=1.5,
         ) as server,
-        mcp_client(server.url, user[1], elicitation_callback=finishing(api, delay=60)) as client,
+        mcp_client(server.url, user[1], elicitation_callback=finishing(api, None)) as client,
     ):
         result = await client.call_tool("verify", {"step": "never"})
     assert result.is_error is True
@@ -224,7 +233,9 @@ async def test_two_requirements_in_one_tool(
     async with (
         ElicitdClient(elicitd.url, server_client.api_key) as api,
         example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as server,
-        mcp_client(server.url, user[1], elicitation_callback=finishing(api, seen=seen)) as client,
+        mcp_client(
+            server.url, user[1], elicitation_callback=finishing(api, while_retrying(elicitd), seen=seen)
+        ) as client,
     ):
         result = await client.call_tool("two_steps", {})
     assert result.is_error is False, result.content

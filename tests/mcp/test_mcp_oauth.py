@@ -22,7 +22,19 @@ from playwright.async_api import Page
 from elicitd_client import ElicitdClient, NotConnected, Subject
 from service.admin.clients import set_webhook
 from tests.mcp.conftest import PROVIDER_CLIENT_ID, OAuthEnv
-from tests.mcp.harness import AUDIENCE, Action, ExampleServer, Mode, example_server, mcp_client, round_log, text_of
+from tests.mcp.harness import (
+    AUDIENCE,
+    Action,
+    ExampleServer,
+    Gate,
+    Mode,
+    after_state_only_rounds,
+    example_server,
+    flow_of,
+    mcp_client,
+    round_log,
+    text_of,
+)
 from tests.support.apps import ServerClientHandle, free_port, new_server_client
 from tests.support.browser import login_at_issuer
 
@@ -41,18 +53,22 @@ class BrowserUser:
         self.seen: list[str] = []
         self.tasks: list[asyncio.Task[None]] = []
 
-    def callback(self, *, action: Action = "accept", delay: float = 0.0) -> ElicitationFnT:
+    def callback(self, *, action: Action = "accept", when: Gate | None = None) -> ElicitationFnT:
+        """On accept the user opens the URL at once, or once ``when`` lets them."""
+
         async def answer(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
             assert isinstance(params, ElicitRequestURLParams), params
             self.seen.append(params.url)
             if action == "accept":
-                self.tasks.append(asyncio.get_running_loop().create_task(self.open(params.url, delay)))
+                opening = self.open(params.url, when, flow_of(context, params) if when else "")
+                self.tasks.append(asyncio.get_running_loop().create_task(opening))
             return ElicitResult(action=action)
 
         return answer
 
-    async def open(self, url: str, delay: float = 0.0) -> None:
-        await asyncio.sleep(delay)
+    async def open(self, url: str, when: Gate | None = None, flow_id: str = "") -> None:
+        if when is not None:
+            await when(flow_id)
         page = self.page
         await page.goto(url)
         await login_at_issuer(page, self.username, issuer=self.env.iss)
@@ -135,13 +151,15 @@ async def test_retry_before_the_browser_finished(
 ) -> None:
     sub, token = new_user(oauth_env)
     user = BrowserUser(browser_page, oauth_env, sub)
-    async with (
-        files_server(oauth_env, client, wait_seconds=0.5) as server,
-        mcp_client(server.url, token, elicitation_callback=user.callback(delay=1.0)) as mcp,
-    ):
-        with round_log() as log:
+    with round_log() as log:
+        async with (
+            files_server(oauth_env, client, wait_seconds=0.5) as server,
+            mcp_client(
+                server.url, token, elicitation_callback=user.callback(when=after_state_only_rounds(log, 1))
+            ) as mcp,
+        ):
             result = await mcp.call_tool("list_files", {})
-        await user.settle()
+            await user.settle()
     assert text_of(result) == FILES
     outcomes = [(r["outcome"], r["state_only"]) for r in log.rounds]
     assert outcomes[-1] == ("completed", False)

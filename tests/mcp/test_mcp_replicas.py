@@ -10,7 +10,7 @@ import pytest
 from mcp import MCPError
 
 from elicitd_client import ElicitdClient
-from tests.mcp.harness import AUDIENCE, STATE_KEY, RoundRobin, example_server, mcp_client, text_of
+from tests.mcp.harness import AUDIENCE, STATE_KEY, RoundRobin, example_server, mcp_client, text_of, while_retrying
 from tests.mcp.test_mcp_external import add_external_tools, finishing
 from tests.support.apps import RunningApp, ServerClientHandle
 from tests.support.oauth_server import OAuthServer
@@ -32,7 +32,7 @@ async def test_round_started_on_one_replica_completes_on_the_other(
     async with ElicitdClient(elicitd.url, server_client.api_key) as api, replica() as one, replica() as two:
         balancer = RoundRobin([one.port, two.port])
         async with mcp_client(
-            one.url, token, transport=balancer, elicitation_callback=finishing(api, delay=0.3, seen=seen)
+            one.url, token, transport=balancer, elicitation_callback=finishing(api, while_retrying(elicitd), seen=seen)
         ) as client:
             balancer.served.clear()
             result = await client.call_tool("verify", {"step": "replicas"})
@@ -54,9 +54,7 @@ async def test_replicas_with_their_own_state_keys_refuse_each_others_rounds(
         example_server(elicitd.url, server_client.api_key, oauth_server.issuer, customize=add_external_tools) as two,
     ):
         balancer = RoundRobin([one.port, two.port])
-        async with mcp_client(
-            one.url, token, transport=balancer, elicitation_callback=finishing(api, delay=0.3)
-        ) as client:
+        async with mcp_client(one.url, token, transport=balancer, elicitation_callback=finishing(api, None)) as client:
             balancer.served.clear()
             with pytest.raises(MCPError) as refused:
                 await client.call_tool("verify", {"step": "unshared"})

@@ -14,7 +14,7 @@ from mcp_types import InputRequiredResult
 
 from elicitd_client import ElicitdClient, Subject
 from elicitd_client.mcp import Elicitd
-from tests.mcp.harness import serve, text_of
+from tests.mcp.harness import serve, text_of, while_retrying
 from tests.mcp.test_mcp_external import PAGE, finishing
 from tests.support.apps import RunningApp, ServerClientHandle, free_port
 
@@ -45,7 +45,7 @@ async def test_decorator_and_custom_subject_without_install(
             Client(
                 streamable_http_client(url, http_client=http),
                 mode="2026-07-28",
-                elicitation_callback=finishing(api, seen=seen),
+                elicitation_callback=finishing(api, while_retrying(elicitd), seen=seen),
             ) as client,
         ):
             result = await client.call_tool("decorated", {})
@@ -77,7 +77,9 @@ async def test_without_a_verified_user_the_tool_fails_closed(
             serve(mcp, free_port()) as url,
             httpx2.AsyncClient() as http,
             Client(
-                streamable_http_client(url, http_client=http), mode="2026-07-28", elicitation_callback=finishing(api)
+                streamable_http_client(url, http_client=http),
+                mode="2026-07-28",
+                elicitation_callback=finishing(api, None),
             ) as client,
         ):
             result = await client.call_tool("needs_user", {})
