@@ -99,7 +99,6 @@ _ALLOWED = {
     "db/base.py": "uuid7 ids carry a timestamp for ordering, not for any decision",
     "embedded.py": "waits for a child process (Redis, PostgreSQL) to start listening",
     "payments/stripe_provider.py": "the Stripe SDK checks a signature's age with the real clock; ours agrees",
-    "connections/discovery.py": "provider metadata cache, not yet on the clock",
     "observability/stalls.py": "measures how late the real event loop runs: real time is the quantity",
     "devtools/": "the development stand-ins for an issuer and a provider play outside systems",
 }

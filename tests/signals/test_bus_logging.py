@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from service.embedded import EmbeddedRedis
 from service.signals.bus import WaiterHub
 from tests.support import backends
+from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,19 +58,10 @@ def bus_log() -> Iterator[Records]:
         logger.setLevel(previous)
 
 
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    try:
-        async with asyncio.timeout(10):
-            while not condition():
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"the bus was not {what} within 10 s") from None
-
-
 async def test_a_clean_stop_logs_no_warning(backend: backends.Backends, bus_log: Records) -> None:
     hub = _hub(backend.redis_url)
     await hub.start()
-    await _until(lambda: hub.healthy, "connected")
+    await until(lambda: hub.healthy, what="the bus connected")
     await hub.stop()
     assert bus_log.at(logging.WARNING) == []
     assert [r.getMessage() for r in bus_log.records] == ["redis signal bus connected", "redis signal bus closed"]
@@ -82,9 +73,9 @@ async def test_losing_redis_is_a_warning(bus_log: Records) -> None:
     hub = _hub(redis.url)
     try:
         await hub.start()
-        await _until(lambda: hub.healthy, "connected")
+        await until(lambda: hub.healthy, what="the bus connected")
         redis.stop()
-        await _until(lambda: not hub.healthy, "seen to drop")
+        await until(lambda: not hub.healthy, what="the bus seen to drop")
     finally:
         redis.stop()
         await hub.stop()
