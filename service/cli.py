@@ -4,21 +4,29 @@
 under ``.data/`` (what ``make run`` calls); ``migrate`` applies Alembic migrations; ``servers``
 manages server clients; ``keys`` makes and rotates keys. Domains add their own subcommands
 through ``register`` functions listed in ``_COMMAND_GROUPS``.
+
+``elicitd --dev COMMAND`` runs any command against the running ``elicitd dev`` (its settings come
+from ``.data/dev.env``, see ``service/dev_instance.py``). Every command that prints a result takes
+``--json``. A failure is one line on stderr and an exit code from ``service/cli_exits.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
-import json
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from service.errors import ConfigurationError, ElicitdError
+from service.cli_exits import CommandFailed, ExitCode, classify, ensure_port_free
+from service.cli_output import print_json, print_table, report
+from service.errors import ConfigurationError
 from service.settings import KeyRing, Settings
 
 DATA_DIR = Path(os.environ.get("ELICITD_DATA_DIR", ".data"))
@@ -41,18 +49,7 @@ def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json: bool = False) -> None:
-    """Readable columns for people, ``--json`` (one document) for scripts."""
-    if as_json:
-        print(json.dumps(list(rows), default=str, indent=2))
-        return
-    if not rows:
-        print("(none)")
-        return
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
-    print("  ".join(c.upper().ljust(widths[c]) for c in columns))
-    for row in rows:
-        print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))
+__all__ = ["build_parser", "main", "print_table"]
 
 
 # ---- serve / dev / migrate -------------------------------------------------------------------------
@@ -65,6 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from service.serving import uvicorn_options
 
     settings = _settings()
+    ensure_port_free(args.host, args.port)
     configure_logging(settings)
     if args.migrate:
         from service.db.migrate import upgrade
@@ -89,8 +87,12 @@ def cmd_migrate(args: argparse.Namespace) -> None:
     url = os.environ.get("ELICITD_DATABASE_URL")
     if not url:
         raise ConfigurationError("ELICITD_DATABASE_URL is required")
-    upgrade(normalize_database_url(url), args.revision)
-    print(f"migrated to {args.revision}")
+    applied = upgrade(normalize_database_url(url), args.revision)
+    report(
+        args.json,
+        {"revision": args.revision, "applied": list(applied)},
+        f"migrated to {args.revision}" + (f" (applied {', '.join(applied)})" if applied else " (nothing to apply)"),
+    )
 
 
 def _dev_keys() -> str:
@@ -136,13 +138,61 @@ async def _ensure_dev_client(settings: Settings) -> str:
     return key
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(ExitCode.TERMINATED)
+
+
+@contextlib.contextmanager
+def _stopping_cleanly() -> Iterator[None]:
+    """SIGTERM stops ``elicitd dev`` the way Ctrl-C does: through its ``finally`` blocks.
+
+    Python's default for SIGTERM ends the process on the spot, so the embedded PostgreSQL and Redis
+    were left running whenever a process manager, an IDE or ``timeout`` stopped ``make run``. uvicorn
+    handles both signals while serving, shuts the app down, then raises the signal again with the
+    handler it found: this one, which unwinds like ``KeyboardInterrupt``. The handlers in place
+    before are restored at the end.
+    """
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _shield_cleanup() -> None:
+    """Once stopping the embedded servers has begun, a second Ctrl-C or SIGTERM must not cut it
+    short (that is how orphans are made); ``_stopping_cleanly`` restores the handlers after."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _instance_settings(env: dict[str, str]) -> dict[str, str]:
+    """What ``--dev`` needs to reach this instance: its ``ELICITD_*`` settings, with multi-line
+    values (the signing key) passed by file."""
+    settings = {name: value for name, value in env.items() if name.startswith("ELICITD_") and "\n" not in value}
+    if "\n" in env.get("ELICITD_SIGNING_KEY", "") and not env.get("ELICITD_SIGNING_KEY_FILE"):
+        settings["ELICITD_SIGNING_KEY_FILE"] = str((DATA_DIR / "dev-signing-key.pem").resolve())
+    return settings
+
+
 def cmd_dev(args: argparse.Namespace) -> None:
-    """Embedded PostgreSQL and Redis unless URLs are configured; migrate; a dev client; serve."""
+    """One instance per data directory; embedded PostgreSQL and Redis unless URLs are configured;
+    migrate; a dev client; serve; stop the embedded servers on Ctrl-C and SIGTERM alike."""
+    from service import dev_instance
+
+    with _stopping_cleanly(), dev_instance.hold(DATA_DIR, url=f"http://{args.host}:{args.port}"):
+        ensure_port_free(args.host, args.port)
+        _dev(args)
+
+
+def _dev(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from service import dev_instance
     from service.app import create_app
     from service.db.migrate import upgrade
-    from service.embedded import EmbeddedPostgres, EmbeddedRedis
     from service.logs import configure_logging
     from service.services import build_services
     from service.serving import uvicorn_options
@@ -155,15 +205,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
     if not env.get("ELICITD_SIGNING_KEY_FILE"):
         env.setdefault("ELICITD_SIGNING_KEY", _dev_signing_key())
     env.setdefault("ELICITD_PUBLIC_URL", f"http://127.0.0.1:{args.port}")
-    redis = None
-    if not env.get("ELICITD_DATABASE_URL"):
-        print("starting embedded PostgreSQL under", DATA_DIR / "postgres", flush=True)
-        pg = EmbeddedPostgres(DATA_DIR.resolve() / "postgres").start()
-        env["ELICITD_DATABASE_URL"] = pg.ensure_database("elicitd")
-    if not env.get("ELICITD_REDIS_URL"):
-        redis = EmbeddedRedis(DATA_DIR.resolve() / "redis").start()
-        env["ELICITD_REDIS_URL"] = redis.url
-    try:
+    with _embedded_backends(env):
         settings = Settings.from_env(env)
         configure_logging(settings)
         upgrade(settings.database_url)
@@ -197,18 +239,51 @@ Create a flow:
             flush=True,
         )
         print(dev_tools.banner(key), flush=True)
-        uvicorn.run(
-            dev_tools.wrap(create_app(build_services(settings))),
-            host=args.host,
-            port=args.port,
-            log_config=None,
-            access_log=False,
-            server_header=False,
-            **uvicorn_options(),
+        env_file = dev_instance.write_env(DATA_DIR, _instance_settings(env))
+        print(
+            f"Commands reach this instance with --dev (settings in {env_file}):\n"
+            "  elicitd --dev servers create my-mcp-server\n  elicitd --dev admin flows list\n",
+            flush=True,
         )
+        try:
+            uvicorn.run(
+                dev_tools.wrap(create_app(build_services(settings))),
+                host=args.host,
+                port=args.port,
+                log_config=None,
+                access_log=False,
+                server_header=False,
+                **uvicorn_options(),
+            )
+        except SystemExit as exc:
+            if exc.code == 3:  # uvicorn's STARTUP_FAILURE, after logging why
+                raise CommandFailed("elicitd did not start (the log line above says why)", ExitCode.REFUSED) from None
+            raise
+
+
+@contextlib.contextmanager
+def _embedded_backends(env: dict[str, str]) -> Iterator[None]:
+    """Embedded PostgreSQL and Redis for whichever of the two ``env`` does not name, stopped on the
+    way out however it is taken (an error, Ctrl-C, SIGTERM)."""
+    from service.embedded import EmbeddedPostgres, EmbeddedRedis
+
+    pg: EmbeddedPostgres | None = None
+    redis: EmbeddedRedis | None = None
+    try:
+        if not env.get("ELICITD_DATABASE_URL"):
+            print("starting embedded PostgreSQL under", DATA_DIR / "postgres", flush=True)
+            pg = EmbeddedPostgres(DATA_DIR.resolve() / "postgres").start()
+            env["ELICITD_DATABASE_URL"] = pg.ensure_database("elicitd")
+        if not env.get("ELICITD_REDIS_URL"):
+            redis = EmbeddedRedis(DATA_DIR.resolve() / "redis").start()
+            env["ELICITD_REDIS_URL"] = redis.url
+        yield
     finally:
+        _shield_cleanup()
         if redis is not None:
             redis.stop()
+        if pg is not None:
+            pg.stop()
 
 
 # ---- servers -----------------------------------------------------------------------------------------
@@ -242,7 +317,7 @@ async def _servers_create(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_servers_create(args: argparse.Namespace) -> None:
     result = _run(_servers_create(args))
     if args.json:
-        print(json.dumps(result, indent=2))
+        print_json(result)
         return
     print(f"created server client {result['name']} ({result['id']})")
     print(f"API key (shown once, store it now): {result['api_key']}")
@@ -250,11 +325,25 @@ def cmd_servers_create(args: argparse.Namespace) -> None:
 
 # ---- keys --------------------------------------------------------------------------------------------
 def cmd_keys_generate(args: argparse.Namespace) -> None:
-    print(KeyRing.generate_entry(args.key_id))
+    entry = KeyRing.generate_entry(args.key_id)
+    report(args.json, {"key_id": args.key_id, "entry": entry}, entry)
+
+
+def _version() -> str:
+    try:
+        return version("elicitd")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="elicitd", description="Durable state for MCP URL-mode elicitation.")
+    parser.add_argument("--version", action="version", version=f"elicitd {_version()}")
+    parser.add_argument(
+        "--dev",
+        action="store_true",
+        help="run the command against the running `elicitd dev` (make run), with the settings in .data/dev.env",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve with ELICITD_DATABASE_URL / ELICITD_REDIS_URL")
@@ -270,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = sub.add_parser("migrate", help="apply Alembic migrations to ELICITD_DATABASE_URL")
     migrate.add_argument("revision", nargs="?", default="head")
+    migrate.add_argument("--json", action="store_true")
     migrate.set_defaults(func=cmd_migrate)
 
     servers = sub.add_parser("servers", help="server clients (MCP servers that call the API)")
@@ -286,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     generate = keys_sub.add_parser("generate", help="print a new key-ring entry for ELICITD_KEYS")
     generate.add_argument("--key-id", default="k1")
+    generate.add_argument("--json", action="store_true")
     generate.set_defaults(func=cmd_keys_generate)
     rotate = keys_sub.add_parser("rotate", help="re-encrypt stored secrets under the current (first) key")
     rotate.add_argument("--batch", type=int, default=200, help="rows per transaction")
@@ -298,15 +389,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fail(failed: CommandFailed) -> None:
+    print(f"elicitd: {failed.message}", file=sys.stderr)
+    raise SystemExit(failed.code)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
+        if args.dev:
+            from service import dev_instance
+
+            if args.command == "dev":
+                parser.error("--dev points other commands at a running `elicitd dev`; start it without --dev")
+            os.environ.update(dev_instance.read_env(DATA_DIR))
         args.func(args)
-    except ElicitdError as exc:
-        print(f"elicitd: {exc.detail}", file=sys.stderr)
-        raise SystemExit(2) from None
     except KeyboardInterrupt:
-        raise SystemExit(130) from None
+        raise SystemExit(ExitCode.INTERRUPTED) from None
+    except Exception as exc:
+        failed = classify(exc, database_url=os.environ.get("ELICITD_DATABASE_URL"))
+        if failed is None:
+            raise  # a bug: keep the traceback
+        _fail(failed)
 
 
 if __name__ == "__main__":

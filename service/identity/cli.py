@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.cli_output import report
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError, NotFound
 from service.identity.issuers import DEFAULT_SCOPES, IssuerConfig, IssuerDirectory
@@ -60,7 +61,11 @@ def cmd_add(args: argparse.Namespace) -> None:
         await upsert_issuer(session, vault, config)
 
     asyncio.run(_with_db(work))
-    print(f"issuer {config.issuer} saved ({'confidential' if secret else 'public'} client {config.client_id})")
+    report(
+        args.json,
+        {"issuer": config.issuer, "client_id": config.client_id, "confidential": bool(secret)},
+        f"issuer {config.issuer} saved ({'confidential' if secret else 'public'} client {config.client_id})",
+    )
 
 
 def cmd_list(args: argparse.Namespace) -> None:
@@ -85,7 +90,11 @@ def _set_enabled(enabled: bool) -> Callable[[argparse.Namespace], None]:
 
         if not asyncio.run(_with_db(work)):
             raise NotFound(f"no issuer {args.issuer}")
-        print(f"issuer {args.issuer} {'enabled' if enabled else 'disabled'}")
+        report(
+            args.json,
+            {"issuer": args.issuer, "enabled": enabled},
+            f"issuer {args.issuer} {'enabled' if enabled else 'disabled'}",
+        )
 
     return command
 
@@ -103,6 +112,7 @@ def register(subparsers: Any) -> None:
     add.add_argument("--token-endpoint")
     add.add_argument("--jwks-uri")
     add.add_argument("--no-discover", action="store_true", help="save without checking discovery now")
+    add.add_argument("--json", action="store_true")
     add.set_defaults(func=cmd_add)
     listing = sub.add_parser("list", help="list issuers (secrets are never shown)")
     listing.add_argument("--json", action="store_true")
@@ -111,4 +121,5 @@ def register(subparsers: Any) -> None:
         detail = " (ends its browser sessions at once)" if not enabled else ""
         parser = sub.add_parser(name, help=f"{name} an issuer{detail}")
         parser.add_argument("issuer")
+        parser.add_argument("--json", action="store_true")
         parser.set_defaults(func=_set_enabled(enabled))

@@ -203,8 +203,8 @@ async def test_cli_add_list_disable(make_settings: Callable[..., Settings], env:
         row = await get_provider(session, name)
     assert row is not None and row.enabled is False
     missing = await asyncio.to_thread(_cli, settings, "providers", "disable", "no-such-provider")
-    assert missing.returncode == 2 and "no provider" in missing.stderr
+    assert missing.returncode == 1 and "no provider" in missing.stderr  # not found
     no_secret = await asyncio.to_thread(
         _cli, settings, "providers", "add", "x-" + name, "--catalog", "github", "--client-id", "abc"
     )
-    assert no_secret.returncode == 2 and "client secret is required" in no_secret.stderr
+    assert no_secret.returncode == 3 and "client secret is required" in no_secret.stderr  # configuration

@@ -194,9 +194,9 @@ def test_issuers_cli(database_url: str, issuer_server: OAuthServer) -> None:
     assert run("issuers", "disable", issuer).returncode == 0
     assert {r["issuer"]: r for r in json.loads(run("issuers", "list", "--json").stdout)}[issuer]["enabled"] is False
     missing = run("issuers", "disable", "https://nobody.example")
-    assert missing.returncode == 2
+    assert missing.returncode == 1  # not found
     bad = run("issuers", "add", "--issuer", "http://evil.example", "--client-id", "x")
-    assert bad.returncode == 2 and "https" in bad.stderr
+    assert bad.returncode == 1 and "https" in bad.stderr  # refused input
 
 
 async def test_every_registered_column_exists(own_database: async_sessionmaker[AsyncSession]) -> None:
