@@ -14,6 +14,7 @@ import pytest
 from playwright.async_api import Page
 from sqlalchemy import text
 
+from service.connections import oauth as provider_oauth
 from service.connections.providers import ProviderSpec, upsert_provider
 from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.settings import Settings
@@ -198,3 +199,51 @@ def provider_token_calls(
 ) -> int:
     """Token endpoint calls made *as the provider's client* (the issuer login uses another client)."""
     return sum(1 for r in server.token_requests() if r.grant_type == grant_type and r.client_id == client_id)
+
+
+async def plant_connection(
+    env: Env, sub: str, *, provider_user: str | None = None, expires_in: int = 3600, scope: str = "files:read"
+) -> tuple[str, dict[str, Any]]:
+    """A connection made of tokens the provider really issued (``mint``), stored by the service."""
+    user = provider_user or sub
+    minted = env.oauth.mint(user, client_id=PROVIDER_CLIENT_ID, scope=scope)
+    tokens = provider_oauth.TokenSet(
+        access_token=minted["access_token"],
+        refresh_token=minted["refresh_token"],
+        token_type="Bearer",
+        expires_in=expires_in,
+        scope=scope,
+        raw=minted,
+    )
+    service = env.app.state.connections
+    async with env.app.state.sessions() as session:
+        provider = await service.provider(env.provider)
+        done = await service.store_authorization(
+            session,
+            iss=env.iss,
+            sub=sub,
+            provider=provider,
+            tokens=tokens,
+            account_id=env.oauth.account_id(user),
+            account_login=user,
+            requested=scope.split(),
+            reconnect=None,
+        )
+        await session.commit()
+    return str(done.result["connection_id"]), minted
+
+
+async def expire_soon(env: Env, connection_ref: str) -> None:
+    async with env.app.state.sessions() as session:
+        await session.execute(
+            text(
+                "UPDATE connections SET expires_at = now() + interval '5 seconds' "
+                "WHERE 'cn_' || replace(id::text, '-', '') = :c"
+            ),
+            {"c": connection_ref},
+        )
+        await session.commit()
+
+
+def accepted_by_provider(env: Env, token: str) -> bool:
+    return env.oauth.http.get("/api/me", headers={"Authorization": f"Bearer {token}"}).status_code == 200

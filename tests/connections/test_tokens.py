@@ -4,73 +4,26 @@ accounts and revocation — against the real OAuth server process."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from playwright.async_api import Page
 from sqlalchemy import text
 
-from service.connections import oauth as provider_oauth
 from tests.connections.conftest import (
     PROVIDER_CLIENT_ID,
     Env,
+    accepted_by_provider,
     connect_in_browser,
     connection_rows,
     create_flow,
+    expire_soon,
     flow_row,
     get_token,
     new_sub,
+    plant_connection,
     provider_token_calls,
 )
 from tests.support.apps import ServerClientHandle, new_server_client, running_app
-
-
-async def plant_connection(
-    env: Env, sub: str, *, provider_user: str | None = None, expires_in: int = 3600, scope: str = "files:read"
-) -> tuple[str, dict[str, Any]]:
-    """A connection made of tokens the provider really issued (``mint``), stored by the service."""
-    user = provider_user or sub
-    minted = env.oauth.mint(user, client_id=PROVIDER_CLIENT_ID, scope=scope)
-    tokens = provider_oauth.TokenSet(
-        access_token=minted["access_token"],
-        refresh_token=minted["refresh_token"],
-        token_type="Bearer",
-        expires_in=expires_in,
-        scope=scope,
-        raw=minted,
-    )
-    service = env.app.state.connections
-    async with env.app.state.sessions() as session:
-        provider = await service.provider(env.provider)
-        done = await service.store_authorization(
-            session,
-            iss=env.iss,
-            sub=sub,
-            provider=provider,
-            tokens=tokens,
-            account_id=env.oauth.account_id(user),
-            account_login=user,
-            requested=scope.split(),
-            reconnect=None,
-        )
-        await session.commit()
-    return str(done.result["connection_id"]), minted
-
-
-async def expire_soon(env: Env, connection_ref: str) -> None:
-    async with env.app.state.sessions() as session:
-        await session.execute(
-            text(
-                "UPDATE connections SET expires_at = now() + interval '5 seconds' "
-                "WHERE 'cn_' || replace(id::text, '-', '') = :c"
-            ),
-            {"c": connection_ref},
-        )
-        await session.commit()
-
-
-def accepted_by_provider(env: Env, token: str) -> bool:
-    return env.oauth.http.get("/api/me", headers={"Authorization": f"Bearer {token}"}).status_code == 200
 
 
 async def test_fresh_token_is_returned_without_refresh(env: Env, client: ServerClientHandle) -> None:
