@@ -107,6 +107,7 @@ class Services:
         await self.hub.stop()
         self.tracing.shutdown()
         await self.issuers.close()
+        await self.connections.aclose()
         await self.http.aclose()
         await self.engine.dispose()
 

@@ -328,6 +328,14 @@ class ConnectionService:
         with _database_busy():
             return await asyncio.shield(flight)
 
+    async def aclose(self) -> None:
+        """Stop the refreshes in flight (on shutdown): each gives its claim up on the way out, so
+        another replica need not wait for it to lapse."""
+        flights = list(self._flights.values())
+        for flight in flights:
+            flight.cancel()
+        await asyncio.gather(*flights, return_exceptions=True)
+
     def _landed(self, key: tuple[uuid.UUID, bool], flight: asyncio.Task[TokenResponse]) -> None:
         if self._flights.get(key) is flight:
             del self._flights[key]
