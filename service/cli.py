@@ -139,7 +139,7 @@ async def _ensure_dev_client(settings: Settings) -> str:
 
 
 def _terminated(signum: int, frame: object) -> None:
-    raise SystemExit(ExitCode.TERMINATED)
+    raise SystemExit(ExitCode.INTERRUPTED if signum == signal.SIGINT else ExitCode.TERMINATED)
 
 
 @contextlib.contextmanager
@@ -149,11 +149,14 @@ def _stopping_cleanly() -> Iterator[None]:
     Python's default for SIGTERM ends the process on the spot, so the embedded PostgreSQL and Redis
     were left running whenever a process manager, an IDE or ``timeout`` stopped ``make run``. uvicorn
     handles both signals while serving, shuts the app down, then raises the signal again with the
-    handler it found: this one, which unwinds like ``KeyboardInterrupt``. The handlers in place
-    before are restored at the end.
+    handler it found: this one, which unwinds like ``KeyboardInterrupt``. SIGINT gets it too, rather
+    than ``KeyboardInterrupt``, which ``uvicorn.run`` swallows (the exit code would say 0), and even
+    when SIGINT was inherited as ignored (a script's background job): uvicorn reacts to it anyway.
+    The handlers in place before are restored at the end.
     """
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGTERM, _terminated)
+    for sig in saved:
+        signal.signal(sig, _terminated)
     try:
         yield
     finally:
