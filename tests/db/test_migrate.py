@@ -128,7 +128,7 @@ async def test_a_concurrent_index_change_waits_for_traffic_instead_of_timing_out
     reader = await _read_outbox_and_stay(traffic)
 
     # 0006 drops an outbox index CONCURRENTLY, which waits for transactions using the table.
-    migrator = asyncio.create_task(upgrade_async(empty_database, timeouts=MigrationTimeouts("200ms", "200ms")))
+    migrator = asyncio.create_task(upgrade_async(empty_database, "0006", timeouts=MigrationTimeouts("200ms", "200ms")))
     await _until_waiting(observer, [migrator], 1.0)
     await reader.rollback()
 
