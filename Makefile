@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CHROMIUM ?= $(or $(ELICITD_CHROMIUM),/usr/bin/chromium)
 
-.PHONY: run test test-backends check lint format types bench clean prerequisites
+.PHONY: run demo test test-backends check lint format types bench clean prerequisites
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,12 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(VENV)/bin/elicitd dev
+
+# An MCP host calls a tool that needs the user's Demo Files account, against `make run` (start it
+# first, in another terminal). HEADLESS=1: headless Chromium plays the person; SCREENSHOTS=DIR
+# saves every page it sees; DEMO_USER picks the user (alice); ELICITD_URL finds another instance.
+demo: $(STAMP)
+	$(PY) -m examples.demo $(if $(filter 1 true yes,$(HEADLESS)),--headless) $(if $(SCREENSHOTS),--screenshots $(SCREENSHOTS))
 
 prerequisites:
 	@command -v node >/dev/null 2>&1 || { echo "make test: Node.js 20+ is required for the OAuth test server (install the 'nodejs' and 'npm' packages)."; exit 1; }
