@@ -18,8 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from sqlalchemy.pool import QueuePool
 
-from service.connections.service import REFRESH_WAIT_SECONDS, ConnectionService
+from service.connections.service import REFRESH_WAIT_SECONDS
 from service.errors import ServiceUnavailable
+from service.services import build_services
 from service.settings import Settings
 from tests.connections.conftest import (
     Env,
@@ -265,16 +266,10 @@ async def test_waiting_on_another_replicas_claim_is_bounded(env: Env, client: Se
     """With the claim held elsewhere for longer than the wait bound: a token that is still valid
     is answered as it is; an expired one gets 503 + Retry-After. The provider is never called."""
     clock = ManualClock()
-    state = env.app.state
-    service = ConnectionService(
-        sessions=state.sessions,
-        read_sessions=state.read_sessions,
-        vault=state.vault,
-        metadata=state.connections.metadata,
-        http=state.http,
-        clock=clock,
-    )
-    who = await state.authenticator.authenticate(f"Bearer {client.api_key}")
+    # The same services an instance builds, on a clock the test moves; no web app is needed.
+    services = build_services(env.app.settings, clock=clock)
+    service = services.connections
+    who = await services.authenticator.authenticate(f"Bearer {client.api_key}")
     sub = new_sub("held")
     connection, minted = await plant_connection(env, sub, expires_in=5)  # due, still valid
     await set_row(
@@ -292,11 +287,14 @@ async def test_waiting_on_another_replicas_claim_is_bounded(env: Env, client: Se
         await asyncio.wait([task])
         return task
 
-    answered = await ask_after_the_bound()
-    assert getattr(answered.result(), "access_token", None) == minted["access_token"]
-
-    await set_row(env, connection, "expires_at = now() - interval '1 second'")
-    refused = await ask_after_the_bound()
+    try:
+        answered = await ask_after_the_bound()
+        await set_row(env, connection, "expires_at = now() - interval '1 second'")
+        refused = await ask_after_the_bound()
+    finally:
+        await services.http.aclose()
+        await services.engine.dispose()
+    assert getattr(answered.result(), "access_token", None) == minted["access_token"]  # still valid
     error = refused.exception()
     assert isinstance(error, ServiceUnavailable)
     assert error.headers == {"Retry-After": "2"}
