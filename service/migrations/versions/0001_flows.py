@@ -37,9 +37,14 @@ def upgrade() -> None:
     op.create_table(
         "server_client_keys",
         sa.Column("id", sa.Uuid(), primary_key=True),
-        sa.Column("server_client_id", sa.Uuid(),
-                  sa.ForeignKey("server_clients.id", ondelete="CASCADE", name="fk_server_client_keys_server_client_id_server_clients"),
-                  nullable=False),
+        sa.Column(
+            "server_client_id",
+            sa.Uuid(),
+            sa.ForeignKey(
+                "server_clients.id", ondelete="CASCADE", name="fk_server_client_keys_server_client_id_server_clients"
+            ),
+            nullable=False,
+        ),
         sa.Column("key_hash", sa.LargeBinary(32), nullable=False),
         sa.Column("prefix", sa.String(16), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True)),
@@ -52,9 +57,12 @@ def upgrade() -> None:
     op.create_table(
         "flows",
         sa.Column("id", sa.Uuid(), primary_key=True),
-        sa.Column("server_client_id", sa.Uuid(),
-                  sa.ForeignKey("server_clients.id", ondelete="RESTRICT", name="fk_flows_server_client_id_server_clients"),
-                  nullable=False),
+        sa.Column(
+            "server_client_id",
+            sa.Uuid(),
+            sa.ForeignKey("server_clients.id", ondelete="RESTRICT", name="fk_flows_server_client_id_server_clients"),
+            nullable=False,
+        ),
         sa.Column("kind", sa.String(32), nullable=False),
         sa.Column("subject_iss", sa.Text(), nullable=False),
         sa.Column("subject_sub", sa.Text(), nullable=False),
@@ -83,9 +91,11 @@ def upgrade() -> None:
         ),
     )
     op.create_index(
-        "uq_flows_pending_reuse", "flows",
+        "uq_flows_pending_reuse",
+        "flows",
         ["server_client_id", "subject_iss", "subject_sub", "kind", "reuse_key"],
-        unique=True, postgresql_where=sa.text("status = 'pending'"),
+        unique=True,
+        postgresql_where=sa.text("status = 'pending'"),
     )
     op.create_index("ix_flows_pending_expiry", "flows", ["expires_at"], postgresql_where=sa.text("status = 'pending'"))
     op.create_index("ix_flows_subject", "flows", ["subject_iss", "subject_sub", "id"])
@@ -94,8 +104,12 @@ def upgrade() -> None:
     op.create_table(
         "flow_events",
         sa.Column("id", sa.BigInteger(), sa.Identity(), primary_key=True),
-        sa.Column("flow_id", sa.Uuid(),
-                  sa.ForeignKey("flows.id", ondelete="CASCADE", name="fk_flow_events_flow_id_flows"), nullable=False),
+        sa.Column(
+            "flow_id",
+            sa.Uuid(),
+            sa.ForeignKey("flows.id", ondelete="CASCADE", name="fk_flow_events_flow_id_flows"),
+            nullable=False,
+        ),
         sa.Column("at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
         sa.Column("type", sa.String(48), nullable=False),
         sa.Column("actor", sa.String(16), nullable=False),
@@ -108,11 +122,20 @@ def upgrade() -> None:
     op.create_table(
         "webhook_outbox",
         sa.Column("id", sa.Uuid(), primary_key=True),
-        sa.Column("server_client_id", sa.Uuid(),
-                  sa.ForeignKey("server_clients.id", ondelete="CASCADE", name="fk_webhook_outbox_server_client_id_server_clients"),
-                  nullable=False),
-        sa.Column("flow_id", sa.Uuid(),
-                  sa.ForeignKey("flows.id", ondelete="CASCADE", name="fk_webhook_outbox_flow_id_flows"), nullable=False),
+        sa.Column(
+            "server_client_id",
+            sa.Uuid(),
+            sa.ForeignKey(
+                "server_clients.id", ondelete="CASCADE", name="fk_webhook_outbox_server_client_id_server_clients"
+            ),
+            nullable=False,
+        ),
+        sa.Column(
+            "flow_id",
+            sa.Uuid(),
+            sa.ForeignKey("flows.id", ondelete="CASCADE", name="fk_webhook_outbox_flow_id_flows"),
+            nullable=False,
+        ),
         sa.Column("event_type", sa.String(48), nullable=False),
         sa.Column("payload", postgresql.JSONB(), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0")),
@@ -125,8 +148,12 @@ def upgrade() -> None:
     )
     op.create_index("ix_webhook_outbox_server_client_id", "webhook_outbox", ["server_client_id"])
     op.create_index("ix_webhook_outbox_flow_id", "webhook_outbox", ["flow_id"])
-    op.create_index("ix_webhook_outbox_due", "webhook_outbox", ["next_attempt_at"],
-                    postgresql_where=sa.text("delivered_at IS NULL AND abandoned_at IS NULL"))
+    op.create_index(
+        "ix_webhook_outbox_due",
+        "webhook_outbox",
+        ["next_attempt_at"],
+        postgresql_where=sa.text("delivered_at IS NULL AND abandoned_at IS NULL"),
+    )
 
 
 def downgrade() -> None:

@@ -37,15 +37,19 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
         sa.UniqueConstraint("issuer", name="uq_issuers_issuer"),
         # A secret and its key id exist together or not at all.
-        sa.CheckConstraint("(client_secret_enc IS NULL) = (client_secret_key_id IS NULL)",
-                           name=op.f("ck_issuers_secret_pair")),
+        sa.CheckConstraint(
+            "(client_secret_enc IS NULL) = (client_secret_key_id IS NULL)", name=op.f("ck_issuers_secret_pair")
+        ),
     )
     op.create_table(
         "login_attempts",
         sa.Column("id", sa.LargeBinary(32), primary_key=True),
-        sa.Column("issuer_id", sa.Uuid(),
-                  sa.ForeignKey("issuers.id", ondelete="CASCADE", name="fk_login_attempts_issuer_id_issuers"),
-                  nullable=False),
+        sa.Column(
+            "issuer_id",
+            sa.Uuid(),
+            sa.ForeignKey("issuers.id", ondelete="CASCADE", name="fk_login_attempts_issuer_id_issuers"),
+            nullable=False,
+        ),
         sa.Column("browser_binding", sa.LargeBinary(32), nullable=False),
         sa.Column("secrets_enc", sa.LargeBinary(), nullable=False),
         sa.Column("secrets_key_id", sa.String(32), nullable=False),
@@ -58,9 +62,12 @@ def upgrade() -> None:
     op.create_table(
         "browser_sessions",
         sa.Column("id", sa.LargeBinary(32), primary_key=True),
-        sa.Column("issuer_id", sa.Uuid(),
-                  sa.ForeignKey("issuers.id", ondelete="CASCADE", name="fk_browser_sessions_issuer_id_issuers"),
-                  nullable=False),
+        sa.Column(
+            "issuer_id",
+            sa.Uuid(),
+            sa.ForeignKey("issuers.id", ondelete="CASCADE", name="fk_browser_sessions_issuer_id_issuers"),
+            nullable=False,
+        ),
         sa.Column("iss", sa.Text(), nullable=False),
         sa.Column("sub", sa.Text(), nullable=False),
         sa.Column("csrf_secret", sa.LargeBinary(32), nullable=False),

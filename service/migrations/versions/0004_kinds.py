@@ -22,9 +22,12 @@ def upgrade() -> None:
     # same flow finds the first one instead of charging twice.
     op.create_table(
         "payments",
-        sa.Column("flow_id", sa.Uuid(),
-                  sa.ForeignKey("flows.id", ondelete="CASCADE", name="fk_payments_flow_id_flows"),
-                  primary_key=True),
+        sa.Column(
+            "flow_id",
+            sa.Uuid(),
+            sa.ForeignKey("flows.id", ondelete="CASCADE", name="fk_payments_flow_id_flows"),
+            primary_key=True,
+        ),
         sa.Column("provider", sa.String(32), nullable=False),
         sa.Column("amount", sa.BigInteger(), nullable=False),
         sa.Column("currency", sa.String(3), nullable=False),
@@ -44,8 +47,12 @@ def upgrade() -> None:
         ),
         sa.UniqueConstraint("provider", "session_id", name="uq_payments_provider_session_id"),
     )
-    op.create_index("ix_payments_open", "payments", ["created_at"],
-                    postgresql_where=sa.text("status IN ('created', 'open', 'processing')"))
+    op.create_index(
+        "ix_payments_open",
+        "payments",
+        ["created_at"],
+        postgresql_where=sa.text("status IN ('created', 'open', 'processing')"),
+    )
     # Every provider event id is processed once: the insert of this row and the flow transition
     # it causes commit together, so a redelivery finds the row and changes nothing.
     op.create_table(
@@ -76,13 +83,15 @@ def upgrade() -> None:
     )
     # API-key providers live beside OAuth ones (connections reference providers by name): the
     # auth type says which, and the API-key definition (fields, validation, live check) is data.
-    op.add_column("providers", sa.Column("auth_type", sa.String(16), nullable=False,
-                                         server_default=sa.text("'oauth2'")))
+    op.add_column(
+        "providers", sa.Column("auth_type", sa.String(16), nullable=False, server_default=sa.text("'oauth2'"))
+    )
     op.add_column("providers", sa.Column("api_key_config", postgresql.JSONB()))
     op.execute("ALTER TABLE providers ADD CONSTRAINT ck_providers_auth_type CHECK (auth_type IN ('oauth2', 'api_key'))")
     # Non-secret values entered beside an API key (a region, an account id).
-    op.add_column("connections", sa.Column("fields", postgresql.JSONB(), nullable=False,
-                                           server_default=sa.text("'{}'::jsonb")))
+    op.add_column(
+        "connections", sa.Column("fields", postgresql.JSONB(), nullable=False, server_default=sa.text("'{}'::jsonb"))
+    )
 
 
 def downgrade() -> None:

@@ -37,8 +37,13 @@ def upgrade() -> None:
         "admin_audit_log",
         sa.Column("id", sa.Uuid(), primary_key=True),
         sa.Column("at", sa.DateTime(timezone=True), nullable=False, server_default=_now),
-        sa.Column("admin_token_id", sa.Uuid(),
-                  sa.ForeignKey("admin_tokens.id", ondelete="SET NULL", name="fk_admin_audit_log_admin_token_id_admin_tokens")),
+        sa.Column(
+            "admin_token_id",
+            sa.Uuid(),
+            sa.ForeignKey(
+                "admin_tokens.id", ondelete="SET NULL", name="fk_admin_audit_log_admin_token_id_admin_tokens"
+            ),
+        ),
         sa.Column("actor", sa.String(16), nullable=False),
         sa.Column("role", sa.String(16)),
         sa.Column("operation", sa.String(64), nullable=False),
@@ -52,10 +57,14 @@ def upgrade() -> None:
 
     op.create_table(
         "rate_limit_counters",
-        sa.Column("server_client_id", sa.Uuid(),
-                  sa.ForeignKey("server_clients.id", ondelete="CASCADE",
-                                name="fk_rate_limit_counters_server_client_id_server_clients"),
-                  primary_key=True),
+        sa.Column(
+            "server_client_id",
+            sa.Uuid(),
+            sa.ForeignKey(
+                "server_clients.id", ondelete="CASCADE", name="fk_rate_limit_counters_server_client_id_server_clients"
+            ),
+            primary_key=True,
+        ),
         sa.Column("window_start", sa.DateTime(timezone=True), primary_key=True),
         sa.Column("count", sa.Integer(), nullable=False),
     )
@@ -64,8 +73,9 @@ def upgrade() -> None:
     # replicas; retry_from starts the give-up clock (reset by a replay).
     op.add_column("webhook_outbox", sa.Column("lease_until", sa.DateTime(timezone=True)))
     op.add_column("webhook_outbox", sa.Column("last_attempt_at", sa.DateTime(timezone=True)))
-    op.add_column("webhook_outbox", sa.Column("retry_from", sa.DateTime(timezone=True), nullable=False,
-                                              server_default=_now))
+    op.add_column(
+        "webhook_outbox", sa.Column("retry_from", sa.DateTime(timezone=True), nullable=False, server_default=_now)
+    )
     op.create_index("ix_webhook_outbox_client_id", "webhook_outbox", ["server_client_id", "id"])
 
     # Admin listing: keyset pagination orders by the UUIDv7 id; each filter has an (x, id) index so
