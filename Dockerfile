@@ -1,16 +1,28 @@
 # elicitd: one process type (the Litestar app under uvicorn). Migrations run as a one-shot
 # `elicitd migrate` (see compose.yaml), never implicitly at start.
-FROM python:3.11-slim AS base
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
-WORKDIR /app
-COPY pyproject.toml README.md constraints.txt ./
+#
+# Two stages: the first builds elicitd's wheel from the package sources (migrations, templates and
+# static files ship inside it); the second installs that wheel, so the image runs exactly what
+# `pip install 'elicitd[server]'` gives, with no source tree beside it.
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
 COPY service ./service
 COPY elicitd_client ./elicitd_client
-COPY migrations ./migrations
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 # constraints.txt pins every distribution: the image gets the versions the tests ran with. Only the
 # `server` extra: no embedded PostgreSQL/Redis, test or lint tools in production.
-RUN pip install --no-compile -c constraints.txt ".[server]" && useradd --system --uid 10001 elicitd
+COPY constraints.txt /tmp/constraints.txt
+COPY --from=build /wheels /wheels
+RUN set -e; wheel="$(echo /wheels/elicitd-*.whl)"; \
+    pip install --no-compile -c /tmp/constraints.txt "${wheel}[server]"; \
+    rm -rf /wheels /tmp/constraints.txt; \
+    useradd --system --uid 10001 --create-home elicitd
 USER elicitd
+WORKDIR /home/elicitd
 EXPOSE 8000
-HEALTHCHECK --interval=10s --timeout=3s CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2)" || exit 1
+HEALTHCHECK --interval=10s --timeout=3s CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2)" || exit 1
 CMD ["elicitd", "serve", "--host", "0.0.0.0", "--port", "8000"]

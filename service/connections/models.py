@@ -1,6 +1,6 @@
 """Providers (third-party OAuth APIs), connections (the token vault) and pending OAuth states.
 
-Mirrors ``migrations/versions/0003_connections.py`` (and 0007, the refresh claim); the app never
+Mirrors ``service/migrations/versions/0003_connections.py`` (and 0007, the refresh claim); the app never
 calls ``create_all``. Every secret column is ciphertext from ``service.crypto.vault.Vault`` with its
 ``*_key_id`` beside it.
 """

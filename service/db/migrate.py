@@ -1,7 +1,7 @@
 """Run the Alembic migrations: one migrator at a time, every statement bounded in time.
 
 Every way of migrating (``elicitd migrate``, ``elicitd serve --migrate``, ``elicitd dev``, the
-tests) comes through here, and ``migrations/env.py`` refuses to run otherwise, so these hold for
+tests) comes through here, and ``service/migrations/env.py`` refuses to run otherwise, so these hold for
 every run:
 
 - **One migrator at a time.** The migration connection takes a session-level advisory lock before
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.resources
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,7 +43,16 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from service.db.base import Base
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+def migrations_dir() -> Path:
+    """The Alembic scripts (``env.py``, ``script.py.mako``, ``versions/``), shipped inside the package.
+
+    Found as package resources, not relative to a source checkout: a non-editable install (the
+    Docker image, ``pip install 'elicitd[server]'``) has no ``migrations/`` beside the package.
+    Alembic reads the scripts from the file system, which an installed wheel provides.
+    """
+    return Path(str(importlib.resources.files("service.migrations")))
+
 
 # pg_advisory_lock key of the migration lock: fixed, so every elicitd version agrees on it
 # (the first eight bytes of sha256(b"elicitd:migrations"), as a signed bigint).
@@ -90,7 +100,7 @@ _SET_TIMEOUTS = text(
 
 def alembic_config(database_url: str) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("script_location", str(migrations_dir()))
     config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     return config
 

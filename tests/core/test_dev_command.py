@@ -20,6 +20,7 @@ import httpx
 import psutil
 import pytest
 
+from service.db.migrate import migrations_dir
 from service.embedded import free_port
 from tests.support import backends
 
@@ -117,10 +118,7 @@ def test_migrate_builds_the_schema_in_an_empty_database(backend: backends.Backen
             "payments",
             "admin_tokens",
         } <= found
-        heads = sorted(
-            p.name.split("_")[0]
-            for p in (Path(__file__).resolve().parents[2] / "migrations" / "versions").glob("0*.py")
-        )
+        heads = sorted(p.name.split("_")[0] for p in (migrations_dir() / "versions").glob("0*.py"))
         assert f"version:{heads[-1]}" in found
     finally:
         asyncio.run(backends.drop_database(backend.server_url, url))
