@@ -29,6 +29,7 @@ from service.errors import EXCEPTION_HANDLERS
 from service.flows.api import FlowController
 from service.flows.pages import open_flow
 from service.health import healthz, readyz
+from service.limits import LimitedRequest
 from service.observability.metrics import metrics_endpoint
 from service.observability.requests import RequestObserver
 from service.services import Services
@@ -103,6 +104,8 @@ def create_app(services: Services) -> Litestar:
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.max_body_bytes,
+        # JSON bodies: Content-Type and nesting checked before decoding (service/limits.py).
+        request_class=LimitedRequest,
         template_config=TemplateConfig(
             directory=_HERE / "templates", engine=JinjaTemplateEngine, engine_callback=template_globals
         ),

@@ -1,8 +1,8 @@
 """The one loopback rule: which addresses may be reached over plain ``http``.
 
 Every setting, provider, issuer, webhook and page URL that allows ``http`` allows it only here, so
-this is the single place that decides it. The host is compared after parsing, never as a string
-prefix: ``http://127.0.0.1.evil.example/`` is a public name and ``http://localhost@evil.example/``
+this is the single place that decides it (``service.urls`` holds the rest of the URL rule). The
+host is compared after parsing, never as a string prefix: ``http://127.0.0.1.evil.example/`` is a public name and ``http://localhost@evil.example/``
 is ``evil.example`` with a user name. Loopback is ``localhost`` exactly, an IPv4 address in
 ``127.0.0.0/8`` or ``::1`` — nothing that needs a resolver to decide (``localhost.`` or
 ``127.1`` are refused rather than guessed about).
@@ -47,15 +47,3 @@ def is_loopback_url(url: str) -> bool:
     if host is None or parts.username is not None or parts.password is not None:
         return False
     return is_loopback_host(host)
-
-
-def is_https_or_loopback_http(url: str) -> bool:
-    """The transport rule for every URL elicitd calls or sends a browser to: https anywhere,
-    plain http only on loopback (local development and tests)."""
-    try:
-        scheme = urlsplit(url).scheme
-    except ValueError:
-        return False
-    if scheme == "https":
-        return True
-    return scheme == "http" and is_loopback_url(url)

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from service.errors import ConfigurationError
-from service.loopback import is_https_or_loopback_http
+from service.urls import is_https_or_loopback_http
 
 _PREFIX = "ELICITD_"
 

@@ -8,9 +8,9 @@ them; afterwards a client view says only whether a webhook secret is set.
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from datetime import datetime, timedelta
-from urllib.parse import urlsplit
 
 import msgspec
 from sqlalchemy import func, select, update
@@ -34,11 +34,10 @@ from service.errors import InvalidRequest, NotFound
 from service.identity.clients import create_server_client
 from service.identity.keys import add_key
 from service.identity.models import ServerClient, ServerClientKey
-from service.loopback import is_loopback_url
-from service.signals.signing import SECRET_PREFIX, new_secret
 from service.signals.webhooks import WEBHOOK_SECRET_PURPOSE
+from service.urls import url_problem
 
-WEBHOOK_SECRET_PREFIX = SECRET_PREFIX
+WEBHOOK_SECRET_PREFIX = "whsec_"
 
 
 class ServerClientNotFound(NotFound):
@@ -182,22 +181,16 @@ async def rotate_key(session: AsyncSession, ref: str, grace: timedelta) -> Rotat
 
 
 def validate_webhook_url(url: str) -> str:
-    """https only, except http on loopback (local development and tests)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.scheme == "https" and host:
-        return url
-    if parts.scheme == "http" and is_loopback_url(url):
-        return url
-    if parts.username or parts.password:
-        raise InvalidRequest("A webhook URL must not carry credentials.", extra={"code": "invalid_webhook_url"})
-    raise InvalidRequest(
-        "A webhook URL must be https:// (http only on loopback).", extra={"code": "invalid_webhook_url"}
-    )
+    """The URL rule (``service.urls``): https, http only on loopback, a well-formed host and port,
+    no credentials, no fragment. Every condition is checked; none returns early."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise InvalidRequest(f"The webhook URL is not usable: {problem}.", extra={"code": "invalid_webhook_url"})
+    return url
 
 
 def _new_secret(vault: Vault, client_id: uuid.UUID) -> tuple[str, str, bytes]:
-    secret = new_secret()  # whsec_ + base64 of 32 bytes, as Standard Webhooks libraries read it
+    secret = WEBHOOK_SECRET_PREFIX + secrets.token_urlsafe(32)
     key_id, blob = vault.encrypt(secret, owner=CLIENT_ID.format(client_id), purpose=WEBHOOK_SECRET_PURPOSE)
     return secret, key_id, blob
 

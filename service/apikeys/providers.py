@@ -19,7 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.errors import ConfigurationError
-from service.loopback import is_https_or_loopback_http
+from service.urls import is_https_or_loopback_http
 
 Name = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
 FieldName = Annotated[str, Meta(min_length=1, max_length=32, pattern=r"^[a-z][a-z0-9_]*$")]

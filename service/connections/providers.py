@@ -20,7 +20,7 @@ from service.connections.discovery import DiscoveryFailed, MetadataCache
 from service.connections.models import Provider
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError, InvalidRequest
-from service.loopback import is_https_or_loopback_http
+from service.urls import is_https_or_loopback_http, url_problem
 
 CLIENT_SECRET = "client_secret"
 
@@ -198,6 +198,17 @@ def public_view(row: Provider) -> dict[str, Any]:
     }
 
 
+def _endpoint(value: Any) -> str | None:
+    """A configured or discovered endpoint, held to the URL rule (``service.urls``): discovery
+    answers are the provider's word, and the client secret, the code and the PKCE verifier go to
+    these addresses, so an http or malformed one stops the flow before anything is sent."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or url_problem(value) is not None:
+        raise DiscoveryFailed("The provider names an endpoint elicitd does not call (https only, well-formed).")
+    return value
+
+
 async def resolve(row: Provider, vault: Vault, metadata: MetadataCache) -> ResolvedProvider:
     document: dict[str, Any] = {}
     explicit = row.authorization_endpoint and row.token_endpoint
@@ -209,11 +220,12 @@ async def resolve(row: Provider, vault: Vault, metadata: MetadataCache) -> Resol
             document = await metadata.get(row.issuer, row.discovery_url)
         except DiscoveryFailed:
             document = {}
-    authorization = row.authorization_endpoint or document.get("authorization_endpoint")
-    token = row.token_endpoint or document.get("token_endpoint")
+    authorization = _endpoint(row.authorization_endpoint or document.get("authorization_endpoint"))
+    token = _endpoint(row.token_endpoint or document.get("token_endpoint"))
     if not authorization or not token:
         raise DiscoveryFailed("The provider has no authorization or token endpoint.")
-    account = row.account_endpoint or (document.get("userinfo_endpoint") if row.catalog == "oidc" else None)
+    account = _endpoint(row.account_endpoint or (document.get("userinfo_endpoint") if row.catalog == "oidc" else None))
+    revocation = _endpoint(row.revocation_endpoint or document.get("revocation_endpoint"))
     secret = None
     if row.client_secret_enc is not None and row.client_secret_key_id is not None:
         secret = vault.decrypt_text(
@@ -225,7 +237,7 @@ async def resolve(row: Provider, vault: Vault, metadata: MetadataCache) -> Resol
         issuer=row.issuer,
         authorization_endpoint=str(authorization),
         token_endpoint=str(token),
-        revocation_endpoint=row.revocation_endpoint or document.get("revocation_endpoint"),
+        revocation_endpoint=revocation,
         account_endpoint=account,
         account_id_field=row.account_id_field,
         account_login_field=row.account_login_field,

@@ -17,16 +17,14 @@ from service.errors import InvalidRequest, ServiceUnavailable
 from service.flows.kinds import NormalizedFlow, Satisfied
 from service.flows.schemas import CreateFlowRequest
 from service.identity.keys import AuthenticatedClient
+from service.text import check_display_text
 
-# Plain text only: control characters other than newline and tab would let a caller hide or
-# reorder what the user reads (bidi overrides are Unicode format characters, refused as well).
-_PLAIN = r"^[^\x00-\x08\x0b-\x1f\x7f\u200e\u200f\u202a-\u202e\u2066-\u2069]*$"
-_LINE = r"^[^\x00-\x1f\x7f\u200e\u200f\u202a-\u202e\u2066-\u2069]*$"
-
-Title = Annotated[str, Meta(min_length=1, max_length=200, pattern=_LINE)]
-Description = Annotated[str, Meta(min_length=1, max_length=4000, pattern=_PLAIN)]
-DetailKey = Annotated[str, Meta(min_length=1, max_length=100, pattern=_LINE)]
-DetailValue = Annotated[str, Meta(min_length=1, max_length=500, pattern=_LINE)]
+# Plain text only (service/text.py): no control, format or separator character that would let a
+# caller hide or reorder what the user reads; the description alone may span lines.
+Title = Annotated[str, Meta(min_length=1, max_length=200)]
+Description = Annotated[str, Meta(min_length=1, max_length=4000)]
+DetailKey = Annotated[str, Meta(min_length=1, max_length=100)]
+DetailValue = Annotated[str, Meta(min_length=1, max_length=500)]
 
 
 class Detail(msgspec.Struct, forbid_unknown_fields=True):
@@ -42,6 +40,14 @@ class ConsentParams(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     details: (
         Annotated[list[Detail], Meta(max_length=20)] | Annotated[dict[DetailKey, DetailValue], Meta(max_length=20)]
     ) = []
+
+    def __post_init__(self) -> None:
+        check_display_text(self.title, "title")
+        check_display_text(self.description, "description", multiline=True)
+        pairs = self.details.items() if isinstance(self.details, dict) else ((d.key, d.value) for d in self.details)
+        for key, value in pairs:
+            check_display_text(key, "details")
+            check_display_text(value, "details")
 
 
 def parse_params(params: dict[str, Any]) -> tuple[str, str, list[tuple[str, str]]]:

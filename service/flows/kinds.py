@@ -12,14 +12,13 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.errors import Forbidden, InvalidRequest
 from service.flows.schemas import CreateFlowRequest
 from service.identity.keys import AuthenticatedClient
-from service.loopback import is_loopback_host
+from service.urls import url_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,18 +76,11 @@ def check_external_url(url: str | None) -> str:
     """The caller's own page: https anywhere, plain http only on loopback; no credentials in it."""
     if url is None:
         raise InvalidRequest("An 'external' flow needs 'url': the page your server hosts for this step.")
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        _ = parts.port  # raises on a port out of range or not a number
-    except ValueError as exc:
-        raise InvalidRequest("'url' is not a valid URL.") from exc
-    if parts.scheme not in {"https", "http"} or not host:
-        raise InvalidRequest("'url' must be an absolute https URL.")
-    if parts.scheme == "http" and not is_loopback_host(host):
-        raise InvalidRequest("'url' must use https (http is allowed only on loopback).")
-    if parts.username or parts.password:
-        raise InvalidRequest("'url' must not carry credentials.")
+    # The URL rule (service/urls.py): MCP clients show and open it, so a line break or a host that
+    # parsers read differently must never reach them.
+    problem = url_problem(url, fragment=True)
+    if problem is not None:
+        raise InvalidRequest(f"'url' is not usable: {problem}.")
     return url
 
 

@@ -1,4 +1,9 @@
-"""Wire shapes of the MCP-server API. Inputs forbid unknown fields, so typos fail loudly."""
+"""Wire shapes of the MCP-server API. Inputs forbid unknown fields, so typos fail loudly.
+
+Every string a person will read (a message, an account label, a failure message) keeps the text
+rule (``service.text``), and every free-form object keeps the size rule (``service.limits``); both
+are checked in ``__post_init__``, so a refusal is a 400 naming the field, before anything is stored.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
+
+from service.limits import MAX_RESULT_BYTES, check_object_size
+from service.text import check_display_text
 
 Text200 = Annotated[str, Meta(min_length=1, max_length=200)]
 Issuer = Annotated[str, Meta(min_length=1, max_length=512, pattern=r"^\S+$")]
@@ -29,6 +37,10 @@ class Subject(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     iss: Issuer
     sub: SubjectId
 
+    def __post_init__(self) -> None:
+        check_display_text(self.iss, "iss")
+        check_display_text(self.sub, "sub")
+
 
 class CreateFlowRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     subject: Subject
@@ -41,6 +53,13 @@ class CreateFlowRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     params: Annotated[dict[str, Any], Meta(max_length=50)] = {}
     url: Annotated[str, Meta(min_length=8, max_length=2000)] | None = None
     account: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
+
+    def __post_init__(self) -> None:
+        # The message is shown on elicitd's page and in the MCP client's prompt.
+        check_display_text(self.message, "message", multiline=True)
+        check_display_text(self.account, "account")
+        check_object_size(self.context, "context")
+        check_object_size(self.params, "params")
 
 
 class FlowError(msgspec.Struct):
@@ -75,6 +94,10 @@ class InputResponse(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     content: dict[str, Any] | None = None
     meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
+    def __post_init__(self) -> None:
+        check_object_size(self.content, "content")
+        check_object_size(self.meta, "_meta")
+
 
 class ResolveRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     subject: Subject
@@ -98,7 +121,13 @@ class StatusResponse(msgspec.Struct, omit_defaults=True):
 class CompleteRequest(msgspec.Struct, forbid_unknown_fields=True):
     result: Annotated[dict[str, Any], Meta(max_length=100)]
 
+    def __post_init__(self) -> None:
+        check_object_size(self.result, "result", MAX_RESULT_BYTES)
+
 
 class FailRequest(msgspec.Struct, forbid_unknown_fields=True):
     code: ErrorCode
     message: Annotated[str, Meta(max_length=500)] | None = None
+
+    def __post_init__(self) -> None:
+        check_display_text(self.message, "message", multiline=True)

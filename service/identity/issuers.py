@@ -25,7 +25,7 @@ from service.crypto.aead import SealError
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError, ElicitdError, InvalidRequest
 from service.identity.models import Issuer
-from service.loopback import is_loopback_host
+from service.urls import url_problem
 
 SECRET_PURPOSE = "issuer_client_secret"
 METADATA_TTL_SECONDS = 3600.0
@@ -46,15 +46,10 @@ class IssuerUnavailable(ElicitdError):
 
 
 def check_issuer_url(value: str, *, what: str = "issuer") -> str:
-    """An issuer identifier (or endpoint): https, or http only on loopback; no query or fragment."""
-    parts = urlsplit(value)
-    host = parts.hostname or ""
-    if parts.scheme not in {"https", "http"} or not host or parts.query or parts.fragment:
-        raise InvalidRequest(f"{what} must be an absolute https URL without query or fragment.")
-    if parts.scheme == "http" and not is_loopback_host(host):
-        raise InvalidRequest(f"{what} must use https (http is allowed only on loopback).")
-    if parts.username or parts.password:
-        raise InvalidRequest(f"{what} must not carry credentials.")
+    """An issuer identifier (or endpoint): the URL rule (``service.urls``), without query or fragment."""
+    problem = url_problem(value, query=False)
+    if problem is not None:
+        raise InvalidRequest(f"{what} is not a usable URL: {problem}.")
     return value
 
 

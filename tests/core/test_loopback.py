@@ -13,8 +13,9 @@ from service.crypto.vault import Vault
 from service.errors import ConfigurationError, InvalidRequest
 from service.flows.kinds import check_external_url
 from service.identity.issuers import check_issuer_url
-from service.loopback import is_https_or_loopback_http, is_loopback_host, is_loopback_url
+from service.loopback import is_loopback_host, is_loopback_url
 from service.settings import KeyRing, Settings
+from service.urls import is_https_or_loopback_http
 
 LOOPBACK = [
     "http://127.0.0.1/",

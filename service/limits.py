@@ -1,0 +1,112 @@
+"""The limits every request meets before any handler sees it, in one place.
+
+A request's head (request line and header fields) is bounded by the HTTP protocol elicitd serves
+with (``service.request_head``); its body by ``ELICITD_MAX_BODY_BYTES``; the JSON inside it by the
+rules here. Each refusal is a 4xx with a stable code and changes nothing:
+
+| what | limit | answer |
+| --- | --- | --- |
+| request target (path and query) | ``MAX_URL_BYTES`` | ``414 uri_too_long`` |
+| request head (line and fields) | ``MAX_HEAD_BYTES`` | ``431 headers_too_large`` |
+| header fields | ``MAX_HEADER_COUNT`` | ``431 headers_too_large`` |
+| JSON nesting of a body | ``MAX_JSON_DEPTH`` | ``400 json_too_deep`` |
+| a free-form object (``context``, ``params``, ``content``) | ``MAX_OBJECT_BYTES`` | ``400 invalid_request`` |
+| a completion ``result`` | ``MAX_RESULT_BYTES`` | ``400 invalid_request`` |
+| ``Content-Type`` of a JSON body | ``application/json`` or ``*/*+json`` | ``415 unsupported_media_type`` |
+
+Why a depth limit: msgspec and the standard library both decode nested JSON recursively, so a
+2 KB body nested a thousand deep ran out of Python's stack (``RecursionError``, a 500) before any
+validation could speak. The depth is counted on the raw bytes, before decoding, in C-speed
+passes (strings removed by one regular expression, brackets kept by ``bytes.translate``).
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import accumulate
+from typing import Any
+
+import msgspec
+from litestar import Request
+
+from service.errors import ElicitdError, InvalidRequest
+
+MAX_URL_BYTES = 8 * 1024
+MAX_HEAD_BYTES = 32 * 1024
+MAX_HEADER_COUNT = 100
+MAX_JSON_DEPTH = 32
+MAX_OBJECT_BYTES = 16 * 1024
+MAX_RESULT_BYTES = 32 * 1024
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"{}[]")
+_STEP = [0] * 256
+for _open in b"{[":
+    _STEP[_open] = 1
+for _close in b"}]":
+    _STEP[_close] = -1
+
+
+class JsonTooDeep(InvalidRequest):
+    code = "json_too_deep"
+    title = "JSON nested too deeply"
+
+    def __init__(self) -> None:
+        super().__init__(f"JSON may nest objects and arrays at most {MAX_JSON_DEPTH} levels deep.")
+
+
+class UnsupportedMediaType(ElicitdError):
+    code = "unsupported_media_type"
+    status = 415
+    title = "Unsupported media type"
+
+    def __init__(self) -> None:
+        super().__init__("This endpoint takes a JSON body: send it with Content-Type: application/json.")
+
+
+def json_depth(raw: bytes, *, stop_after: int = MAX_JSON_DEPTH) -> int:
+    """The deepest nesting of objects and arrays in ``raw`` (brackets inside strings do not count).
+
+    Counting stops once ``stop_after`` is passed, so a hostile body costs no more than a valid one.
+    For a body that is not valid JSON the figure is an upper bound; the decoder refuses it anyway.
+    """
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    deepest = 0
+    for depth in accumulate(map(_STEP.__getitem__, brackets)):
+        if depth > deepest:
+            deepest = depth
+            if deepest > stop_after:
+                break
+    return deepest
+
+
+def is_json_media_type(content_type: str) -> bool:
+    """``application/json`` or a structured ``+json`` type (``application/merge-patch+json`` …)."""
+    media = content_type.strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def encoded_size(value: Any) -> int:
+    return len(msgspec.json.encode(value))
+
+
+def check_object_size(value: Any, field: str, limit: int = MAX_OBJECT_BYTES) -> None:
+    """For a struct's ``__post_init__``: msgspec turns the ``ValueError`` into a 400 naming ``field``."""
+    if value and encoded_size(value) > limit:
+        raise ValueError(f"`{field}` is larger than {limit} bytes once encoded as JSON")
+
+
+class LimitedRequest(Request[Any, Any, Any]):
+    """Litestar's request with the JSON rules applied before a body is decoded."""
+
+    __slots__ = ()
+
+    async def json(self) -> Any:
+        body = await self.body()
+        if body:
+            media_type, _ = self.content_type
+            if not is_json_media_type(media_type):
+                raise UnsupportedMediaType
+            if json_depth(body) > MAX_JSON_DEPTH:
+                raise JsonTooDeep
+        return await super().json()
