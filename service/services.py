@@ -54,6 +54,7 @@ from service.settings import Settings
 from service.signals.bus import WaiterHub
 from service.signals.webhooks import WebhookSettings, WebhookWorker
 from service.signin.gate import BrowserGate
+from service.signin.service import LoginService
 
 logger = logging.getLogger("elicitd")
 
@@ -78,6 +79,7 @@ class Services:
     issuers: IssuerDirectory
     kinds: Mapping[str, KindPlugin]
     flows: FlowService
+    logins: LoginService
     gate: BrowserGate
     connections: ConnectionService
     connect: ConnectService
@@ -163,6 +165,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         on_refresh=metrics.record_refresh,
     )
     signer = ReceiptSigner.from_pem(settings.signing_key) if settings.signing_key else None
+    logins = LoginService(settings=settings, sessions=sessions, vault=vault, issuers=issuers, flows=flows, http=http)
     return Services(
         settings=settings,
         clock=clock,
@@ -180,7 +183,8 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         issuers=issuers,
         kinds=kinds,
         flows=flows,
-        gate=BrowserGate(settings=settings, sessions=sessions, vault=vault, issuers=issuers, flows=flows),
+        logins=logins,
+        gate=BrowserGate(settings=settings, issuers=issuers, flows=flows, logins=logins),
         connections=connections,
         connect=ConnectService(
             connections=connections, flows=flows, read_sessions=read_sessions, http=http, public_url=settings.public_url

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from elicitd_client import ElicitdClient
 from elicitd_client.auth import JwtVerifier
 from elicitd_client.mcp import ElicitationCancelled, ElicitationDeclined, Elicitd
-from elicitd_client.webhooks import InvalidWebhook, verify_webhook
+from elicitd_client.webhooks import InvalidWebhook, verify_event
 
 logger = logging.getLogger("example")
 
@@ -116,7 +116,7 @@ def build_server(config: ExampleConfig, elicitd: Elicitd) -> MCPServer:
             return JSONResponse({"error": "webhook not configured"}, status_code=404)
         body = await request.body()
         try:
-            event = verify_webhook(config.webhook_secret, body, request.headers.get("elicitd-signature"))
+            event = verify_event(config.webhook_secret, body, request.headers)
         except InvalidWebhook:
             return JSONResponse({"error": "bad signature"}, status_code=400)
         flow_id = event.get("data", {}).get("flow_id")

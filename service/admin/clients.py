@@ -8,7 +8,6 @@ them; afterwards a client view says only whether a webhook secret is set.
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from datetime import datetime, timedelta
 
@@ -34,10 +33,11 @@ from service.errors import InvalidRequest, NotFound
 from service.identity.clients import create_server_client
 from service.identity.keys import add_key
 from service.identity.models import ServerClient, ServerClientKey
+from service.signals.signing import SECRET_PREFIX, new_secret
 from service.signals.webhooks import WEBHOOK_SECRET_PURPOSE
 from service.urls import url_problem
 
-WEBHOOK_SECRET_PREFIX = "whsec_"
+WEBHOOK_SECRET_PREFIX = SECRET_PREFIX
 
 
 class ServerClientNotFound(NotFound):
@@ -190,7 +190,7 @@ def validate_webhook_url(url: str) -> str:
 
 
 def _new_secret(vault: Vault, client_id: uuid.UUID) -> tuple[str, str, bytes]:
-    secret = WEBHOOK_SECRET_PREFIX + secrets.token_urlsafe(32)
+    secret = new_secret()  # whsec_ + base64 of 32 bytes, as Standard Webhooks libraries read it
     key_id, blob = vault.encrypt(secret, owner=CLIENT_ID.format(client_id), purpose=WEBHOOK_SECRET_PURPOSE)
     return secret, key_id, blob
 

@@ -23,11 +23,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.clock import Clock, SystemClock
 from service.crypto.aead import SealError
 from service.crypto.vault import Vault
+from service.db.unit import unit_of_work
 from service.errors import ConfigurationError, ElicitdError, InvalidRequest
 from service.identity.models import Issuer
 from service.urls import url_problem
 
 SECRET_PURPOSE = "issuer_client_secret"
+INTROSPECTION_SECRET_PURPOSE = "issuer_introspection_secret"
 METADATA_TTL_SECONDS = 3600.0
 JWKS_TTL_SECONDS = 3600.0
 # A token signed with an unknown key may mean the issuer rotated keys: refetch, but at most this
@@ -61,6 +63,10 @@ class IssuerConfig:
     client_id: str
     client_secret: str | None = None
     display_name: str | None = None
+    # RFC 7662 introspection of opaque subject tokens (service/identity/subject_proof.py).
+    introspection_endpoint: str | None = None
+    introspection_client_id: str | None = None
+    introspection_client_secret: str | None = None
     scopes: tuple[str, ...] = DEFAULT_SCOPES
     authorization_endpoint: str | None = None
     token_endpoint: str | None = None
@@ -244,20 +250,25 @@ class IssuerDirectory:
         self.clock: Clock = clock or SystemClock()
         self._vault = vault
         self._http = http
+        self._owns_http = False
         self._metadata_ttl = metadata_ttl
         self._metadata: dict[str, tuple[float, dict[str, Any]]] = {}
         self._jwks: dict[str, tuple[float, dict[str, Any]]] = {}
 
     @property
     def http(self) -> httpx.AsyncClient:
+        """The process's shared client when given; a command without one gets its own, once."""
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=HTTP_TIMEOUT_SECONDS, follow_redirects=False)
+            self._owns_http = True
         return self._http
 
     async def close(self) -> None:
-        if self._http is not None:
+        """Close the client this directory made (a shared one belongs to whoever passed it)."""
+        if self._http is not None and self._owns_http:
             await self._http.aclose()
             self._http = None
+            self._owns_http = False
 
     async def resolve(self, issuer: str) -> ResolvedIssuer | None:
         """The enabled issuer with this exact URL, endpoints filled in; None when not registered."""
@@ -267,18 +278,16 @@ class IssuerDirectory:
             ).scalar_one_or_none()
             if row is None:
                 return None
-            metadata = await self._metadata_for(session, row)
-            await session.commit()
-        return self._resolved(row, metadata)
+            metadata = await self._stored_metadata(session, row)
+        return self._resolved(row, metadata if metadata is not None else await self._rediscover(row))
 
     async def resolve_id(self, issuer_id: uuid.UUID) -> ResolvedIssuer | None:
         async with self._sessions() as session:
             row = await session.get(Issuer, issuer_id)
             if row is None or not row.enabled:
                 return None
-            metadata = await self._metadata_for(session, row)
-            await session.commit()
-        return self._resolved(row, metadata)
+            metadata = await self._stored_metadata(session, row)
+        return self._resolved(row, metadata if metadata is not None else await self._rediscover(row))
 
     def _resolved(self, row: Issuer, metadata: dict[str, Any]) -> ResolvedIssuer:
         secret = None
@@ -316,7 +325,8 @@ class IssuerDirectory:
             token_auth_method=auth_method,
         )
 
-    async def _metadata_for(self, session: AsyncSession, row: Issuer) -> dict[str, Any]:
+    async def _stored_metadata(self, session: AsyncSession, row: Issuer) -> dict[str, Any] | None:
+        """Metadata still fresh in process or in the row; None when it must be discovered again."""
         if row.authorization_endpoint and row.token_endpoint and row.jwks_uri and row.metadata_ is None:
             return {}
         now = self.clock.monotonic()
@@ -331,13 +341,20 @@ class IssuerDirectory:
             {"id": row.id, "ttl": self._metadata_ttl},
         )
         metadata: dict[str, Any] | None = fresh_in_row.scalar_one_or_none()
-        if metadata is None:
-            metadata = await self.discover(row.issuer)
+        if metadata is not None:
+            self._metadata[row.issuer] = (now + self._metadata_ttl, metadata)
+        return metadata
+
+    async def _rediscover(self, row: Issuer) -> dict[str, Any]:
+        """Fetch the metadata with no connection held (an issuer may take seconds to answer), then
+        store it for the other replicas; when two race, the later fresh document wins."""
+        metadata = await self.discover(row.issuer)
+        async with unit_of_work(self._sessions) as session:
             await session.execute(
                 text("UPDATE issuers SET metadata = CAST(:m AS jsonb), metadata_fetched_at = now() WHERE id = :id"),
                 {"m": json.dumps(metadata), "id": row.id},
             )
-        self._metadata[row.issuer] = (now + self._metadata_ttl, metadata)
+        self._metadata[row.issuer] = (self.clock.monotonic() + self._metadata_ttl, metadata)
         return metadata
 
     async def discover(self, issuer: str) -> dict[str, Any]:

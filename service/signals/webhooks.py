@@ -12,15 +12,15 @@ runs out and another replica retries. Failures back off exponentially (capped) a
 abandoned only after ``webhook_give_up_seconds`` (24 hours by default) of failures; the admin API
 can replay it.
 
-Each POST is signed: ``Elicitd-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, t + "." +
-raw body)>``, with the event id in ``Elicitd-Event-Id`` (stable across retries, for de-duplication).
+Each POST is signed per Standard Webhooks (``webhook-id``, ``webhook-timestamp``,
+``webhook-signature``; see ``service.signals.signing``), with the event id stable across retries for
+de-duplication. The earlier ``Elicitd-Signature`` / ``Elicitd-Event-Id`` headers are still sent for
+one release.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
 import random
@@ -39,11 +39,12 @@ from service.crypto.vault import Vault
 from service.db.base import CLIENT_ID, PrefixedId
 from service.errors import ConfigurationError
 from service.settings import Settings
+from service.signals.signing import LEGACY_SIGNATURE_HEADER, legacy_signature, standard_headers
 
 logger = logging.getLogger("elicitd.webhooks")
 
 EVENT_ID = PrefixedId("evt")
-SIGNATURE_HEADER = "Elicitd-Signature"
+SIGNATURE_HEADER = LEGACY_SIGNATURE_HEADER
 EVENT_ID_HEADER = "Elicitd-Event-Id"
 EVENT_TYPE_HEADER = "Elicitd-Event-Type"
 WEBHOOK_SECRET_PURPOSE = "webhook_secret"
@@ -78,9 +79,8 @@ RETURNING abandoned_at IS NOT NULL
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The header value for one attempt."""
-    digest = hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={digest}"
+    """The deprecated ``Elicitd-Signature`` value for one attempt."""
+    return legacy_signature(secret, timestamp, body)
 
 
 def event_body(event_id: uuid.UUID, event_type: str, created_at: datetime, payload: dict[str, Any]) -> bytes:
@@ -255,9 +255,11 @@ class WebhookWorker:
             await self._record_failure(event, None, "no webhook configured", give_up=True)
             return
         body = event_body(event.id, event.event_type, event.created_at, event.payload)
+        now = int(self.clock.time())
         headers = {
             "Content-Type": "application/json",
-            SIGNATURE_HEADER: sign(event.secret, int(self.clock.time()), body),
+            **standard_headers(event.secret, EVENT_ID.format(event.id), now, body),
+            SIGNATURE_HEADER: sign(event.secret, now, body),
             EVENT_ID_HEADER: EVENT_ID.format(event.id),
             EVENT_TYPE_HEADER: event.event_type,
         }

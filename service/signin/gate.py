@@ -11,17 +11,17 @@ Interface for kind pages (``gate`` is the process's ``BrowserGate``, a handler d
     ...                            # identity.iss/.sub are the flow's subject; render with identity.csrf_token
     checked = await gate.checked_post(request, flow_ref, kind)   # every POST handler: all checks, in order
 
+The login itself (attempts, the callback, sessions) is ``service.signin.service.LoginService``;
+the gate turns its answers into redirects and cookies.
+
 ``require_subject`` also writes the audit events: ``browser_visit`` for every checked request,
 ``subject_mismatch`` when another account opens the link (the flow itself is never touched).
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import re
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,32 +29,20 @@ from urllib.parse import urlsplit
 from litestar import Request, Response
 from litestar.datastructures import Cookie
 from litestar.response import Template
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.crypto.vault import Vault
 from service.db.base import FLOW_ID
-from service.errors import Forbidden
 from service.flows.models import Flow
 from service.flows.pages import PAGE_HEADERS, page, pending_flow
 from service.flows.service import FlowService
 from service.flows.states import Actor
 from service.identity import sessions as store
 from service.identity.issuers import IssuerDirectory, ResolvedIssuer
-from service.identity.oidc import authorization_url
 from service.settings import Settings
+from service.signin.csrf import check_csrf, csrf_token_for
+from service.signin.service import TOKEN, LoginService
 
-CALLBACK_PATH = "/auth/callback"
 # Where a login may return to: a flow page of this origin, nothing else (no open redirect).
 _RETURN_TO = re.compile(r"^/f/fl_[0-9a-f]{32}$")
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")
-
-
-class CsrfFailed(Forbidden):
-    code = "csrf_failed"
-    title = "This form has expired"
-
-    def __init__(self) -> None:
-        super().__init__("The form could not be verified. Reload the page and try again.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,19 +66,9 @@ def flow_path(flow: Flow) -> str:
     return f"/f/{FLOW_ID.format(flow.id)}"
 
 
-def redirect_uri(settings: Settings) -> str:
-    """Fixed and exact: the one URI registered at every issuer."""
-    return settings.public_url + CALLBACK_PATH
-
-
-def csrf_token_for(session: store.SessionRow) -> str:
-    mac = hmac.new(session.csrf_secret, b"elicitd-csrf\x00" + session.id, hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(mac).decode().rstrip("=")
-
-
 def session_cookie(settings: Settings, request: Request[Any, Any, Any]) -> str | None:
     value = request.cookies.get(store.cookie_name(settings, store.SESSION_COOKIE))
-    return value if value is not None and _TOKEN.fullmatch(value) else None
+    return value if value is not None and TOKEN.fullmatch(value) else None
 
 
 def make_cookie(settings: Settings, base: str, value: str, max_age: int) -> Cookie:
@@ -139,19 +117,12 @@ class BrowserGate:
     """Proves the person in the browser is the flow's subject before any kind page acts."""
 
     def __init__(
-        self,
-        *,
-        settings: Settings,
-        sessions: async_sessionmaker[AsyncSession],
-        vault: Vault,
-        issuers: IssuerDirectory,
-        flows: FlowService,
+        self, *, settings: Settings, issuers: IssuerDirectory, flows: FlowService, logins: LoginService
     ) -> None:
         self.settings = settings
-        self._sessions = sessions
-        self._vault = vault
         self.issuers = issuers
         self.flows = flows
+        self.logins = logins
 
     def session_cookie(self, request: Request[Any, Any, Any]) -> str | None:
         return session_cookie(self.settings, request)
@@ -159,32 +130,26 @@ class BrowserGate:
     async def start_login(
         self, request: Request[Any, Any, Any], issuer: ResolvedIssuer, return_to: str, *, prompt: str | None = None
     ) -> Response[Any]:
-        """Record a login attempt and send the browser to the issuer.
-
-        The attempt is tied to a pre-login cookie (reused across tabs so parallel logins work), so a
-        ``state`` sent to another browser — a login CSRF or a forwarded link — fails at the callback.
-        """
+        """Send the browser to the issuer with a new login attempt, keeping its pre-login cookie."""
         settings = self.settings
-        binding = request.cookies.get(store.cookie_name(settings, store.LOGIN_COOKIE))
-        if binding is None or not _TOKEN.fullmatch(binding):
-            binding = store.new_token()
-        state, nonce, verifier = store.new_token(), store.new_token(), secrets.token_urlsafe(64)
-        async with self._sessions() as session:
-            await store.create_login_attempt(
-                session,
-                self._vault,
-                state=state,
-                browser_binding=binding,
-                issuer_id=issuer.id,
-                code_verifier=verifier,
-                nonce=nonce,
-                return_to=return_to,
-            )
-            await session.commit()
-        url = authorization_url(
-            issuer, redirect_uri=redirect_uri(settings), state=state, nonce=nonce, code_verifier=verifier, prompt=prompt
+        started = await self.logins.begin(
+            issuer,
+            return_to,
+            binding=request.cookies.get(store.cookie_name(settings, store.LOGIN_COOKIE)),
+            prompt=prompt,
         )
-        return redirect(url, cookies=[make_cookie(settings, store.LOGIN_COOKIE, binding, store.LOGIN_STATE_SECONDS)])
+        cookie = make_cookie(settings, store.LOGIN_COOKIE, started.binding, store.LOGIN_STATE_SECONDS)
+        return redirect(started.url, cookies=[cookie])
+
+    async def login_for_page(
+        self, request: Request[Any, Any, Any], path: str, *, prompt: str | None = None
+    ) -> Response[Any]:
+        """A sign-in for the flow page at ``path`` (a checked return address); back to the page
+        itself when there is nothing to sign in for (it explains what became of the flow)."""
+        issuer = await self.logins.issuer_for_page(path)
+        if issuer is None:
+            return redirect(path)
+        return await self.start_login(request, issuer, path, prompt=prompt)
 
     def refusal_page(self, issuer: ResolvedIssuer, flow: Flow, session: store.SessionRow) -> Response[Any]:
         """403 "this link belongs to another account". Its sign-out form ends in a redirect to the
@@ -249,15 +214,9 @@ class BrowserGate:
         return BrowserIdentity(session_id=row.id.hex(), iss=row.iss, sub=row.sub, csrf_token=csrf)
 
     def check_csrf(self, request: Request[Any, Any, Any], identity: BrowserIdentity, submitted: str | None) -> None:
-        """Raise ``CsrfFailed`` (403, ``csrf_failed``) unless ``submitted`` is this session's token.
-
-        The token is an HMAC of the session id under the session's own secret (a synchronizer token:
-        nothing to forge without the session). A cross-site ``Origin`` is refused as well.
-        """
-        if cross_site_origin(self.settings, request):
-            raise CsrfFailed
-        if submitted is None or not hmac.compare_digest(submitted.encode(), identity.csrf_token.encode()):
-            raise CsrfFailed
+        """Raise ``CsrfFailed`` (403, ``csrf_failed``) unless ``submitted`` is this session's token
+        (``service.signin.csrf``); a cross-site ``Origin`` is refused as well."""
+        check_csrf(identity.csrf_token, submitted, cross_site=cross_site_origin(self.settings, request))
 
     async def checked_post(
         self, request: Request[Any, Any, Any], flow_ref: str, kind: str

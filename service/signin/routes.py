@@ -7,54 +7,38 @@ Failures render a page with a fixed sentence; nothing the issuer sent is echoed.
 
 from __future__ import annotations
 
-import hmac
 from typing import TYPE_CHECKING, Annotated, Any
 
 from litestar import Request, Response, get, post
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, Parameter
 
-from service.db.base import FLOW_ID
 from service.errors import InvalidRequest
 from service.flows.pages import PAGE_HEADERS, page
 from service.identity import sessions as store
-from service.identity.oidc import LoginFailed, exchange_code, verify_id_token
+from service.identity.oidc import LoginFailed
 from service.signin.gate import (
-    CsrfFailed,
     clear_cookie,
     cross_site_origin,
-    csrf_token_for,
     make_cookie,
     redirect,
-    redirect_uri,
     safe_return_to,
     session_cookie,
 )
+from service.signin.service import NotSignedIn
 
 if TYPE_CHECKING:
     from service.services import Services
     from service.settings import Settings
 
 _TAGS = ["browser"]
-
-
-class LoginStateInvalid(LoginFailed):
-    code = "login_state_invalid"
-    title = "This sign-in link is not valid"
-
-
-class IssuerMismatch(LoginFailed):
-    code = "issuer_mismatch"
-    title = "Sign-in answered by the wrong service"
+# What the callback reads from the issuer's answer; anything else in the query is ignored.
+_ANSWER = ("code", "iss", "error")
 
 
 class InvalidReturnTo(InvalidRequest):
     code = "invalid_return_to"
     title = "Invalid return address"
-
-
-def _fail(cls: type[LoginFailed], detail: str) -> LoginFailed:
-    return cls(detail, headers=dict(PAGE_HEADERS))
 
 
 @get(
@@ -75,15 +59,7 @@ async def login(
     path = safe_return_to(return_to)
     if path is None:
         raise InvalidReturnTo("A sign-in can only return to a request page of this site.", headers=dict(PAGE_HEADERS))
-    flows = services.flows
-    flow_id = FLOW_ID.parse(path.removeprefix("/f/"))
-    flow = None if flow_id is None else await flows.read(flow_id)
-    if flow is None or flow.status != "pending":
-        return redirect(path)  # the flow page explains what became of it
-    issuer = await services.issuers.resolve(flow.subject_iss)
-    if issuer is None:
-        return redirect(path)  # the flow page shows the untrusted-issuer page
-    return await services.gate.start_login(request, issuer, path, prompt="login" if switch else None)
+    return await services.gate.login_for_page(request, path, prompt="login" if switch else None)
 
 
 @get(
@@ -95,64 +71,31 @@ async def login(
 )
 async def callback(request: Request[Any, Any, Any], services: Services) -> Response[Any]:
     settings = services.settings
-    directory = services.issuers
     params = request.query_params
-    state = params.get("state")
-    binding = request.cookies.get(store.cookie_name(settings, store.LOGIN_COOKIE))
-    if not state or not binding:
-        raise _fail(
-            LoginStateInvalid,
-            "This sign-in was not started in this browser, or it took too long. "
-            "Open the link from your assistant again.",
+    try:
+        outcome = await services.logins.complete(
+            state=params.get("state"),
+            binding=request.cookies.get(store.cookie_name(settings, store.LOGIN_COOKIE)),
+            answer={name: value for name in _ANSWER if (value := params.get(name)) is not None},
+            replacing=session_cookie(settings, request),
         )
-    async with services.sessions() as session:
-        attempt = await store.consume_login_attempt(session, services.vault, state=state, browser_binding=binding)
-        await session.commit()
-    if attempt is None:
-        raise _fail(
-            LoginStateInvalid,
-            "This sign-in was already used, has expired, or was started in another "
-            "browser. Open the link from your assistant again.",
-        )
-    issuer = await directory.resolve_id(attempt.issuer_id)
-    if issuer is None:
-        raise _fail(LoginFailed, "This sign-in service is no longer trusted here.")
-    # RFC 9207: the response must come from the issuer we sent the browser to — checked before the
-    # code goes anywhere, so a mix-up attacker never sees it redeemed at the wrong token endpoint.
-    returned_iss = params.get("iss")
-    if returned_iss is not None and returned_iss != issuer.issuer:
-        raise _fail(IssuerMismatch, "The sign-in answer did not come from the expected service.")
-    if returned_iss is None and issuer.iss_parameter_supported:
-        raise _fail(IssuerMismatch, "The sign-in answer did not say which service sent it.")
-    if params.get("error") is not None:
+    except LoginFailed as failed:
+        # The failure page is still an answer to a URL holding a code and a state.
+        failed.headers = {**PAGE_HEADERS, **failed.headers}
+        raise
+    if isinstance(outcome, NotSignedIn):
         return page(
             "signin_problem.html",
             400,
             heading="Sign-in was not completed",
             text="The sign-in was cancelled or refused, so nothing was shared.",
-            link=attempt.return_to,
+            link=outcome.return_to,
             link_text="Try again",
         )
-    code = params.get("code")
-    if not code:
-        raise _fail(LoginFailed, "The sign-in service sent no authorization code.")
-    tokens = await exchange_code(
-        issuer, code=code, redirect_uri=redirect_uri(settings), code_verifier=attempt.code_verifier
-    )
-    verified = await verify_id_token(directory, issuer, tokens.get("id_token"), nonce=attempt.nonce)
-    lifetime = settings.browser_session_seconds
-    async with services.sessions() as session:
-        if (old := session_cookie(settings, request)) is not None:
-            await store.delete_session(session, old)  # never keep two live sessions for one browser
-        token = await store.create_browser_session(
-            session, issuer_id=issuer.id, iss=verified.iss, sub=verified.sub, lifetime=lifetime
-        )
-        await store.purge_expired(session, batch=100)
-        await session.commit()
     return redirect(
-        attempt.return_to,
+        outcome.return_to,
         cookies=[
-            make_cookie(settings, store.SESSION_COOKIE, token, lifetime),
+            make_cookie(settings, store.SESSION_COOKIE, outcome.session_token, outcome.lifetime),
             clear_cookie(settings, store.LOGIN_COOKIE),
         ],
     )
@@ -175,17 +118,9 @@ async def logout(
     settings = services.settings
     token = session_cookie(settings, request)
     if token is not None:
-        async with services.sessions() as session:
-            row = await store.touch_session(session, token)
-            submitted = data.get("csrf_token")
-            if row is not None and (
-                submitted is None
-                or cross_site_origin(settings, request)
-                or not hmac.compare_digest(csrf_token_for(row).encode(), submitted.encode())
-            ):
-                raise CsrfFailed
-            await store.delete_session(session, token)
-            await session.commit()
+        await services.logins.sign_out(
+            token, submitted_csrf=data.get("csrf_token"), cross_site=cross_site_origin(settings, request)
+        )
     cookies = [clear_cookie(settings, store.SESSION_COOKIE)]
     path = safe_return_to(data.get("return_to"))
     if path is not None:

@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import text
+from standardwebhooks import Webhook, WebhookVerificationError
 
+from elicitd_client.webhooks import InvalidWebhook, verify_event, verify_webhook
 from service.flows import repository as repo
 from service.flows.repository import Transition
 from service.flows.states import Actor, FlowStatus
 from service.settings import Settings
+from service.signals.signing import new_secret
 from tests.admin.conftest import admin_http, complete_flow, create_flow, make_token
 from tests.signals.receiver import Receiver, receiving
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
@@ -98,13 +102,39 @@ async def test_signed_delivery_verifies_with_the_documented_recipe(make_settings
     assert event["type"] == "flow.completed"
     assert event["data"]["flow_id"] == flow_id
     assert event["data"]["elicitation_id"] == flow_id
-    assert got.headers["elicitd-event-id"] == event["id"]
+    assert got.headers["webhook-id"] == event["id"] == got.headers["elicitd-event-id"]
     assert got.headers["elicitd-event-type"] == "flow.completed"
-    assert verify(secret, got.body, got.headers["elicitd-signature"]) is True
-    assert verify(secret, got.body + b" ", got.headers["elicitd-signature"]) is False
-    assert verify("whsec_wrong", got.body, got.headers["elicitd-signature"]) is False
-    stale = re.sub(r"t=\d+", "t=1000", got.headers["elicitd-signature"])
-    assert verify(secret, got.body, stale) is False
+    assert verify(secret, got.body, got.headers) is True
+    assert verify(secret, got.body + b" ", got.headers) is False
+    assert verify(new_secret(), got.body, got.headers) is False
+    assert verify(secret, got.body, {**got.headers, "webhook-timestamp": "1000"}) is False
+    assert verify(secret, got.body, {**got.headers, "webhook-id": "evt_other"}) is False
+
+
+async def test_a_delivery_verifies_with_the_standard_webhooks_library(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """The specification's reference package accepts the secret and the headers as they are."""
+    async with receiving() as receiver, running_app(fast(make_settings)) as app:
+        client, secret = await with_webhook(app, receiver.url)
+        flow_id = await create_flow(app, client)
+        assert (await complete_flow(app, client, flow_id)).status_code == 200
+        await until(lambda: len(receiver.ok()) == 1, timeout=30, what="the event delivered")
+    got = receiver.received[0]
+    assert re.fullmatch(r"whsec_[A-Za-z0-9+/]{43}=", secret)
+    assert re.fullmatch(r"v1,[A-Za-z0-9+/]{43}=", got.headers["webhook-signature"])
+    event = Webhook(secret).verify(got.body, got.headers)
+    assert event["id"] == got.headers["webhook-id"]
+    assert event["data"]["flow_id"] == flow_id
+    with pytest.raises(WebhookVerificationError):
+        Webhook(secret).verify(got.body.replace(b"completed", b"cancelled"), got.headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(new_secret()).verify(got.body, got.headers)
+    # The same delivery through the client library, and the deprecated header for one release.
+    assert verify_event(secret, got.body, got.headers)["id"] == event["id"]
+    assert verify_webhook(secret, got.body, got.headers["elicitd-signature"])["id"] == event["id"]
+    with pytest.raises(InvalidWebhook):
+        verify_event(secret, got.body, {**got.headers, "webhook-signature": "v1,AAAA"})
 
 
 async def test_delivery_only_after_the_transition_commits(make_settings: Callable[..., Settings]) -> None:

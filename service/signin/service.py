@@ -1,0 +1,178 @@
+"""The browser login as a service: start an OIDC attempt, complete it at the callback, sign out.
+
+The routes parse a request and render what this returns; the order of the checks and every unit
+of work live here. The callback consumes its attempt in a unit of its own *before* talking to the
+issuer, so a replayed callback fails even while the first is still exchanging the code, and the
+issuer calls (token exchange, keys) run with no database connection held: an issuer that takes
+seconds to answer must not hold pooled connections while it does.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.crypto.vault import Vault
+from service.db.base import FLOW_ID
+from service.db.unit import unit_of_work
+from service.flows.service import FlowService
+from service.identity import sessions as store
+from service.identity.issuers import IssuerDirectory, ResolvedIssuer
+from service.identity.oidc import LoginFailed, authorization_url, exchange_code, verify_id_token
+from service.settings import Settings
+from service.signin.csrf import check_csrf, csrf_token_for
+
+CALLBACK_PATH = "/auth/callback"
+# The shape of every token elicitd puts in a cookie (``store.new_token``): anything else is ignored.
+TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")
+
+
+class LoginStateInvalid(LoginFailed):
+    code = "login_state_invalid"
+    title = "This sign-in link is not valid"
+
+
+class IssuerMismatch(LoginFailed):
+    code = "issuer_mismatch"
+    title = "Sign-in answered by the wrong service"
+
+
+@dataclass(frozen=True, slots=True)
+class LoginRedirect:
+    """Where to send the browser, and the pre-login cookie that ties the attempt to it."""
+
+    url: str
+    binding: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SignedIn:
+    return_to: str
+    session_token: str = field(repr=False)
+    lifetime: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotSignedIn:
+    """The person cancelled, or the issuer refused on its own page: nothing was shared."""
+
+    return_to: str
+
+
+class LoginService:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        sessions: async_sessionmaker[AsyncSession],
+        vault: Vault,
+        issuers: IssuerDirectory,
+        flows: FlowService,
+        http: httpx.AsyncClient,
+    ) -> None:
+        self.settings = settings
+        self._sessions = sessions
+        self._vault = vault
+        self.issuers = issuers
+        self.flows = flows
+        self._http = http
+
+    @property
+    def redirect_uri(self) -> str:
+        """Fixed and exact: the one URI registered at every issuer."""
+        return self.settings.public_url + CALLBACK_PATH
+
+    async def issuer_for_page(self, path: str) -> ResolvedIssuer | None:
+        """The issuer to sign in at for a flow page; None when the flow is no longer pending or its
+        issuer is not trusted (the flow page itself then explains)."""
+        flow_id = FLOW_ID.parse(path.removeprefix("/f/"))
+        flow = None if flow_id is None else await self.flows.read(flow_id)
+        if flow is None or flow.status != "pending":
+            return None
+        return await self.issuers.resolve(flow.subject_iss)
+
+    async def begin(
+        self, issuer: ResolvedIssuer, return_to: str, *, binding: str | None, prompt: str | None = None
+    ) -> LoginRedirect:
+        """Record a login attempt and say where to send the browser.
+
+        The attempt is tied to a pre-login cookie (reused across tabs so parallel logins work), so a
+        ``state`` sent to another browser — a login CSRF or a forwarded link — fails at the callback.
+        """
+        if binding is None or not TOKEN.fullmatch(binding):
+            binding = store.new_token()
+        state, nonce, verifier = store.new_token(), store.new_token(), secrets.token_urlsafe(64)
+        async with unit_of_work(self._sessions) as session:
+            await store.create_login_attempt(
+                session,
+                self._vault,
+                state=state,
+                browser_binding=binding,
+                issuer_id=issuer.id,
+                code_verifier=verifier,
+                nonce=nonce,
+                return_to=return_to,
+            )
+        url = authorization_url(
+            issuer, redirect_uri=self.redirect_uri, state=state, nonce=nonce, code_verifier=verifier, prompt=prompt
+        )
+        return LoginRedirect(url=url, binding=binding)
+
+    async def complete(
+        self, *, state: str | None, binding: str | None, answer: Mapping[str, str], replacing: str | None
+    ) -> SignedIn | NotSignedIn:
+        """The callback: ``answer`` is the issuer's query (``code``, ``iss``, ``error``); ``replacing``
+        the browser's current session, ended when the new one starts. Raises ``LoginFailed``."""
+        if not state or not binding:
+            raise LoginStateInvalid(
+                "This sign-in was not started in this browser, or it took too long. "
+                "Open the link from your assistant again."
+            )
+        async with unit_of_work(self._sessions) as session:
+            attempt = await store.consume_login_attempt(session, self._vault, state=state, browser_binding=binding)
+        if attempt is None:
+            raise LoginStateInvalid(
+                "This sign-in was already used, has expired, or was started in another "
+                "browser. Open the link from your assistant again."
+            )
+        issuer = await self.issuers.resolve_id(attempt.issuer_id)
+        if issuer is None:
+            raise LoginFailed("This sign-in service is no longer trusted here.")
+        # RFC 9207: the response must come from the issuer we sent the browser to — checked before the
+        # code goes anywhere, so a mix-up attacker never sees it redeemed at the wrong token endpoint.
+        returned_iss = answer.get("iss")
+        if returned_iss is not None and returned_iss != issuer.issuer:
+            raise IssuerMismatch("The sign-in answer did not come from the expected service.")
+        if returned_iss is None and issuer.iss_parameter_supported:
+            raise IssuerMismatch("The sign-in answer did not say which service sent it.")
+        if answer.get("error") is not None:
+            return NotSignedIn(return_to=attempt.return_to)
+        code = answer.get("code")
+        if not code:
+            raise LoginFailed("The sign-in service sent no authorization code.")
+        tokens = await exchange_code(
+            self._http, issuer, code=code, redirect_uri=self.redirect_uri, code_verifier=attempt.code_verifier
+        )
+        verified = await verify_id_token(self.issuers, issuer, tokens.get("id_token"), nonce=attempt.nonce)
+        lifetime = self.settings.browser_session_seconds
+        async with unit_of_work(self._sessions) as session:
+            if replacing is not None:
+                await store.delete_session(session, replacing)  # never keep two live sessions for one browser
+            token = await store.create_browser_session(
+                session, issuer_id=issuer.id, iss=verified.iss, sub=verified.sub, lifetime=lifetime
+            )
+            await store.purge_expired(session, batch=100)
+        return SignedIn(return_to=attempt.return_to, session_token=token, lifetime=lifetime)
+
+    async def sign_out(self, token: str, *, submitted_csrf: str | None, cross_site: bool) -> None:
+        """End the session of this cookie; a live session is ended only by its own form (CSRF)."""
+        async with unit_of_work(self._sessions) as session:
+            row = await store.touch_session(session, token)
+            if row is not None:
+                check_csrf(csrf_token_for(row), submitted_csrf, cross_site=cross_site)
+            await store.delete_session(session, token)
