@@ -33,6 +33,7 @@ from service.limits import LimitedRequest
 from service.observability.metrics import metrics_endpoint
 from service.observability.requests import RequestObserver
 from service.services import Services
+from service.serving import freeze_startup_heap
 from service.signin.routes import IDENTITY_ROUTES
 
 _HERE = Path(__file__).parent
@@ -67,6 +68,7 @@ def create_app(services: Services) -> Litestar:
 
             await apply_config_file(settings.config_file, services.sessions, services.vault)
         await services.start()
+        freeze_startup_heap()
         tasks = []
         if settings.background_tasks:
             tasks = [asyncio.create_task(job) for job in services.background()]

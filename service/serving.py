@@ -8,8 +8,11 @@ dependencies; the fallback keeps a source checkout without compiled wheels worki
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 from typing import TypedDict
+
+_heap_frozen = False
 
 
 class ServerImpl(TypedDict):
@@ -22,3 +25,21 @@ def uvicorn_options() -> ServerImpl:
     fast_loop = importlib.util.find_spec("uvloop") is not None
     fast_http = importlib.util.find_spec("httptools") is not None
     return {"loop": "uvloop" if fast_loop else "asyncio", "http": "httptools" if fast_http else "h11"}
+
+
+def freeze_startup_heap() -> None:
+    """Put what startup built out of the cyclic garbage collector's reach, once per process.
+
+    A full collection walks every tracked object, and the event loop — with every parked
+    long-poll — waits until it is done. After imports and ``create_app`` a process holds about
+    157,000 of them (modules, classes, routes, services) that live as long as it does: walking
+    them costs ~60 ms of CPU on the 2-core test machine and can never free one. ``gc.freeze``
+    moves them to the permanent generation, so a full collection walks only what requests made
+    since. Garbage is collected first, so none of it is kept forever.
+    """
+    global _heap_frozen  # noqa: PLW0603 - a process-wide fact, like the collector itself
+    if _heap_frozen:
+        return
+    _heap_frozen = True
+    gc.collect()
+    gc.freeze()
