@@ -270,4 +270,6 @@ def test_metric_names_match_the_reference() -> None:
         "elicitd_rate_limited_total",
         "elicitd_event_loop_stall_seconds",
         "elicitd_event_loop_stall_max_seconds",
+        "elicitd_event_loop_blocked_seconds",
+        "elicitd_event_loop_blocked_max_seconds",
     } == documented
