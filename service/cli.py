@@ -59,7 +59,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from service.app import create_app
     from service.logs import configure_logging
     from service.services import build_services
-    from service.serving import uvicorn_options
+    from service.serving import server_options
 
     settings = _settings()
     ensure_port_free(args.host, args.port)
@@ -76,7 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         access_log=False,
         proxy_headers=True,
         server_header=False,
-        **uvicorn_options(),
+        **server_options(),
     )
 
 
@@ -198,7 +198,7 @@ def _dev(args: argparse.Namespace) -> None:
     from service.db.migrate import upgrade
     from service.logs import configure_logging
     from service.services import build_services
-    from service.serving import uvicorn_options
+    from service.serving import server_options
 
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -256,7 +256,7 @@ Create a flow:
                 log_config=None,
                 access_log=False,
                 server_header=False,
-                **uvicorn_options(),
+                **server_options(),
             )
         except SystemExit as exc:
             if exc.code == 3:  # uvicorn's STARTUP_FAILURE, after logging why

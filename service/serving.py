@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-from typing import TypedDict
+from typing import Any, TypedDict
 
 _heap_frozen = False
 
@@ -25,6 +25,15 @@ def uvicorn_options() -> ServerImpl:
     fast_loop = importlib.util.find_spec("uvloop") is not None
     fast_http = importlib.util.find_spec("httptools") is not None
     return {"loop": "uvloop" if fast_loop else "asyncio", "http": "httptools" if fast_http else "h11"}
+
+
+def server_options() -> dict[str, Any]:
+    """``uvicorn_options()`` with the request-head bounds (``service.request_head``): the keyword
+    arguments every in-process ``uvicorn.run`` / ``uvicorn.Config`` of elicitd takes."""
+    from service.request_head import uvicorn_http_options
+
+    options = uvicorn_options()
+    return {"loop": options["loop"], **uvicorn_http_options(options["http"])}
 
 
 def freeze_startup_heap() -> None:

@@ -20,6 +20,7 @@ from service.clock import Clock
 from service.db.base import CLIENT_ID
 from service.identity.clients import create_server_client
 from service.services import Services, build_services
+from service.serving import server_options
 from service.settings import Settings
 from tests.support.serving import InProcessServer
 
@@ -73,7 +74,15 @@ async def running_app(
     for route in routes:
         app.register(route)
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=1
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=1,
+        # The protocol elicitd serves with (its request-head bounds), not uvicorn's default.
+        http=server_options()["http"],
     )
     server = InProcessServer(config)
     task = await server.start()
