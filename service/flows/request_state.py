@@ -22,6 +22,9 @@ from service.flows.schemas import Subject
 from service.settings import KeyRing
 
 PURPOSE = "request-state"
+# One sentence for every refusal: naming the reason (another client, another subject) would tell a
+# caller something about a state that is not theirs.
+_NOT_VALID = "The request state is not valid."
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +62,9 @@ class RequestStateCodec:
                 asked=bool(payload["a"]),
             )
         except (SealError, ValueError, KeyError, TypeError) as exc:
-            raise InvalidRequestState("The request state is not valid for this server client.") from exc
+            raise InvalidRequestState(_NOT_VALID) from exc
         if state.subject != subject:
-            raise InvalidRequestState("The request state is not valid for this subject.")
+            raise InvalidRequestState(_NOT_VALID)
         if state.expires_at < self._clock.time():
             raise RequestStateExpired("The request state has expired; start a new flow.")
         return state

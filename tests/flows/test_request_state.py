@@ -82,3 +82,23 @@ def test_old_key_still_opens_after_rotation() -> None:
     rotated = RequestStateCodec(RING)
     assert rotated.verify(token, server_client_id=CLIENT, subject=ALICE).flow_id == uuid.UUID(int=7)
     assert mint(rotated).startswith("v1.new.")
+
+
+def test_every_refusal_says_the_same_thing() -> None:
+    """Another client, another subject, another issuer or tampering: one message, so a caller
+    cannot tell a state that is someone else's from a broken one."""
+    codec = RequestStateCodec(RING)
+    token = mint(codec)
+    attempts: list[tuple[str, uuid.UUID, Subject]] = [
+        (token, uuid.uuid4(), ALICE),
+        (token, CLIENT, Subject(iss=ALICE.iss, sub="mallory")),
+        (token, CLIENT, Subject(iss="https://evil.example", sub="alice")),
+        (token[:-2] + ("AA" if token[-2:] != "AA" else "BB"), CLIENT, ALICE),
+        ("not-a-state", CLIENT, ALICE),
+    ]
+    details = set()
+    for candidate, client, subject in attempts:
+        with pytest.raises(InvalidRequestState) as refused:
+            codec.verify(candidate, server_client_id=client, subject=subject)
+        details.add(refused.value.detail)
+    assert details == {"The request state is not valid."}
