@@ -89,7 +89,8 @@ def iss_problem(provider: ResolvedProvider, iss: str | None) -> str | None:
         return "iss_missing" if provider.iss_parameter_supported else None
     if provider.issuer is None:
         return None  # nothing to compare with (a provider configured by endpoints only)
-    return None if iss.rstrip("/") == provider.issuer.rstrip("/") else "iss_mismatch"
+    # Exactly, character for character (RFC 9207 §2.4): a lenient comparison is a second issuer.
+    return None if iss == provider.issuer else "iss_mismatch"
 
 
 class _FlowGone(Exception):

@@ -234,7 +234,9 @@ async def resolve(row: Provider, vault: Vault, metadata: MetadataCache) -> Resol
     return ResolvedProvider(
         name=row.name,
         display_name=row.display_name,
-        issuer=row.issuer,
+        # The identifier the provider itself publishes (discovery already checked it names the
+        # configured issuer): RFC 9207's ``iss`` must equal it exactly.
+        issuer=document["issuer"] if isinstance(document.get("issuer"), str) else row.issuer,
         authorization_endpoint=str(authorization),
         token_endpoint=str(token),
         revocation_endpoint=revocation,

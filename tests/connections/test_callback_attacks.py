@@ -157,11 +157,14 @@ async def test_state_from_another_browser_session(
     assert provider_token_calls(env.oauth) == calls + 1
 
 
-@pytest.mark.parametrize("iss", [None, "https://evil.example", "http://127.0.0.1:1"])
+# "{issuer}/" is the provider's own issuer with a slash added: RFC 9207 compares exactly.
+@pytest.mark.parametrize("iss", [None, "https://evil.example", "http://127.0.0.1:1", "{issuer}/"])
 async def test_iss_missing_or_wrong(env: Env, client: ServerClientHandle, browser_page: Page, iss: str | None) -> None:
     sub = new_sub("ivy")
     flow = (await create_flow(env, client, sub))["flow"]
     back = await genuine_callback(browser_page, env, flow["url"], sub)
+    if iss is not None:
+        iss = iss.format(issuer=back.params["iss"])
     calls = provider_token_calls(env.oauth)
     response = await browser_page.goto(tampered(back, iss=iss))
     assert response is not None and response.status == 400
