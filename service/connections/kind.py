@@ -19,6 +19,16 @@ from service.flows.schemas import CreateFlowRequest
 from service.identity.keys import AuthenticatedClient
 
 
+def check_scopes(scopes: list[str], separator: str) -> None:
+    """A requested scope holding the provider's separator would be one permission on the page and
+    several at the provider (``a,b`` for a comma-separated provider): refused, each is asked alone."""
+    if separator.strip() and any(separator in scope for scope in scopes):
+        raise InvalidRequest(
+            f"A scope may not contain '{separator}', this provider's scope separator: list each scope on its own.",
+            extra={"code": "invalid_scope"},
+        )
+
+
 class OAuthConnectKind:
     kind = "oauth_connect"
 
@@ -48,6 +58,7 @@ class OAuthConnectKind:
                 f"'{request.provider}' takes an API key, not OAuth: create an 'api_key' flow.",
                 extra={"code": "wrong_flow_kind"},
             )
+        check_scopes(request.scopes, provider.scope_separator)
         requested = set(request.scopes or provider.default_scopes or [])
         scopes, connection_id = requested, None
         found = await self._connections(session, request)

@@ -72,6 +72,14 @@ def new_verifier() -> str:
     return secrets.token_urlsafe(64)  # 86 characters: inside RFC 7636's 43..128
 
 
+def split_scopes(value: str, separator: str) -> list[str]:
+    """A ``scope`` string as the provider writes it (its ``scope_separator``: a space by RFC 6749,
+    a comma for Slack or Linear), sorted and without duplicates. The one way every answer of a
+    provider (code exchange and refresh alike) is read."""
+    parts = value.split(separator) if separator.strip() else value.split()
+    return sorted({part.strip() for part in parts if part.strip()})
+
+
 def authorization_url(
     provider: ResolvedProvider, *, redirect_uri: str, scopes: list[str], state: str, verifier: str
 ) -> str:

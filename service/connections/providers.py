@@ -128,6 +128,9 @@ def spec_values(spec: ProviderSpec, vault: Vault) -> dict[str, Any]:
         raise ConfigurationError(
             f"provider '{spec.name}': give an issuer (for discovery) or both the authorization and token endpoints"
         )
+    separator = values["scope_separator"]
+    if separator.strip() and any(separator in scope for scope in values["default_scopes"]):
+        raise ConfigurationError(f"provider '{spec.name}': a default scope contains the scope separator")
     if values["token_auth_method"] not in {"client_secret_basic", "client_secret_post", "none"}:
         raise ConfigurationError(
             f"provider '{spec.name}': token auth method must be client_secret_basic, client_secret_post or none"

@@ -129,8 +129,7 @@ def granted_scopes(tokens: oauth.TokenSet, requested: list[str], separator: str)
     """RFC 6749 §5.1: ``scope`` is returned only when it differs from the request."""
     if tokens.scope is None:
         return sorted(set(requested))
-    parts = tokens.scope.replace(separator, " ").split() if separator != " " else tokens.scope.split()
-    return sorted(set(parts))
+    return oauth.split_scopes(tokens.scope, separator)
 
 
 class ConnectionService:
@@ -442,7 +441,8 @@ class ConnectionService:
                     "The provider failed to refresh the token; retry later.", extra={"provider_error": exc.error}
                 ) from None
             values = self._seal_tokens(conn.id, tokens)
-            values["scopes"] = sorted(set(tokens.scope.split())) if tokens.scope else None
+            # Omitted means unchanged (RFC 6749 §6); present, it is read as the code exchange reads it.
+            values["scopes"] = oauth.split_scopes(tokens.scope, provider.scope_separator) if tokens.scope else None
             async with self.sessions() as session:
                 updated = await repo.store_refreshed(session, conn.id, claim, values)
                 await session.commit()
