@@ -25,6 +25,7 @@ from service.crypto.aead import SealError
 from service.crypto.vault import Vault
 from service.db.unit import unit_of_work
 from service.errors import ConfigurationError, ElicitdError, InvalidRequest
+from service.identity import sessions as browser_sessions
 from service.identity.models import Issuer
 from service.urls import url_problem
 
@@ -136,6 +137,8 @@ async def upsert_issuer(session: AsyncSession, vault: Vault, config: IssuerConfi
         },
     )
     issuer_id: uuid.UUID = row.scalar_one()
+    if not config.enabled:
+        await browser_sessions.end_all_for_issuer(session, issuer_id)
     key_id, blob = (None, None)
     if config.client_secret is not None:
         key_id, blob = vault.encrypt(config.client_secret, owner=str(issuer_id), purpose=SECRET_PURPOSE)
@@ -156,12 +159,15 @@ async def list_issuers(session: AsyncSession) -> Sequence[Issuer]:
 
 async def set_enabled(session: AsyncSession, issuer: str, enabled: bool) -> bool:
     """Enable or disable by issuer URL; False when there is no such issuer. Disabling also ends its
-    browser sessions at once (the session lookup joins on ``enabled``)."""
+    browser sessions and login attempts, in the same transaction."""
     result = await session.execute(
         text("UPDATE issuers SET enabled = :e, updated_at = now() WHERE issuer = :i RETURNING id"),
         {"e": enabled, "i": issuer},
     )
-    return result.first() is not None
+    row = result.first()
+    if row is not None and not enabled:
+        await browser_sessions.end_all_for_issuer(session, row.id)
+    return row is not None
 
 
 def issuer_public_view(row: Issuer) -> dict[str, Any]:

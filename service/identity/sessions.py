@@ -170,6 +170,13 @@ async def delete_session(session: AsyncSession, token: str) -> bool:
     return result.first() is not None
 
 
+async def end_all_for_issuer(session: AsyncSession, issuer_id: uuid.UUID) -> None:
+    """Disabling an issuer ends its sign-ins for good: its sessions and unfinished login attempts
+    are deleted, not hidden, so enabling it again brings none of them back."""
+    await session.execute(text("DELETE FROM browser_sessions WHERE issuer_id = :id"), {"id": issuer_id})
+    await session.execute(text("DELETE FROM login_attempts WHERE issuer_id = :id"), {"id": issuer_id})
+
+
 async def purge_expired(session: AsyncSession, *, batch: int = 500) -> int:
     """Drop a batch of dead attempts and sessions; cheap (indexed), so logins can call it."""
     attempts = await session.execute(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 from playwright.async_api import Page
+from sqlalchemy import text
 
 from service.db.base import FLOW_ID
 from service.identity.issuers import set_enabled
@@ -139,9 +140,39 @@ async def test_disabling_an_issuer_ends_its_sessions(
     await browser_page.goto(url)
     await login_at_issuer(browser_page, alice, issuer=other.issuer)
     assert await browser_page.locator("#who").inner_text() == f"{other.issuer} {alice}"
+    # Another browser has a sign-in under way at the same issuer.
+    async with identity_app.http() as stranger:
+        started = await stranger.get(f"/f/{FLOW_ID.format(flow.id)}")
+    assert started.status_code == 303
+    sessions, attempts = await rows_of(identity_app, other.issuer)
+    assert sessions == 1
+    assert attempts >= 1
     async with identity_app.state.sessions() as session:
         assert await set_enabled(session, other.issuer, False)
         await session.commit()
+    assert await rows_of(identity_app, other.issuer) == (0, 0)  # deleted, not hidden
     response = await browser_page.goto(url)
     assert response is not None and response.status == 403
     assert await browser_page.locator("h1").inner_text() == "This sign-in service is not trusted here"
+    # Enabled again, it brings no session back: the browser must sign in anew.
+    async with identity_app.state.sessions() as session:
+        assert await set_enabled(session, other.issuer, True)
+        await session.commit()
+    identity_app.state.issuers.forget()
+    await browser_page.goto(url)
+    assert await is_login_page(browser_page)
+
+
+async def rows_of(app: RunningApp, issuer: str) -> tuple[int, int]:
+    """(browser sessions, login attempts) at ``issuer``."""
+    async with app.state.sessions() as session:
+        found = await session.execute(
+            text(
+                "SELECT (SELECT count(*) FROM browser_sessions b JOIN issuers i ON i.id = b.issuer_id "
+                "WHERE i.issuer = :i), (SELECT count(*) FROM login_attempts a JOIN issuers i ON i.id = a.issuer_id "
+                "WHERE i.issuer = :i)"
+            ),
+            {"i": issuer},
+        )
+        sessions, attempts = found.one()
+    return int(sessions), int(attempts)
