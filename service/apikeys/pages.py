@@ -11,13 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import Request, Response, post
 
-from service.apikeys.providers import ApiKeyProvider, get_api_key_provider
-from service.apikeys.service import ApiKeyService, EntryRejected, validate_entry
-from service.consent.pages import client_names
+from service.apikeys.service import ApiKeyForm, ApiKeyNotTaken
 from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
-from service.flows.states import Actor
 from service.signin.gate import BrowserIdentity
 
 if TYPE_CHECKING:
@@ -26,35 +23,19 @@ if TYPE_CHECKING:
 Req = Request[Any, Any, Any]
 
 
-async def _provider(services: Services, flow: Flow) -> ApiKeyProvider | None:
-    async with services.read_sessions() as session:
-        found = await get_api_key_provider(session, flow.provider or "")
-    return found if found is not None and found.enabled else None
-
-
-async def _form(
-    services: Services,
-    flow: Flow,
-    identity: BrowserIdentity,
-    provider: ApiKeyProvider,
-    *,
-    status: int = 200,
-    error: EntryRejected | None = None,
-    values: dict[str, str] | None = None,
-) -> Response[Any]:
-    display_name, _ = await client_names(services, flow)
+def _form(flow: Flow, identity: BrowserIdentity, shown: ApiKeyForm) -> Response[Any]:
     flow_ref = FLOW_ID.format(flow.id)
     return page(
         "api_key.html",
-        status,
+        200 if shown.error is None else 422,
         flow_id=flow_ref,
-        client=display_name,
-        provider=provider,
-        config=provider.config,
+        client=shown.client,
+        provider=shown.provider,
+        config=shown.provider.config,
         csrf_token=identity.csrf_token,
         action=f"/f/{flow_ref}/api-key",
-        error=error,
-        values=values or {},
+        error=shown.error,
+        values=shown.values,
     )
 
 
@@ -62,8 +43,8 @@ async def api_key_page(request: Req, flow: Flow, services: Services) -> Response
     identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
-    provider = await _provider(services, flow)
-    if provider is None:
+    shown = await services.apikeys.form(flow)
+    if shown is None:
         return page(
             "flow_status.html",
             503,
@@ -71,7 +52,7 @@ async def api_key_page(request: Req, flow: Flow, services: Services) -> Response
             text="This service is not set up on elicitd any more. Ask your assistant to try again later.",
             flow_id=FLOW_ID.format(flow.id),
         )
-    return await _form(services, flow, identity, provider)
+    return _form(flow, identity, shown)
 
 
 @post(
@@ -85,9 +66,8 @@ async def submit_api_key(request: Req, flow_ref: str, services: Services) -> Res
     checked = await services.gate.checked_post(request, flow_ref, "api_key")
     if isinstance(checked, Response):
         return checked
-    found, identity, form = checked.flow, checked.identity, checked.form
-    provider = await _provider(services, found)
-    if provider is None:
+    outcome = await services.apikeys.submit(checked.flow, checked.form)
+    if outcome is None:
         return page(
             "flow_status.html",
             503,
@@ -95,18 +75,8 @@ async def submit_api_key(request: Req, flow_ref: str, services: Services) -> Res
             text="This service is not set up on elicitd any more.",
             flow_id=flow_ref,
         )
-    values = {f.name: form.get(f"field_{f.name}") for f in provider.config.fields}
-    service: ApiKeyService = services.apikeys
-    try:
-        key, fields = validate_entry(provider.config, form.get("secret"), values)
-        await service.live_check(provider, key, fields)
-    except EntryRejected as rejected:
-        async with services.flows.unit_of_work() as uow:
-            await uow.event(found.id, "api_key_rejected", Actor.BROWSER, {"reason": rejected.reason})
-        kept = {k: v for k, v in values.items() if v is not None}
-        return await _form(services, found, identity, provider, status=422, error=rejected, values=kept)
-    moved = await service.store(found, provider, key, fields)
-    if moved is None:
-        return status_page(await services.flows.read(found.id), 200)
-    display_name, _ = await client_names(services, found)
-    return page("api_key_done.html", flow_id=flow_ref, client=display_name, provider=provider)
+    if isinstance(outcome, ApiKeyForm):
+        return _form(checked.flow, checked.identity, outcome)
+    if isinstance(outcome, ApiKeyNotTaken):
+        return status_page(outcome.current, 200)
+    return page("api_key_done.html", flow_id=flow_ref, client=outcome.client, provider=outcome.provider)

@@ -13,13 +13,15 @@ import asyncio
 import base64
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 from sqlalchemy import text
 
-from service.apikeys.providers import ApiKeyConfig, ApiKeyProvider, LiveCheck
+from service.apikeys.providers import ApiKeyConfig, ApiKeyProvider, LiveCheck, get_api_key_provider
 from service.connections import repository as conn_repo
 from service.connections.service import ACCESS_TOKEN
 from service.crypto.vault import Vault
@@ -102,6 +104,30 @@ def _check_request(check: LiveCheck, key: str, fields: dict[str, str]) -> tuple[
     return url, headers
 
 
+@dataclass(frozen=True, slots=True)
+class ApiKeyForm:
+    """The form: the provider's fields and who asks; after a rejected entry, why, and the
+    non-secret values to fill in again (never the key)."""
+
+    provider: ApiKeyProvider
+    client: str
+    error: EntryRejected | None = None
+    values: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyStored:
+    provider: ApiKeyProvider
+    client: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyNotTaken:
+    """The flow was no longer pending, so the key was not stored; ``current`` is what it is now."""
+
+    current: Flow | None
+
+
 class ApiKeyService:
     def __init__(self, flows: FlowService, vault: Vault, *, http: httpx.AsyncClient) -> None:
         self.flows = flows
@@ -182,3 +208,41 @@ class ApiKeyService:
         except _NotPending:
             return None
         return moved
+
+    # ---- the page ----------------------------------------------------------------------------------
+    async def provider_for(self, flow: Flow) -> ApiKeyProvider | None:
+        """The flow's provider while it is still set up and enabled here."""
+        async with self.flows.read_sessions() as session:
+            found = await get_api_key_provider(session, flow.provider or "")
+        return found if found is not None and found.enabled else None
+
+    async def form(self, flow: Flow) -> ApiKeyForm | None:
+        """What the form shows; None when the provider is no longer set up here."""
+        provider = await self.provider_for(flow)
+        if provider is None:
+            return None
+        display_name, _ = await self.flows.asker(flow.server_client_id)
+        return ApiKeyForm(provider=provider, client=display_name)
+
+    async def submit(self, flow: Flow, form: Mapping[str, str]) -> ApiKeyForm | ApiKeyStored | ApiKeyNotTaken | None:
+        """The form's POST (the caller has made every browser check): check the entry, then store it.
+
+        A rejected entry is recorded (its reason only) and comes back as the form again, with the
+        non-secret fields filled in; None when the provider is no longer set up here."""
+        provider = await self.provider_for(flow)
+        if provider is None:
+            return None
+        values = {f.name: form.get(f"field_{f.name}") for f in provider.config.fields}
+        try:
+            key, fields = validate_entry(provider.config, form.get("secret"), values)
+            await self.live_check(provider, key, fields)
+        except EntryRejected as rejected:
+            async with self.flows.unit_of_work() as uow:
+                await uow.event(flow.id, "api_key_rejected", Actor.BROWSER, {"reason": rejected.reason})
+            display_name, _ = await self.flows.asker(flow.server_client_id)
+            kept = {k: v for k, v in values.items() if v is not None}
+            return ApiKeyForm(provider=provider, client=display_name, error=rejected, values=kept)
+        if await self.store(flow, provider, key, fields) is None:
+            return ApiKeyNotTaken(current=await self.flows.read(flow.id))
+        display_name, _ = await self.flows.asker(flow.server_client_id)
+        return ApiKeyStored(provider=provider, client=display_name)

@@ -11,14 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from litestar import Request, Response, get, post
-from sqlalchemy import select
 
-from service.consent.service import ConsentService, view_of
 from service.db.base import FLOW_ID
-from service.errors import Conflict, InvalidRequest
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
-from service.identity.models import ServerClient
 
 if TYPE_CHECKING:
     from service.services import Services
@@ -26,29 +22,17 @@ if TYPE_CHECKING:
 Req = Request[Any, Any, Any]
 
 
-async def client_names(services: Services, flow: Flow) -> tuple[str, str]:
-    """``(display name, name)`` of the server client that asked: the page must say who asks."""
-    async with services.read_sessions() as session:
-        row = (
-            await session.execute(
-                select(ServerClient.display_name, ServerClient.name).where(ServerClient.id == flow.server_client_id)
-            )
-        ).first()
-    return (row[0], row[1]) if row is not None else ("An unknown service", "unknown")
-
-
 async def consent_page(request: Req, flow: Flow, services: Services) -> Response[Any]:
     identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
-    view = view_of(flow)
-    display_name, _ = await client_names(services, flow)
+    shown = await services.consent.page(flow)
     flow_ref = FLOW_ID.format(flow.id)
     return page(
         "consent.html",
         flow_id=flow_ref,
-        client=display_name,
-        view=view,
+        client=shown.client,
+        view=shown.view,
         csrf_token=identity.csrf_token,
         action=f"/consent/{flow_ref}/decide",
     )
@@ -80,30 +64,17 @@ async def decide(request: Req, flow_ref: str, services: Services) -> Response[An
     checked = await services.gate.checked_post(request, flow_ref, "consent")
     if isinstance(checked, Response):
         return checked
-    flow, form = checked.flow, checked.form
-    decision = form.get("decision")
-    consent: ConsentService = services.consent
-    display_name, name = await client_names(services, flow)
-    if decision == "approve":
-        view = view_of(flow)
-        if form.get("text_sha256") != view.digest:
-            raise Conflict(
-                "The text of this request is not the one that was shown. Reload the page and review it again.",
-                extra={"code": "consent_text_changed"},
-            )
-        moved = await consent.approve(flow, view, client_name=name)
-    elif decision == "decline":
-        moved = await consent.decline(flow)
-    else:
-        raise InvalidRequest("Choose Approve or Decline.", extra={"code": "invalid_decision"})
-    if moved is None:
-        current = await services.flows.read(flow.id)
-        return status_page(current, 200 if current is not None else 404)
-    approved = moved.status == "completed"
+    form = checked.form
+    decided = await services.consent.decide(
+        checked.flow, decision=form.get("decision"), shown_digest=form.get("text_sha256")
+    )
+    if decided.moved is None:
+        return status_page(decided.current, 200 if decided.current is not None else 404)
+    approved = decided.moved.status == "completed"
     return page(
         "consent_done.html",
         flow_id=flow_ref,
-        client=display_name,
+        client=decided.client,
         approved=approved,
         heading="Approved" if approved else "Declined",
     )

@@ -1,4 +1,6 @@
-"""Approving or declining a consent: one unit of work each.
+"""Consent pages as a service: what the page shows, and the decision its form posts.
+
+Approving or declining is one unit of work each.
 
 Approval signs the receipt first (pure computation), then makes the terminal transition with the
 receipt as the result and records the receipt row in the same transaction. If the flow is no
@@ -19,6 +21,7 @@ from service.clock import Clock, SystemClock
 from service.consent.kind import parse_params
 from service.consent.receipts import ReceiptSigner, consent_text, text_digest
 from service.db.base import CLIENT_ID, FLOW_ID, PrefixedId
+from service.errors import Conflict, InvalidRequest
 from service.flows.models import Flow
 from service.flows.repository import Transition
 from service.flows.service import FlowService
@@ -43,6 +46,24 @@ def view_of(flow: Flow) -> ConsentView:
     title, description, details = parse_params(flow.params)
     shown = consent_text(title, description, details)
     return ConsentView(title=title, description=description, details=details, text=shown, digest=text_digest(shown))
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentPage:
+    """The consent page: the text, and who asks."""
+
+    view: ConsentView
+    client: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentDecision:
+    """What became of a decision: ``moved`` is the flow after it, or None when the flow was no
+    longer pending and ``current`` is what it is now (None when it is gone)."""
+
+    moved: Flow | None
+    current: Flow | None
+    client: str
 
 
 class ConsentService:
@@ -116,3 +137,30 @@ class ConsentService:
     async def decline(self, flow: Flow) -> Flow | None:
         change = Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined", detail={"decision": "declined"})
         return await self.flows.finish(flow.id, change)
+
+    # ---- the page ----------------------------------------------------------------------------------
+    async def page(self, flow: Flow) -> ConsentPage:
+        display_name, _ = await self.flows.asker(flow.server_client_id)
+        return ConsentPage(view=view_of(flow), client=display_name)
+
+    async def decide(self, flow: Flow, *, decision: str | None, shown_digest: str | None) -> ConsentDecision:
+        """The page's Approve or Decline (the caller has made every browser check).
+
+        Approval carries the digest of the text the page showed: if the text the receipt would
+        attest differs (it cannot change for a flow, but a deploy could change how it is shown),
+        the approval is refused rather than signed."""
+        display_name, name = await self.flows.asker(flow.server_client_id)
+        if decision == "approve":
+            view = view_of(flow)
+            if shown_digest != view.digest:
+                raise Conflict(
+                    "The text of this request is not the one that was shown. Reload the page and review it again.",
+                    extra={"code": "consent_text_changed"},
+                )
+            moved = await self.approve(flow, view, client_name=name)
+        elif decision == "decline":
+            moved = await self.decline(flow)
+        else:
+            raise InvalidRequest("Choose Approve or Decline.", extra={"code": "invalid_decision"})
+        current = None if moved is not None else await self.flows.read(flow.id)
+        return ConsentDecision(moved=moved, current=current, client=display_name)

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.clock import Clock, SystemClock
@@ -36,6 +37,7 @@ from service.flows.schemas import (
 )
 from service.flows.states import Action, Actor, FlowStatus, Outcome, is_terminal, outcome_for_action
 from service.identity.keys import AuthenticatedClient
+from service.identity.models import ServerClient
 from service.observability.context import tag
 from service.settings import Settings
 from service.signals.bus import WaiterHub
@@ -202,6 +204,13 @@ class FlowService:
         }
 
     # ---- reads -----------------------------------------------------------------------------------
+    async def asker(self, server_client_id: uuid.UUID) -> tuple[str, str]:
+        """``(display name, name)`` of the server client that asked: every page says who asks."""
+        async with self.read_sessions() as session:
+            query = select(ServerClient.display_name, ServerClient.name).where(ServerClient.id == server_client_id)
+            row = (await session.execute(query)).first()
+        return (row[0], row[1]) if row is not None else ("An unknown service", "unknown")
+
     async def read(self, flow_id: uuid.UUID) -> Flow | None:
         """Read a flow, expiring it first if the database clock says its time is up."""
         async with self.read_sessions() as session:

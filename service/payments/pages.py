@@ -13,14 +13,11 @@ from typing import TYPE_CHECKING, Any
 from litestar import Request, Response, get, post
 from litestar.response import Redirect
 
-from service.consent.pages import client_names
 from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.pages import PAGE_HEADERS, page, status_page
-from service.flows.repository import Transition
-from service.flows.states import Actor, FlowStatus
-from service.payments.kind import format_amount, parse_params
-from service.payments.models import Payment
+from service.payments.kind import format_amount
+from service.payments.service import PaymentPage, PaymentReceived, PaymentSummary
 from service.signin.gate import BrowserIdentity
 
 if TYPE_CHECKING:
@@ -29,29 +26,35 @@ if TYPE_CHECKING:
 Req = Request[Any, Any, Any]
 
 
-async def _summary(
-    services: Services, flow: Flow, identity: BrowserIdentity, payment: Payment | None, status: int = 200
-) -> Response[Any]:
-    params = parse_params(flow.params)
-    display_name, _ = await client_names(services, flow)
-    flow_ref = FLOW_ID.format(flow.id)
-    processing = payment is not None and payment.status == "processing"
+def _render(shown: PaymentPage, identity: BrowserIdentity) -> Response[Any]:
+    if isinstance(shown, PaymentSummary):
+        return _summary(shown, identity)
+    if isinstance(shown, PaymentReceived):
+        return page(
+            "payment_done.html",
+            flow_id=FLOW_ID.format(shown.flow.id),
+            client=shown.client,
+            amount=format_amount(shown.amount, shown.currency),
+        )
+    return status_page(shown.current, 200)
+
+
+def _summary(shown: PaymentSummary, identity: BrowserIdentity) -> Response[Any]:
+    flow_ref = FLOW_ID.format(shown.flow.id)
     response = page(
         "payment.html",
-        status,
         flow_id=flow_ref,
-        client=display_name,
-        amount=format_amount(params.amount, params.currency),
-        description=params.description,
+        client=shown.client,
+        amount=format_amount(shown.amount, shown.currency),
+        description=shown.description,
         csrf_token=identity.csrf_token,
-        processing=processing,
+        processing=shown.processing,
         checkout_action=f"/pay/{flow_ref}/checkout",
         decline_action=f"/pay/{flow_ref}/decline",
     )
     # The Pay form redirects to the provider's checkout: allow exactly that origin, not all of https.
-    origin = services.payments.checkout_origin()
     response.headers["Content-Security-Policy"] = (
-        f"default-src 'self'; frame-ancestors 'none'; form-action 'self' {origin}"
+        f"default-src 'self'; frame-ancestors 'none'; form-action 'self' {shown.checkout_origin}"
     )
     return response
 
@@ -60,7 +63,7 @@ async def payment_page(request: Req, flow: Flow, services: Services) -> Response
     identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
-    return await _summary(services, flow, identity, await services.payments.payment(flow.id))
+    return _summary(await services.payments.summary(flow), identity)
 
 
 @post(
@@ -74,11 +77,10 @@ async def start_checkout(request: Req, flow_ref: str, services: Services) -> Res
     checked = await services.gate.checked_post(request, flow_ref, "payment")
     if isinstance(checked, Response):
         return checked
-    found, identity = checked.flow, checked.identity
-    url = await services.payments.checkout_url(found)
-    if url is None:
-        return await _after_return(services, found, identity)
-    return Redirect(url, status_code=303, headers=PAGE_HEADERS)
+    shown = await services.payments.checkout(checked.flow)
+    if isinstance(shown, str):
+        return Redirect(shown, status_code=303, headers=PAGE_HEADERS)
+    return _render(shown, checked.identity)
 
 
 @get(
@@ -99,24 +101,7 @@ async def return_from_checkout(request: Req, flow_ref: str, services: Services) 
     identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
-    if flow.status == "pending":
-        await services.payments.refresh(flow)
-    return await _after_return(services, flow, identity)
-
-
-async def _after_return(services: Services, flow: Flow, identity: BrowserIdentity) -> Response[Any]:
-    current = await services.flows.read(flow.id)
-    if current is None or current.status != "pending":
-        display_name, _ = await client_names(services, flow)
-        if current is not None and current.status == "completed" and current.result is not None:
-            return page(
-                "payment_done.html",
-                flow_id=FLOW_ID.format(flow.id),
-                client=display_name,
-                amount=format_amount(current.result["amount"], current.result["currency"]),
-            )
-        return status_page(current, 200)
-    return await _summary(services, current, identity, await services.payments.payment(flow.id))
+    return _render(await services.payments.returned(flow), identity)
 
 
 @post(
@@ -130,10 +115,4 @@ async def decline_payment(request: Req, flow_ref: str, services: Services) -> Re
     checked = await services.gate.checked_post(request, flow_ref, "payment")
     if isinstance(checked, Response):
         return checked
-    found = checked.flow
-    moved = await services.flows.finish(found.id, Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined"))
-    # Declined here first, then the open checkout is closed at the provider: money that still
-    # arrives in between is recorded as ``paid_late`` for a refund, never as a completion.
-    await services.payments.cancel_checkout(found.id)
-    current = moved or await services.flows.read(found.id)
-    return status_page(current, 200)
+    return status_page(await services.payments.decline(checked.flow), 200)

@@ -1,5 +1,8 @@
 """Payment flows: start a checkout, settle it from whichever verified source speaks first.
 
+The browser pages ask this service for what to show (``summary``, ``checkout``, ``returned``,
+``decline``); the pages only check the browser and render.
+
 Three sources can settle a checkout: the provider's webhook, the lookup made when the user comes
 back, and reconciliation. They all end in ``apply``, one unit of work that (for webhooks) claims
 the event id, makes the flow's single conditional transition and settles the payment row. The
@@ -17,6 +20,7 @@ from typing import Any
 
 from service.clock import Clock, SystemClock
 from service.db.base import FLOW_ID
+from service.db.unit import unit_of_work
 from service.errors import ServiceUnavailable
 from service.flows.models import Flow
 from service.flows.repository import Transition
@@ -42,6 +46,37 @@ MIN_CHECKOUT_SECONDS = 31 * 60
 MAX_CHECKOUT_SECONDS = 24 * 3600 - 60
 # The flow outlives its checkout by this much, so a payment made at the last second still lands.
 SETTLE_GRACE_SECONDS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentSummary:
+    """The payment page: who asks, for what; ``processing`` while the provider is still settling."""
+
+    flow: Flow
+    client: str
+    amount: int
+    currency: str
+    description: str
+    processing: bool
+    checkout_origin: str
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentReceived:
+    flow: Flow
+    client: str
+    amount: int
+    currency: str
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentOver:
+    """The flow ended another way (declined, expired, failed); ``current`` is None when it is gone."""
+
+    current: Flow | None
+
+
+PaymentPage = PaymentSummary | PaymentReceived | PaymentOver
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +111,59 @@ class PaymentService:
         async with self.flows.sessions() as session:
             return await repo.get(session, flow_id)
 
+    # ---- the pages --------------------------------------------------------------------------------
+    async def summary(self, flow: Flow) -> PaymentSummary:
+        params = parse_params(flow.params)
+        display_name, _ = await self.flows.asker(flow.server_client_id)
+        payment = await self.payment(flow.id)
+        return PaymentSummary(
+            flow=flow,
+            client=display_name,
+            amount=params.amount,
+            currency=params.currency,
+            description=params.description,
+            processing=payment is not None and payment.status == "processing",
+            checkout_origin=self.checkout_origin(),
+        )
+
+    async def checkout(self, flow: Flow) -> str | PaymentPage:
+        """The checkout URL to send the browser to, or, when the payment already moved on, the page."""
+        url = await self.checkout_url(flow)
+        return url if url is not None else await self.after_return(flow)
+
+    async def returned(self, flow: Flow) -> PaymentPage:
+        """The browser is back from checkout: ask the provider (it may beat the webhook), then say."""
+        if flow.status == "pending":
+            await self.refresh(flow)
+        return await self.after_return(flow)
+
+    async def after_return(self, flow: Flow) -> PaymentPage:
+        current = await self.flows.read(flow.id)
+        if current is not None and current.status == "pending":
+            return await self.summary(current)
+        if current is not None and current.status == "completed" and current.result is not None:
+            display_name, _ = await self.flows.asker(flow.server_client_id)
+            return PaymentReceived(
+                flow=current, client=display_name, amount=current.result["amount"], currency=current.result["currency"]
+            )
+        return PaymentOver(current=current)
+
+    async def decline(self, flow: Flow) -> Flow | None:
+        """The user declined on our page; returns the flow as it is now (None when it is gone).
+
+        Declined here first, then the open checkout is closed at the provider: money that still
+        arrives in between is recorded as ``paid_late`` for a refund, never as a completion."""
+        moved = await self.flows.finish(flow.id, Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined"))
+        await self.cancel_checkout(flow.id)
+        return moved or await self.flows.read(flow.id)
+
     # ---- checkout ---------------------------------------------------------------------------------
     async def checkout_url(self, flow: Flow) -> str | None:
         """The hosted checkout for this flow, creating it once. None when the payment already moved on."""
         provider = self._provider()
         params = parse_params(flow.params)
         flow_ref = FLOW_ID.format(flow.id)
-        async with self.flows.sessions() as session:
+        async with unit_of_work(self.flows.sessions) as session:
             payment = await repo.ensure_payment(
                 session,
                 {
@@ -94,7 +175,6 @@ class PaymentService:
                     "idempotency_key": f"elicitd-checkout-{flow_ref}",
                 },
             )
-            await session.commit()
         if payment.status == "open" and payment.checkout_url:
             return payment.checkout_url
         if payment.status != "created":
