@@ -55,6 +55,7 @@ from service.signals.bus import WaiterHub
 from service.signals.webhooks import WebhookSettings, WebhookWorker
 from service.signin.gate import BrowserGate
 from service.signin.service import LoginService
+from service.signin.throttle import LoginThrottle
 
 logger = logging.getLogger("elicitd")
 
@@ -165,7 +166,15 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         on_refresh=metrics.record_refresh,
     )
     signer = ReceiptSigner.from_pem(settings.signing_key) if settings.signing_key else None
-    logins = LoginService(settings=settings, sessions=sessions, vault=vault, issuers=issuers, flows=flows, http=http)
+    logins = LoginService(
+        settings=settings,
+        sessions=sessions,
+        vault=vault,
+        issuers=issuers,
+        flows=flows,
+        http=http,
+        throttle=LoginThrottle(clock=clock),
+    )
     return Services(
         settings=settings,
         clock=clock,

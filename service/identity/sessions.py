@@ -72,8 +72,10 @@ async def create_login_attempt(
     lifetime: int = LOGIN_STATE_SECONDS,
 ) -> None:
     attempt_id = digest(state)
+    # The state itself is sealed too, so the same browser coming back may be sent on with the same
+    # attempt (``reusable_login_attempt``); the row's id stays its digest.
     key_id, blob = vault.encrypt(
-        json.dumps({"v": code_verifier, "n": nonce}), owner=attempt_id.hex(), purpose=ATTEMPT_PURPOSE
+        json.dumps({"v": code_verifier, "n": nonce, "s": state}), owner=attempt_id.hex(), purpose=ATTEMPT_PURPOSE
     )
     await session.execute(
         text("""
@@ -91,6 +93,47 @@ async def create_login_attempt(
             "life": lifetime,
         },
     )
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAttempt:
+    state: str = field(repr=False)
+    code_verifier: str = field(repr=False)
+    nonce: str = field(repr=False)
+
+
+async def reusable_login_attempt(
+    session: AsyncSession,
+    vault: Vault,
+    *,
+    browser_binding: str,
+    issuer_id: uuid.UUID,
+    return_to: str,
+    min_remaining: int = 120,
+) -> OpenAttempt | None:
+    """This browser's unused attempt for the same issuer and page, with at least ``min_remaining``
+    seconds left: a browser that reloads the page, or opens it in another tab, is sent to the
+    issuer with the attempt it already has instead of writing a new row per visit."""
+    row = (
+        await session.execute(
+            text("""
+        SELECT id, secrets_enc, secrets_key_id FROM login_attempts
+        WHERE browser_binding = :binding AND issuer_id = :issuer AND return_to = :return_to
+          AND used_at IS NULL AND expires_at > now() + make_interval(secs => :min)
+        ORDER BY expires_at DESC LIMIT 1
+        """),
+            {"binding": digest(browser_binding), "issuer": issuer_id, "return_to": return_to, "min": min_remaining},
+        )
+    ).first()
+    if row is None:
+        return None
+    try:
+        values = json.loads(
+            vault.decrypt_text(row.secrets_key_id, row.secrets_enc, owner=row.id.hex(), purpose=ATTEMPT_PURPOSE)
+        )
+        return OpenAttempt(state=values["s"], code_verifier=values["v"], nonce=values["n"])
+    except (SealError, ValueError, KeyError):
+        return None  # sealed under a key that left the ring, or written before states were kept
 
 
 async def consume_login_attempt(

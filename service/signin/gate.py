@@ -130,12 +130,13 @@ class BrowserGate:
     async def start_login(
         self, request: Request[Any, Any, Any], issuer: ResolvedIssuer, return_to: str, *, prompt: str | None = None
     ) -> Response[Any]:
-        """Send the browser to the issuer with a new login attempt, keeping its pre-login cookie."""
+        """Send the browser to the issuer with its login attempt, keeping its pre-login cookie."""
         settings = self.settings
         started = await self.logins.begin(
             issuer,
             return_to,
             binding=request.cookies.get(store.cookie_name(settings, store.LOGIN_COOKIE)),
+            address=request.client.host if request.client else "",
             prompt=prompt,
         )
         cookie = make_cookie(settings, store.LOGIN_COOKIE, started.binding, store.LOGIN_STATE_SECONDS)
@@ -174,12 +175,13 @@ class BrowserGate:
         * issuer not registered or disabled → an error page (403);
         * no session for the flow's issuer → a 303 redirect into an OIDC login there;
         * logged in as someone else → the refusal page (403) and a ``subject_mismatch`` event.
+
+        Events are written for signed-in visitors only: an anonymous visit writes no row (anyone
+        holding a link, or a script, could otherwise grow a flow's history without limit).
         """
         flows = self.flows
         issuer = await self.issuers.resolve(flow.subject_iss)
         if issuer is None:
-            async with flows.unit_of_work() as uow:
-                await uow.event(flow.id, "issuer_not_registered", Actor.BROWSER, {"iss": flow.subject_iss})
             return page(
                 "signin_problem.html",
                 403,

@@ -107,7 +107,8 @@ async def callback(request: Request[Any, Any, Any], services: Services) -> Respo
     tags=_TAGS,
     summary="Sign out of elicitd",
     status_code=303,
-    description="Ends the browser session (CSRF-protected). With `return_to` (a flow page) a new sign-in "
+    description="Ends the browser session: only from this site, with a live session and its CSRF token "
+    "(403 `csrf_failed` otherwise, and nothing changes). With `return_to` (a flow page) a new sign-in "
     "starts at once with `prompt=login`, which is how a person switches accounts.",
 )
 async def logout(
@@ -116,11 +117,11 @@ async def logout(
     services: Services,
 ) -> Response[Any]:
     settings = services.settings
-    token = session_cookie(settings, request)
-    if token is not None:
-        await services.logins.sign_out(
-            token, submitted_csrf=data.get("csrf_token"), cross_site=cross_site_origin(settings, request)
-        )
+    await services.logins.sign_out(
+        session_cookie(settings, request),
+        submitted_csrf=data.get("csrf_token"),
+        cross_site=cross_site_origin(settings, request),
+    )
     cookies = [clear_cookie(settings, store.SESSION_COOKIE)]
     path = safe_return_to(data.get("return_to"))
     if path is not None:

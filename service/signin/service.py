@@ -25,7 +25,8 @@ from service.identity import sessions as store
 from service.identity.issuers import IssuerDirectory, ResolvedIssuer
 from service.identity.oidc import LoginFailed, authorization_url, exchange_code, verify_id_token
 from service.settings import Settings
-from service.signin.csrf import check_csrf, csrf_token_for
+from service.signin.csrf import CsrfFailed, check_csrf, csrf_token_for
+from service.signin.throttle import LoginThrottle
 
 CALLBACK_PATH = "/auth/callback"
 # The shape of every token elicitd puts in a cookie (``store.new_token``): anything else is ignored.
@@ -74,6 +75,7 @@ class LoginService:
         issuers: IssuerDirectory,
         flows: FlowService,
         http: httpx.AsyncClient,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self.settings = settings
         self._sessions = sessions
@@ -81,6 +83,7 @@ class LoginService:
         self.issuers = issuers
         self.flows = flows
         self._http = http
+        self.throttle = throttle or LoginThrottle()
 
     @property
     def redirect_uri(self) -> str:
@@ -97,15 +100,41 @@ class LoginService:
         return await self.issuers.resolve(flow.subject_iss)
 
     async def begin(
-        self, issuer: ResolvedIssuer, return_to: str, *, binding: str | None, prompt: str | None = None
+        self,
+        issuer: ResolvedIssuer,
+        return_to: str,
+        *,
+        binding: str | None,
+        address: str,
+        prompt: str | None = None,
     ) -> LoginRedirect:
-        """Record a login attempt and say where to send the browser.
+        """Say where to send the browser: with the attempt this browser already has for the same
+        issuer and page, or with a new one.
 
         The attempt is tied to a pre-login cookie (reused across tabs so parallel logins work), so a
         ``state`` sent to another browser — a login CSRF or a forwarded link — fails at the callback.
+        A new attempt is a stored row: each client ``address`` may start only so many per minute
+        (``LoginThrottle``; ``RateLimited`` past it), and a browser that comes back reuses its own.
         """
         if binding is None or not TOKEN.fullmatch(binding):
-            binding = store.new_token()
+            binding = None
+        else:
+            async with self._sessions() as session:
+                reused = await store.reusable_login_attempt(
+                    session, self._vault, browser_binding=binding, issuer_id=issuer.id, return_to=return_to
+                )
+            if reused is not None:
+                url = authorization_url(
+                    issuer,
+                    redirect_uri=self.redirect_uri,
+                    state=reused.state,
+                    nonce=reused.nonce,
+                    code_verifier=reused.code_verifier,
+                    prompt=prompt,
+                )
+                return LoginRedirect(url=url, binding=binding)
+        self.throttle.admit(address)
+        binding = binding or store.new_token()
         state, nonce, verifier = store.new_token(), store.new_token(), secrets.token_urlsafe(64)
         async with unit_of_work(self._sessions) as session:
             await store.create_login_attempt(
@@ -169,10 +198,15 @@ class LoginService:
             await store.purge_expired(session, batch=100)
         return SignedIn(return_to=attempt.return_to, session_token=token, lifetime=lifetime)
 
-    async def sign_out(self, token: str, *, submitted_csrf: str | None, cross_site: bool) -> None:
-        """End the session of this cookie; a live session is ended only by its own form (CSRF)."""
+    async def sign_out(self, token: str | None, *, submitted_csrf: str | None, cross_site: bool) -> None:
+        """End the session of this cookie, from its own form only: a live session, its CSRF token,
+        and no other site's ``Origin``. Anything else raises ``CsrfFailed`` and changes nothing — a
+        logout another site can trigger would also start the sign-in it chooses (``return_to``)."""
+        if token is None or cross_site:
+            raise CsrfFailed
         async with unit_of_work(self._sessions) as session:
             row = await store.touch_session(session, token)
-            if row is not None:
-                check_csrf(csrf_token_for(row), submitted_csrf, cross_site=cross_site)
+            if row is None:
+                raise CsrfFailed
+            check_csrf(csrf_token_for(row), submitted_csrf, cross_site=cross_site)
             await store.delete_session(session, token)
