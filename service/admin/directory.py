@@ -141,6 +141,9 @@ class IssuerView(msgspec.Struct):
     token_endpoint: str | None
     jwks_uri: str | None
     enabled: bool
+    introspection_endpoint: str | None
+    introspection_client_id: str | None
+    introspection_secret_set: bool
     metadata_fetched_at: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -156,6 +159,9 @@ class CreateIssuer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     token_endpoint: Url | None = None
     jwks_uri: Url | None = None
     enabled: bool = True
+    introspection_endpoint: Url | None = None
+    introspection_client_id: Annotated[str, Meta(min_length=1, max_length=500)] | None = None
+    introspection_client_secret: Secret | None = None
 
 
 class UpdateIssuer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -170,6 +176,9 @@ class UpdateIssuer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     token_endpoint: Url | UnsetType | None = UNSET
     jwks_uri: Url | UnsetType | None = UNSET
     enabled: bool | UnsetType = UNSET
+    introspection_endpoint: Url | UnsetType | None = UNSET
+    introspection_client_id: Annotated[str, Meta(min_length=1, max_length=500)] | UnsetType | None = UNSET
+    introspection_client_secret: Secret | UnsetType | None = UNSET
 
 
 def provider_view(row: Provider) -> ProviderView:
@@ -204,6 +213,9 @@ def issuer_view(row: Issuer) -> IssuerView:
         token_endpoint=row.token_endpoint,
         jwks_uri=row.jwks_uri,
         enabled=row.enabled,
+        introspection_endpoint=row.introspection_endpoint,
+        introspection_client_id=row.introspection_client_id,
+        introspection_secret_set=row.introspection_secret_enc is not None,
         metadata_fetched_at=row.metadata_fetched_at,
         created_at=row.created_at,
         updated_at=row.updated_at,
@@ -317,10 +329,20 @@ async def update_issuer(session: AsyncSession, vault: Vault, data: UpdateIssuer)
         "jwks_uri": row.jwks_uri,
         "enabled": row.enabled,
         "client_secret": None,
+        "introspection_endpoint": row.introspection_endpoint,
+        "introspection_client_id": row.introspection_client_id,
+        "introspection_client_secret": None,
     }
     if row.client_secret_enc is not None and row.client_secret_key_id is not None:
         current["client_secret"] = vault.decrypt_text(
             row.client_secret_key_id, row.client_secret_enc, owner=str(row.id), purpose=issuers.SECRET_PURPOSE
+        )
+    if row.introspection_secret_enc is not None and row.introspection_secret_key_id is not None:
+        current["introspection_client_secret"] = vault.decrypt_text(
+            row.introspection_secret_key_id,
+            row.introspection_secret_enc,
+            owner=str(row.id),
+            purpose=issuers.INTROSPECTION_SECRET_PURPOSE,
         )
     current.update(_fields(data))
     await issuers.upsert_issuer(session, vault, _issuer_config(current))

@@ -49,6 +49,7 @@ ENCRYPTED_COLUMNS: tuple[EncryptedColumn, ...] = (
     # identity
     _column("server_clients", "webhook_secret", owner_sql=CLIENT_ID.sql("id"), purpose="webhook_secret"),
     _column("issuers", "client_secret", owner_sql="id::text", purpose="issuer_client_secret"),
+    _column("issuers", "introspection_secret", owner_sql="id::text", purpose="issuer_introspection_secret"),
     _column("login_attempts", "secrets", owner_sql="encode(id, 'hex')", purpose="login_attempt"),
     # connections (OAuth and API-key providers share the token columns)
     _column("providers", "client_secret", id_column="name", owner_sql="name", purpose="client_secret"),

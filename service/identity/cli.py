@@ -43,6 +43,11 @@ def cmd_add(args: argparse.Namespace) -> None:
         secret = os.environ.get(args.client_secret_env)
         if not secret:
             raise ConfigurationError(f"environment variable {args.client_secret_env} is empty or not set")
+    introspection_secret = None
+    if args.introspection_secret_env:
+        introspection_secret = os.environ.get(args.introspection_secret_env)
+        if not introspection_secret:
+            raise ConfigurationError(f"environment variable {args.introspection_secret_env} is empty or not set")
     config = IssuerConfig(
         issuer=args.issuer,
         client_id=args.client_id,
@@ -52,6 +57,9 @@ def cmd_add(args: argparse.Namespace) -> None:
         authorization_endpoint=args.authorization_endpoint,
         token_endpoint=args.token_endpoint,
         jwks_uri=args.jwks_uri,
+        introspection_endpoint=args.introspection_endpoint,
+        introspection_client_id=args.introspection_client_id,
+        introspection_client_secret=introspection_secret,
     ).validated()
 
     async def work(session: AsyncSession, vault: Vault, directory: IssuerDirectory) -> None:
@@ -111,6 +119,9 @@ def register(subparsers: Any) -> None:
     add.add_argument("--authorization-endpoint")
     add.add_argument("--token-endpoint")
     add.add_argument("--jwks-uri")
+    add.add_argument("--introspection-client-id", help="elicitd's client id at the RFC 7662 endpoint (opaque tokens)")
+    add.add_argument("--introspection-secret-env", help="name of an environment variable holding its secret")
+    add.add_argument("--introspection-endpoint", help="default: introspection_endpoint from the issuer's metadata")
     add.add_argument("--no-discover", action="store_true", help="save without checking discovery now")
     add.add_argument("--json", action="store_true")
     add.set_defaults(func=cmd_add)

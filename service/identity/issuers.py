@@ -76,7 +76,9 @@ class IssuerConfig:
 
     def validated(self) -> IssuerConfig:
         check_issuer_url(self.issuer)
-        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
+        if self.introspection_client_secret is not None and not (self.introspection_client_id or "").strip():
+            raise InvalidRequest("introspection_client_secret needs introspection_client_id.")
+        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri", "introspection_endpoint"):
             value = getattr(self, name)
             if value is not None:
                 check_issuer_url(value, what=name)
@@ -102,6 +104,10 @@ class ResolvedIssuer:
     jwks_uri: str
     iss_parameter_supported: bool
     token_auth_method: str
+    # Where and as whom to introspect opaque subject tokens; None when not configured.
+    introspection_endpoint: str | None = None
+    introspection_client_id: str | None = None
+    introspection_client_secret: str | None = field(default=None, repr=False)
 
 
 # ---- repository ---------------------------------------------------------------------------------
@@ -115,12 +121,14 @@ async def upsert_issuer(session: AsyncSession, vault: Vault, config: IssuerConfi
     row = await session.execute(
         text("""
         INSERT INTO issuers (id, issuer, display_name, client_id, scopes, authorization_endpoint,
-                             token_endpoint, jwks_uri, enabled)
-        VALUES (:id, :issuer, :display_name, :client_id, :scopes, :ae, :te, :ju, :enabled)
+                             token_endpoint, jwks_uri, enabled, introspection_endpoint, introspection_client_id)
+        VALUES (:id, :issuer, :display_name, :client_id, :scopes, :ae, :te, :ju, :enabled, :ie, :icid)
         ON CONFLICT (issuer) DO UPDATE SET
             display_name = EXCLUDED.display_name, client_id = EXCLUDED.client_id, scopes = EXCLUDED.scopes,
             authorization_endpoint = EXCLUDED.authorization_endpoint, token_endpoint = EXCLUDED.token_endpoint,
             jwks_uri = EXCLUDED.jwks_uri, enabled = EXCLUDED.enabled, metadata = NULL,
+            introspection_endpoint = EXCLUDED.introspection_endpoint,
+            introspection_client_id = EXCLUDED.introspection_client_id,
             metadata_fetched_at = NULL, updated_at = now()
         RETURNING id
         """),
@@ -134,6 +142,8 @@ async def upsert_issuer(session: AsyncSession, vault: Vault, config: IssuerConfi
             "te": config.token_endpoint,
             "ju": config.jwks_uri,
             "enabled": config.enabled,
+            "ie": config.introspection_endpoint,
+            "icid": config.introspection_client_id,
         },
     )
     issuer_id: uuid.UUID = row.scalar_one()
@@ -142,9 +152,17 @@ async def upsert_issuer(session: AsyncSession, vault: Vault, config: IssuerConfi
     key_id, blob = (None, None)
     if config.client_secret is not None:
         key_id, blob = vault.encrypt(config.client_secret, owner=str(issuer_id), purpose=SECRET_PURPOSE)
+    ikey_id, iblob = (None, None)
+    if config.introspection_client_secret is not None:
+        ikey_id, iblob = vault.encrypt(
+            config.introspection_client_secret, owner=str(issuer_id), purpose=INTROSPECTION_SECRET_PURPOSE
+        )
     await session.execute(
-        text("UPDATE issuers SET client_secret_enc = :blob, client_secret_key_id = :kid WHERE id = :id"),
-        {"blob": blob, "kid": key_id, "id": issuer_id},
+        text(
+            "UPDATE issuers SET client_secret_enc = :blob, client_secret_key_id = :kid, "
+            "introspection_secret_enc = :iblob, introspection_secret_key_id = :ikid WHERE id = :id"
+        ),
+        {"blob": blob, "kid": key_id, "iblob": iblob, "ikid": ikey_id, "id": issuer_id},
     )
     return issuer_id
 
@@ -180,6 +198,7 @@ def issuer_public_view(row: Issuer) -> dict[str, Any]:
         "scopes": " ".join(row.scopes or []),
         "enabled": row.enabled,
         "endpoints": "explicit" if row.authorization_endpoint and row.token_endpoint and row.jwks_uri else "discovered",
+        "introspection": "configured" if row.introspection_client_id else "none",
         "metadata_fetched_at": row.metadata_fetched_at,
     }
 
@@ -189,7 +208,9 @@ async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any
 
     Each entry: ``issuer``, ``client_id``, optional ``client_secret_env`` (the name of an
     environment variable holding the secret: secrets stay out of the file), ``display_name``,
-    ``scopes``, ``authorization_endpoint``, ``token_endpoint``, ``jwks_uri``, ``enabled``.
+    ``scopes``, ``authorization_endpoint``, ``token_endpoint``, ``jwks_uri``, ``enabled``, and for
+    opaque subject tokens ``introspection_client_id``, ``introspection_client_secret_env``,
+    ``introspection_endpoint`` (default: the one in the issuer's metadata).
     """
     if not isinstance(entries, list):
         raise ConfigurationError("config file: 'issuers' must be a list of tables")
@@ -203,12 +224,15 @@ async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any
         "token_endpoint",
         "jwks_uri",
         "enabled",
+        "introspection_endpoint",
+        "introspection_client_id",
+        "introspection_client_secret_env",
     }
     for index, entry in enumerate(entries):
         where = f"config file: issuers[{index}]"
         if not isinstance(entry, dict):
             raise ConfigurationError(f"{where} must be a table")
-        if "client_secret" in entry:
+        if "client_secret" in entry or "introspection_client_secret" in entry:
             raise ConfigurationError(f"{where}: put the secret in an environment variable (client_secret_env)")
         unknown = set(entry) - allowed
         if unknown:
@@ -217,6 +241,11 @@ async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any
         if (var := entry.get("client_secret_env")) is not None:
             secret = env.get(str(var))
             if not secret:
+                raise ConfigurationError(f"{where}: environment variable {var} is not set")
+        introspection_secret = None
+        if (var := entry.get("introspection_client_secret_env")) is not None:
+            introspection_secret = env.get(str(var))
+            if not introspection_secret:
                 raise ConfigurationError(f"{where}: environment variable {var} is not set")
         try:
             config = IssuerConfig(
@@ -229,6 +258,9 @@ async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any
                 token_endpoint=entry.get("token_endpoint"),
                 jwks_uri=entry.get("jwks_uri"),
                 enabled=bool(entry.get("enabled", True)),
+                introspection_endpoint=entry.get("introspection_endpoint"),
+                introspection_client_id=entry.get("introspection_client_id"),
+                introspection_client_secret=introspection_secret,
             )
             await upsert_issuer(session, vault, config)
         except KeyError as exc:
@@ -304,6 +336,20 @@ class IssuerDirectory:
                 )
             except SealError as exc:
                 raise ConfigurationError("The issuer's client secret cannot be decrypted with the key ring.") from exc
+        introspection_secret = None
+        if row.introspection_secret_enc is not None and row.introspection_secret_key_id is not None:
+            try:
+                introspection_secret = self._vault.decrypt_text(
+                    row.introspection_secret_key_id,
+                    row.introspection_secret_enc,
+                    owner=str(row.id),
+                    purpose=INTROSPECTION_SECRET_PURPOSE,
+                )
+            except SealError as exc:
+                raise ConfigurationError(
+                    "The issuer's introspection secret cannot be decrypted with the key ring."
+                ) from exc
+        introspection = row.introspection_endpoint or metadata.get("introspection_endpoint")
         endpoints = {}
         for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
             value = getattr(row, name) or metadata.get(name)
@@ -329,6 +375,13 @@ class IssuerDirectory:
             jwks_uri=endpoints["jwks_uri"],
             iss_parameter_supported=metadata.get("authorization_response_iss_parameter_supported") is True,
             token_auth_method=auth_method,
+            introspection_endpoint=(
+                check_issuer_url(introspection, what="introspection_endpoint")
+                if isinstance(introspection, str) and introspection and row.introspection_client_id
+                else None
+            ),
+            introspection_client_id=row.introspection_client_id,
+            introspection_client_secret=introspection_secret,
         )
 
     async def _stored_metadata(self, session: AsyncSession, row: Issuer) -> dict[str, Any] | None:

@@ -25,9 +25,14 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db.base import Base, Timestamps, uuid7
 
+SUBJECT_PROOF_REQUIRED = "required"
+SUBJECT_PROOF_NONE = "none"
+SUBJECT_PROOF_POLICIES = (SUBJECT_PROOF_REQUIRED, SUBJECT_PROOF_NONE)
+
 
 class ServerClient(Timestamps, Base):
     __tablename__ = "server_clients"
+    __table_args__ = (CheckConstraint("subject_proof IN ('required', 'none')", name="subject_proof"),)
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
     name: Mapped[str] = mapped_column(String(64), unique=True)
@@ -40,6 +45,11 @@ class ServerClient(Timestamps, Base):
     disabled: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     flows_per_minute: Mapped[int | None] = mapped_column(Integer)
     pending_per_subject: Mapped[int | None] = mapped_column(Integer)
+    # Whether every call naming a subject must carry that user's own access token (DESIGN §10).
+    # New clients require it; clients registered before the policy existed were migrated to 'none'.
+    subject_proof: Mapped[str] = mapped_column(String(16), server_default=text("'required'"))
+    # RFC 8707 resource URIs of this MCP server: a subject token's `aud` or `resource` must name one.
+    resource_uris: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
 
 
 class ServerClientKey(Timestamps, Base):
@@ -59,6 +69,10 @@ class Issuer(Timestamps, Base):
     __tablename__ = "issuers"
     __table_args__ = (
         CheckConstraint("(client_secret_enc IS NULL) = (client_secret_key_id IS NULL)", name="secret_pair"),
+        CheckConstraint(
+            "(introspection_secret_enc IS NULL) = (introspection_secret_key_id IS NULL)",
+            name="introspection_secret_pair",
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
@@ -75,6 +89,12 @@ class Issuer(Timestamps, Base):
     metadata_fetched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # RFC 7662 introspection of opaque subject tokens: the endpoint (or the discovered one) and the
+    # credentials elicitd presents there, the secret a vault value like the login client's.
+    introspection_endpoint: Mapped[str | None] = mapped_column(Text)
+    introspection_client_id: Mapped[str | None] = mapped_column(Text)
+    introspection_secret_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
+    introspection_secret_key_id: Mapped[str | None] = mapped_column(String(32))
 
 
 class LoginAttempt(Base):

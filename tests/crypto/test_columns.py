@@ -17,7 +17,7 @@ from service.connections.providers import CLIENT_SECRET
 from service.connections.service import ACCESS_TOKEN, PKCE_VERIFIER, REFRESH_TOKEN
 from service.crypto.columns import ENCRYPTED_COLUMNS, EncryptedColumn
 from service.db.base import CLIENT_ID, CONNECTION_ID, Base
-from service.identity.issuers import SECRET_PURPOSE
+from service.identity.issuers import INTROSPECTION_SECRET_PURPOSE, SECRET_PURPOSE
 from service.identity.sessions import ATTEMPT_PURPOSE
 from service.settings import normalize_database_url
 from service.signals.webhooks import WEBHOOK_SECRET_PURPOSE
@@ -53,6 +53,7 @@ def test_every_vault_column_is_declared_once() -> None:
         "connections.access_token_enc",
         "connections.refresh_token_enc",
         "issuers.client_secret_enc",
+        "issuers.introspection_secret_enc",
         "login_attempts.secrets_enc",
         "oauth_states.verifier_enc",
         "providers.client_secret_enc",
@@ -73,6 +74,7 @@ def test_purposes_are_the_writers() -> None:
     assert {c.label: c.purpose for c in ENCRYPTED_COLUMNS} == {
         "server_clients.webhook_secret_enc": WEBHOOK_SECRET_PURPOSE,
         "issuers.client_secret_enc": SECRET_PURPOSE,
+        "issuers.introspection_secret_enc": INTROSPECTION_SECRET_PURPOSE,
         "login_attempts.secrets_enc": ATTEMPT_PURPOSE,
         "providers.client_secret_enc": CLIENT_SECRET,
         "connections.access_token_enc": ACCESS_TOKEN,
@@ -94,6 +96,7 @@ BYTES_ID = bytes(range(32))
 PYTHON_OWNER: dict[str, tuple[object, Callable[[], str]]] = {
     "server_clients.webhook_secret_enc": (UUID_ID, lambda: CLIENT_ID.format(UUID_ID)),
     "issuers.client_secret_enc": (UUID_ID, lambda: str(UUID_ID)),
+    "issuers.introspection_secret_enc": (UUID_ID, lambda: str(UUID_ID)),
     "login_attempts.secrets_enc": (BYTES_ID, BYTES_ID.hex),
     "providers.client_secret_enc": ("acme.eu-1", lambda: "acme.eu-1"),
     "connections.access_token_enc": (UUID_ID, lambda: CONNECTION_ID.format(UUID_ID)),
