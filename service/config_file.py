@@ -36,6 +36,7 @@ SectionApplier = Callable[[AsyncSession, Vault, Any, Mapping[str, str]], Awaitab
 SECTIONS: dict[str, str] = {
     "issuers": "service.identity.issuers:apply_config_section",
     "providers": "service.connections.providers:apply_config_section",
+    "server_clients": "service.identity.clients:apply_config_section",
 }
 
 

@@ -43,8 +43,9 @@ class Problem(msgspec.Struct):
 
 _PROBLEM_TEXT = {
     400: "Invalid request, request state or parameters (`invalid_request`, `invalid_request_state`, …)",
-    401: "Missing or invalid API key (`unauthenticated`)",
-    403: "Not allowed for this server client (`forbidden`, `provider_not_allowed`, `issuer_not_trusted`)",
+    401: "Missing or invalid API key (`unauthenticated`), or no subject token (`subject_token_required`)",
+    403: "Not allowed for this server client (`forbidden`, `provider_not_allowed`, `issuer_not_trusted`, "
+    "`subject_token_invalid`)",
     404: "Unknown, or belongs to another server client (`flow_not_found`, `not_connected`)",
     409: "The flow is no longer pending, or the connection needs reauthorization",
     413: "The request body exceeds the configured limit (`payload_too_large`)",

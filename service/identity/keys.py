@@ -35,6 +35,9 @@ class AuthenticatedClient:
     trusted_issuers: tuple[str, ...]
     flows_per_minute: int | None
     pending_per_subject: int | None
+    # 'required': every call naming a subject carries that user's access token (subject_proof.py).
+    subject_proof: str = "required"
+    resource_uris: tuple[str, ...] = ()
 
 
 def new_api_key() -> tuple[str, bytes, str]:
@@ -124,6 +127,8 @@ class ApiKeyAuthenticator:
             trusted_issuers=tuple(row.trusted_issuers or ()),
             flows_per_minute=row.flows_per_minute,
             pending_per_subject=row.pending_per_subject,
+            subject_proof=row.subject_proof,
+            resource_uris=tuple(row.resource_uris or ()),
         )
         if self._ttl > 0:
             if len(self._cache) > 10_000:

@@ -97,7 +97,7 @@ async def test_registering_trusts_dev_id_offers_demo_files_and_is_idempotent(
     async with elicitd.state.sessions() as session:
         dev = (await session.execute(select(ServerClient).where(ServerClient.name == "dev"))).scalar_one_or_none()
         if dev is None:
-            await create_server_client(session, "dev", trusted_issuers=["https://id.example.com"])
+            await create_server_client(session, "dev", trusted_issuers=["https://id.example.com"], subject_proof="none")
         await session.commit()
     await tools.register(settings)
     await tools.register(settings)

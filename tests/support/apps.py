@@ -45,6 +45,7 @@ class RunningApp:
 
     def http(self, api_key: str | None = None, **kwargs: Any) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers.update(kwargs.pop("headers", None) or {})
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60, **kwargs)
 
 
@@ -103,7 +104,12 @@ class ServerClientHandle:
 
 
 async def new_server_client(app: RunningApp, **kwargs: Any) -> ServerClientHandle:
+    """A registered server client. Unless a test asks for ``subject_proof="required"``, it names
+    users without their tokens, as every client did before subject proof existed: the tests of
+    flows, connections and kinds stay about those, and tests/identity/test_subject_proof.py is
+    about the proof."""
     name = kwargs.pop("name", None) or f"t-{uuid.uuid4().hex[:12]}"
+    kwargs.setdefault("subject_proof", "none")
     async with app.state.sessions() as session:
         created = await create_server_client(session, name, **kwargs)
         await session.commit()
