@@ -42,25 +42,38 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from mcp import MCPError, UrlElicitationRequiredError
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import (
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     ClientCapabilities,
     ElicitationCapability,
     ElicitRequestURLParams,
+    FormElicitationCapability,
     InputRequiredResult,
     MissingRequiredClientCapabilityErrorData,
     UrlElicitationCapability,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
 
 from elicitd_client.client import ElicitdClient
 from elicitd_client.errors import ElicitdError, ElicitdUnavailable, InvalidRequestState, RateLimited
+from elicitd_client.forms import (
+    Form,
+    FormSchemaError,
+    InputAccepted,
+    InputCancelled,
+    InputDeclined,
+    InputResult,
+    form_of,
+)
 from elicitd_client.outcomes import (
     Completed,
     Consent,
@@ -71,6 +84,7 @@ from elicitd_client.outcomes import (
     ElicitationPending,
     ElicitdRefused,
     InputRequired,
+    InvalidInput,
     Payment,
     SubjectUnavailable,
 )
@@ -80,8 +94,13 @@ logger = logging.getLogger("elicitd_client.mcp")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+M = TypeVar("M", bound=BaseModel)
 _STATE_PREFIX = "elicitd1"
 _KEY_PREFIX = "elicitd_"
+_FORM_KEY_PREFIX = "elicitd_form_"
+# This request's envelope as the helpers changed it so far: a form answered in this round must be
+# in the state of an ``input_required`` that a later requirement of the same call raises.
+_THIS_CALL: ContextVar[tuple[object, _Round] | None] = ContextVar("elicitd_this_call", default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +162,24 @@ def verified_subject(ctx: Context[Any, Any]) -> Subject:
 def _url_capable(ctx: Context[Any, Any]) -> bool:
     caps = ctx.client_capabilities
     return bool(caps and caps.elicitation and caps.elicitation.url is not None)
+
+
+def _form_capable(ctx: Context[Any, Any]) -> bool:
+    """Form mode: ``elicitation.form``, or an ``elicitation`` that names no mode (2025-11-25's form)."""
+    caps = ctx.client_capabilities
+    elicitation = caps.elicitation if caps is not None else None
+    return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
+
+
+def missing_form_capability() -> MCPError:
+    data = MissingRequiredClientCapabilityErrorData(
+        required_capabilities=ClientCapabilities(elicitation=ElicitationCapability(form=FormElicitationCapability()))
+    )
+    return MCPError(
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        "This tool needs a client that supports form elicitation",
+        data.model_dump(by_alias=True, mode="json", exclude_none=True),
+    )
 
 
 def missing_url_capability() -> MCPError:
@@ -263,9 +300,121 @@ class Elicitd:
         done = await self._obtain(ctx, _Need("payment", _drop_none({"params": params, "message": message})))
         return Payment(kind=done.kind, result=done.result, flow=done.flow)
 
+    async def require_api_key(
+        self, ctx: Context[Any, Any], *, provider: str, message: str | None = None, account: str | None = None
+    ) -> Token:
+        """The API key the user typed for ``provider`` on elicitd's page (URL mode), asked once
+        and kept in elicitd's vault; ``Token.authorization`` is what the provider expects."""
+        return await self.require_token(ctx, provider=provider, message=message, account=account, kind="api_key")
+
+    @overload
+    async def require_input(
+        self, ctx: Context[Any, Any], source: type[M], *, message: str | None = ..., max_attempts: int = ...
+    ) -> InputResult[M]: ...
+    @overload
+    async def require_input(
+        self,
+        ctx: Context[Any, Any],
+        source: Form[Any] | Mapping[str, Any],
+        *,
+        message: str | None = ...,
+        max_attempts: int = ...,
+    ) -> InputResult[Any]: ...
+    async def require_input(
+        self,
+        ctx: Context[Any, Any],
+        source: Form[Any] | type[BaseModel] | Mapping[str, Any],
+        *,
+        message: str | None = None,
+        max_attempts: int = 3,
+    ) -> InputResult[Any]:
+        """Ask the user to fill in a form (form mode) and return the checked answer.
+
+        ``source`` is a Pydantic model, a plain ``requestedSchema`` or a ``forms.form(...)`` built
+        at import (which refuses a schema outside the specification's subset, or a field that looks
+        like a secret, when the tool is defined). An answer that fails the form's checks is asked
+        again with the reasons in the message, up to ``max_attempts`` times, then ``InvalidInput``.
+        On 2026-07-28 each ask is an ``input_required`` round; on 2025-11-25 an ``elicitation/create``
+        sent mid-call. ``decline`` and ``cancel`` come back as ``InputDeclined`` / ``InputCancelled``."""
+        try:
+            asked = form_of(source, message)
+        except FormSchemaError as exc:  # a schema built at call time: the reason, not a crash
+            raise ToolError(str(exc)) from exc
+        if not _form_capable(ctx):
+            raise missing_form_capability()
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return self._form_round(ctx, asked, max_attempts)
+        return await self._form_push(ctx, asked, max_attempts)
+
     async def require(self, ctx: Context[Any, Any], kind: str, **create: Any) -> Completed:
         """Any kind, with ``ElicitdClient.create_flow``'s keyword arguments (e.g. ``external`` + ``url``)."""
         return await self._obtain(ctx, _Need(kind, _drop_none(create)))
+
+    # ---- forms -----------------------------------------------------------------------------------------
+    def _round(self, ctx: Context[Any, Any]) -> _Round:
+        """This call's envelope: as this request carried it, plus what earlier helpers of the same
+        call changed (a form answered in this round)."""
+        held = _THIS_CALL.get()
+        if held is not None and held[0] == (ctx.request_id, ctx.request_state):
+            return held[1]
+        return _Round.decode(ctx.request_state) or _Round(started=time.time(), rounds=0, states={})
+
+    def _form_round(self, ctx: Context[Any, Any], asked: Form[Any], max_attempts: int) -> InputResult[Any]:
+        current = self._round(ctx)
+        tag = "form." + asked.tag
+        mine = current.states.get(tag)
+        if mine is not None and mine[0] == "=":  # answered in an earlier round of this call
+            return _form_outcome(asked, json.loads(mine[1]))
+        attempt = int(mine[1]) if mine is not None else 0
+        reasons: list[str] = []
+        if attempt:
+            response = (ctx.input_responses or {}).get(f"{_FORM_KEY_PREFIX}{asked.tag}_{attempt}")
+            if response is not None:
+                answer = _response_json(response)
+                if answer.get("action") == "accept":
+                    _, reasons = asked.read(answer.get("content"))
+                if answer.get("action") in ("decline", "cancel") or not reasons:
+                    settled = {"action": answer.get("action"), "content": answer.get("content")}
+                    states = {**current.states, tag: ("=", json.dumps(settled))}
+                    this_call = (ctx.request_id, ctx.request_state)
+                    _THIS_CALL.set((this_call, _Round(current.started, current.rounds, states)))
+                    return _form_outcome(asked, settled)
+                if attempt >= max_attempts:
+                    raise InvalidInput(
+                        f"The answer did not fit the form after {attempt} tries: " + "; ".join(reasons) + ".", reasons
+                    )
+            else:
+                attempt -= 1  # not answered: ask the same again
+        number = attempt + 1
+        logger.info("form round", extra={"attempt": number, "invalid": bool(reasons)})
+        key = f"{_FORM_KEY_PREFIX}{asked.tag}_{number}"
+        envelope = _Round(current.started, current.rounds + 1, {**current.states, tag: ("form", str(number))})
+        request = {
+            "method": "elicitation/create",
+            "params": {"mode": "form", "message": asked.asking(reasons), "requestedSchema": asked.schema},
+        }
+        raise InputRequired(
+            InputRequiredResult.model_validate(
+                {"resultType": "input_required", "inputRequests": {key: request}, "requestState": envelope.encode()}
+            )
+        )
+
+    async def _form_push(self, ctx: Context[Any, Any], asked: Form[Any], max_attempts: int) -> InputResult[Any]:
+        reasons: list[str] = []
+        for attempt in range(1, max_attempts + 1):
+            logger.info("form round", extra={"attempt": attempt, "invalid": bool(reasons), "legacy": True})
+            answer = await ctx.request_context.session.elicit_form(
+                asked.asking(reasons), asked.schema, related_request_id=ctx.request_id
+            )
+            settled = {"action": answer.action, "content": answer.content}
+            if answer.action != "accept":
+                return _form_outcome(asked, settled)
+            _, reasons = asked.read(answer.content)
+            if not reasons:
+                return _form_outcome(asked, settled)
+        raise InvalidInput(
+            f"The answer did not fit the form after {max_attempts} tries: " + "; ".join(reasons) + ".", reasons
+        )
 
     # ---- one requirement ---------------------------------------------------------------------------
     async def _obtain(self, ctx: Context[Any, Any], need: _Need) -> Completed:
@@ -281,7 +430,7 @@ class Elicitd:
         return await self.client.create_flow(subject, need.kind, **need.create)
 
     async def _modern(self, ctx: Context[Any, Any], need: _Need, subject: Subject) -> Completed:
-        current = _Round.decode(ctx.request_state) or _Round(started=time.time(), rounds=0, states={})
+        current = self._round(ctx)
         mine = current.states.get(need.tag)
         if mine is None:
             # Round 1 for this requirement (another requirement of the tool may be further along).
@@ -439,6 +588,17 @@ def _response_json(value: Any) -> dict[str, Any]:
     return {key: dumped[key] for key in ("action", "content") if key in dumped}
 
 
+def _form_outcome(asked: Form[Any], settled: Mapping[str, Any]) -> InputResult[Any]:
+    if settled.get("action") == "decline":
+        return InputDeclined()
+    if settled.get("action") != "accept":
+        return InputCancelled()
+    data, reasons = asked.read(settled.get("content"))
+    if reasons:  # checked when it arrived; only a changed form could fail now
+        raise InvalidInput("The answer no longer fits the form: " + "; ".join(reasons) + ".", reasons)
+    return InputAccepted(data)
+
+
 def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None and value != []}
 
@@ -470,9 +630,15 @@ __all__ = [
     "ElicitationPending",
     "Elicitd",
     "ElicitdRefused",
+    "InputAccepted",
+    "InputCancelled",
+    "InputDeclined",
     "InputRequired",
+    "InputResult",
+    "InvalidInput",
     "Payment",
     "SubjectUnavailable",
+    "missing_form_capability",
     "missing_url_capability",
     "verified_subject",
 ]

@@ -88,6 +88,17 @@ class ElicitdRefused(ElicitationOutcome):
         self.status = status
 
 
+class InvalidInput(ElicitationOutcome):
+    """A form's answer kept failing its checks (``reasons``, the last ones) for as many tries as
+    the tool allowed. The model reads the reasons; nothing unchecked reached the tool."""
+
+    outcome = "invalid"
+
+    def __init__(self, message: str, reasons: list[str]) -> None:
+        super().__init__(message)
+        self.reasons = reasons
+
+
 class SubjectUnavailable(RuntimeError):
     """No verified user for this request: the server has no token verifier, or the token names
     no issuer/subject. A configuration error, never the caller's to fix."""
