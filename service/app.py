@@ -25,6 +25,7 @@ from litestar.template.config import TemplateConfig
 from service.admin.api import admin_router
 from service.api_docs import OfflineSwaggerRenderPlugin
 from service.connections.api import ConnectionController
+from service.domains import display_origin
 from service.errors import EXCEPTION_HANDLERS
 from service.flows.api import FlowController
 from service.flows.pages import open_flow
@@ -84,7 +85,8 @@ def create_app(services: Services) -> Litestar:
 
     def template_globals(engine: JinjaTemplateEngine) -> None:
         # Every page names the full elicitd origin, so a person can check where they are.
-        engine.engine.globals["domain"] = settings.public_origin
+        # A non-ASCII host is shown in its Unicode form with its ASCII (punycode) form beside it.
+        engine.engine.globals["domain"] = display_origin(settings.public_origin)
 
     kind_routes = [route for plugin in services.kinds.values() for route in plugin.routes]
     app = Litestar(

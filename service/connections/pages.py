@@ -17,6 +17,7 @@ from litestar.response import Template
 from service.connections.authorize import CALLBACK_PATH, Connected, FinalPage, Refused
 from service.connections.catalog import describe_scope
 from service.db.base import FLOW_ID
+from service.domains import display_url_host
 from service.flows.models import Flow
 from service.flows.pages import PAGE_HEADERS, page, status_page
 from service.signin.gate import redirect
@@ -65,7 +66,7 @@ async def connect_page(request: Req, flow: Flow, services: Services) -> Response
         "flow_id": flow_ref,
         "client": shown.client,
         "provider": provider.display_name,
-        "provider_host": urlsplit(provider.authorization_endpoint).hostname or "",
+        "provider_host": display_url_host(provider.authorization_endpoint),
         "scopes": scopes,
         "message": flow.message,
         "signed_in_as": identity.sub,

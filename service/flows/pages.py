@@ -14,6 +14,7 @@ from litestar import Request, Response, get
 from litestar.response import Template
 
 from service.db.base import FLOW_ID
+from service.domains import display_url_host
 from service.flows.models import Flow
 from service.flows.service import FlowService
 
@@ -87,6 +88,7 @@ async def open_flow(request: Request[Any, Any, Any], flow_ref: str, services: Se
             heading="Continue on the service's own page",
             text="This step happens on a page run by the service that asked.",
             link=flow.external_url,
+            link_host=display_url_host(flow.external_url),
             flow_id=FLOW_ID.format(flow.id),
         )
     plugin = services.kinds.get(flow.kind)
