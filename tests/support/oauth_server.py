@@ -63,6 +63,8 @@ class IssuedToken:
     used_at: float | None
     revoked_at: float | None
     replaced_by: str | None
+    # What the token is for (minted for an MCP server's user; None for the provider's own tokens).
+    audience: str | list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,7 @@ class ServerStats:
     authorize_calls: int
     login_submissions: int
     revocation_calls: int
+    introspection_calls: int
     userinfo_calls: int
     api_calls: dict[str, int]
 
@@ -306,6 +309,10 @@ class OAuthServer:
         return self.url("/revoke")
 
     @property
+    def introspection_endpoint(self) -> str:
+        return self.url("/introspect")
+
+    @property
     def userinfo_endpoint(self) -> str:
         return self.url("/userinfo")
 
@@ -501,11 +508,22 @@ class OAuthServer:
         client_id: str = "test-client",
         scope: str = "openid",
         nonce: str | None = None,
+        audience: str | list[str] | None = None,
+        resource: str | None = None,
+        format: Literal["opaque", "jwt"] = "opaque",
+        ttl: int | None = None,
+        iss: str | None = None,
     ) -> dict[str, Any]:
-        """Issue tokens directly (not counted as a token call), e.g. a signed ID token for ``sub``."""
-        result: dict[str, Any] = self._control(
-            "POST", "/mint", {"sub": sub, "client_id": client_id, "scope": scope, "nonce": nonce}
-        )
+        """Issue tokens directly (not counted as a token call), e.g. a signed ID token for ``sub``.
+
+        For an MCP server's user: ``audience`` (and ``resource``) name what the access token is for,
+        ``format="jwt"`` makes it an RFC 9068 JWT (else opaque, for RFC 7662 introspection at
+        ``/introspect``), ``ttl`` overrides its lifetime (negative: already expired), and ``iss``
+        puts another issuer's URL in the JWT while this server signs it (a forgery)."""
+        body: dict[str, Any] = {"sub": sub, "client_id": client_id, "scope": scope, "nonce": nonce, "format": format}
+        optional = {"audience": audience, "resource": resource, "ttl": ttl, "iss": iss}
+        body.update({key: value for key, value in optional.items() if value is not None})
+        result: dict[str, Any] = self._control("POST", "/mint", body)
         return result
 
 

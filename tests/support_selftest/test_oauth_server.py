@@ -594,6 +594,44 @@ async def test_mint_and_a_second_server_have_independent_keys(
     assert foreign.status_code == 401
 
 
+@pytest.mark.asyncio
+async def test_minted_access_tokens_for_an_mcp_server_as_jwt_and_by_introspection(server: OAuthServer) -> None:
+    jwt_token = server.mint("dana", client_id="mcp-host", scope="files", audience="https://mcp.example/", format="jwt")
+    claims = verify_id_token(server, jwt_token["access_token"])
+    assert (claims["iss"], claims["sub"], claims["aud"], claims["client_id"]) == (
+        server.issuer,
+        "dana",
+        "https://mcp.example/",
+        "mcp-host",
+    )
+    assert claims["exp"] - claims["iat"] == 3600
+    expired = verify_id_token(server, server.mint("dana", format="jwt", ttl=-60)["access_token"])
+    assert "aud" not in expired and expired["exp"] < time.time()
+    forged = verify_id_token(server, server.mint("dana", format="jwt", iss="https://elsewhere.example")["access_token"])
+    assert forged["iss"] == "https://elsewhere.example"
+
+    server.register_client("introspector", "introspector-secret")
+    opaque = server.mint("dana", audience=["https://mcp.example/", "https://other.example/"])["access_token"]
+    assert server.token(opaque).audience == ["https://mcp.example/", "https://other.example/"]
+    assert server.discovery()["introspection_endpoint"] == server.introspection_endpoint
+    async with httpx.AsyncClient(base_url=server.base_url) as client:
+        anonymous = await client.post("/introspect", data={"token": opaque})
+        wrong = await client.post("/introspect", data={"token": opaque}, auth=("introspector", "nope"))
+        active = await client.post("/introspect", data={"token": opaque}, auth=("introspector", "introspector-secret"))
+        server.revoke_grant(opaque)
+        revoked = await client.post("/introspect", data={"token": opaque}, auth=("introspector", "introspector-secret"))
+    assert (anonymous.status_code, wrong.status_code) == (401, 401)
+    body = active.json()
+    assert (body["active"], body["iss"], body["sub"], body["aud"]) == (
+        True,
+        server.issuer,
+        "dana",
+        ["https://mcp.example/", "https://other.example/"],
+    )
+    assert revoked.json() == {"active": False}
+    assert server.stats().introspection_calls == 4
+
+
 # -- setup errors are loud ----------------------------------------------------------------------------
 
 

@@ -6,7 +6,9 @@
  *   - an identity issuer (OIDC discovery, JWKS, authorization code + PKCE S256, nonce echoed into
  *     an RS256 ID token, RFC 9207 `iss` on every authorization response), and
  *   - a third-party API provider (rotating refresh tokens with reuse detection, RFC 7009
- *     revocation, and protected resources under /api that accept only tokens it issued).
+ *     revocation, and protected resources under /api that accept only tokens it issued), and
+ *   - the authorization server of an MCP server's users: /__control/mint issues access tokens for
+ *     an audience, opaque or as RFC 9068 JWTs, and /introspect answers RFC 7662 for them.
  *
  * It is written against Node's standard library only: the published mock servers redirect from
  * the authorize endpoint without a login page and accept any refresh token, which would let the
@@ -80,6 +82,7 @@ function freshStats() {
     authorize_calls: 0,
     login_submissions: 0,
     revocation_calls: 0,
+    introspection_calls: 0,
     userinfo_calls: 0,
     api_calls: {},
   };
@@ -235,6 +238,7 @@ function discoveryDocument() {
     userinfo_endpoint: `${issuer}/userinfo`,
     jwks_uri: `${issuer}/jwks`,
     revocation_endpoint: `${issuer}/revoke`,
+    introspection_endpoint: `${issuer}/introspect`,
     scopes_supported: ['openid', 'profile', 'email', 'offline_access', 'files:read', 'files:write'],
     response_types_supported: ['code'],
     response_modes_supported: ['query'],
@@ -429,10 +433,35 @@ function verifyClient(credentials) {
 // Token issuance
 // ---------------------------------------------------------------------------------------------
 
-function issueTokens({ sub, clientId, scope, nonce, authTime, family, grantType, withRefresh }) {
+/** RFC 9068: a JWT access token for `audience` (a string or a list), signed like the ID tokens. */
+function jwtAccessToken({ sub, clientId, scope, audience, resource, issuedAt, expiresAt, claimedIssuer }) {
+  const claims = {
+    // Another server's URL here makes a forgery: a token that names a trusted issuer, signed by this one.
+    iss: claimedIssuer || issuer,
+    sub,
+    aud: audience,
+    client_id: clientId,
+    scope,
+    iat: Math.floor(issuedAt),
+    nbf: Math.floor(issuedAt),
+    exp: Math.floor(expiresAt),
+    jti: crypto.randomBytes(12).toString('base64url'),
+  };
+  if (audience === null) delete claims.aud;
+  if (resource !== null) claims.resource = resource;
+  const header = { alg: 'RS256', typ: 'at+jwt', kid: KEY_ID };
+  const input = `${b64url(JSON.stringify(header))}.${b64url(JSON.stringify(claims))}`;
+  return `${input}.${b64url(crypto.sign('sha256', Buffer.from(input), privateKey))}`;
+}
+
+function issueTokens({ sub, clientId, scope, nonce, authTime, family, grantType, withRefresh,
+  audience = null, resource = null, format = 'opaque', ttl = undefined, claimedIssuer = null }) {
   const at = now();
   const config = state.config;
-  const accessToken = takePlanted('access_token') || randomToken('at');
+  const lifetime = ttl === undefined ? config.access_token_ttl : ttl;
+  const accessToken = format === 'jwt'
+    ? jwtAccessToken({ sub, clientId, scope, audience, resource, issuedAt: at, expiresAt: at + lifetime, claimedIssuer })
+    : takePlanted('access_token') || randomToken('at');
   state.tokens.set(accessToken, {
     token: accessToken,
     kind: 'access',
@@ -442,15 +471,16 @@ function issueTokens({ sub, clientId, scope, nonce, authTime, family, grantType,
     family,
     grant_type: grantType,
     issued_at: at,
-    expires_at: at + config.access_token_ttl,
+    expires_at: at + lifetime,
     used_at: null,
     revoked_at: null,
     replaced_by: null,
+    audience,
   });
   const body = {
     access_token: accessToken,
     token_type: 'Bearer',
-    expires_in: config.access_token_ttl,
+    expires_in: lifetime,
     scope,
   };
   if (withRefresh) {
@@ -613,6 +643,35 @@ async function handleToken(req, res) {
     const headers = failure.status === 401 ? { 'WWW-Authenticate': 'Basic realm="token"' } : {};
     return sendOAuthError(res, failure.status, failure.error, failure.description, headers);
   }
+}
+
+/** RFC 7662: the calling client must authenticate; unknown, expired or revoked tokens are inactive. */
+async function handleIntrospect(req, res) {
+  state.stats.introspection_calls += 1;
+  const form = await readForm(req);
+  try {
+    const client = clientCredentials(req, form);
+    verifyClient(client);
+  } catch (failure) {
+    if (!failure || typeof failure.error !== 'string') throw failure;
+    return sendOAuthError(res, failure.status, failure.error, failure.description);
+  }
+  const token = form.get('token');
+  if (!token) return sendOAuthError(res, 400, 'invalid_request', 'token is required');
+  const record = state.tokens.get(token);
+  if (!record || tokenStatus(record) !== 'active') return sendJson(res, 200, { active: false });
+  const body = {
+    active: true,
+    iss: issuer,
+    sub: record.sub,
+    client_id: record.client_id,
+    scope: record.scope,
+    token_type: record.kind === 'access' ? 'Bearer' : 'refresh_token',
+    iat: Math.floor(record.issued_at),
+  };
+  if (record.expires_at !== null) body.exp = Math.floor(record.expires_at);
+  if (record.audience !== null && record.audience !== undefined) body.aud = record.audience;
+  return sendJson(res, 200, body);
 }
 
 async function handleRevoke(req, res) {
@@ -860,6 +919,15 @@ async function handleControl(req, res, url) {
       const body = await readJson(req);
       const sub = stringOrNull(body, 'sub');
       if (sub === null || !USERNAME_PATTERN.test(sub)) throw new HttpError(400, 'sub must be a username');
+      // An access token for an MCP server: `audience` (a string or a list of strings) and
+      // `resource` end up in the JWT or in the introspection answer; `ttl` may be negative (expired).
+      const format = body.format === undefined ? 'opaque' : body.format;
+      if (format !== 'opaque' && format !== 'jwt') throw new HttpError(400, 'format must be opaque or jwt');
+      const audience = body.audience === undefined ? null : body.audience;
+      const audienceOk = audience === null || typeof audience === 'string'
+        || (Array.isArray(audience) && audience.every((a) => typeof a === 'string'));
+      if (!audienceOk) throw new HttpError(400, 'audience must be a string or a list of strings');
+      if (body.ttl !== undefined && !Number.isInteger(body.ttl)) throw new HttpError(400, 'ttl must be an integer');
       const tokens = issueTokens({
         sub,
         clientId: stringOrNull(body, 'client_id') || 'test-client',
@@ -869,6 +937,11 @@ async function handleControl(req, res, url) {
         family: newFamily(),
         grantType: 'mint',
         withRefresh: state.config.issue_refresh_tokens,
+        audience,
+        resource: stringOrNull(body, 'resource'),
+        format,
+        ttl: body.ttl,
+        claimedIssuer: stringOrNull(body, 'iss'),
       });
       return sendJson(res, 200, tokens);
     }
@@ -895,6 +968,7 @@ async function route(req, res) {
   if (method === 'POST' && path === '/login') return handleLogin(req, res);
   if (method === 'POST' && path === '/token') return handleToken(req, res);
   if (method === 'POST' && path === '/revoke') return handleRevoke(req, res);
+  if (method === 'POST' && path === '/introspect') return handleIntrospect(req, res);
   if (method === 'GET' && ['/userinfo', '/api/me', '/api/files'].includes(path)) return handleApi(req, res, path);
   if (method === 'GET' && path === '/') return sendJson(res, 200, { issuer, discovery: `${issuer}/.well-known/openid-configuration` });
   throw new HttpError(404, `no route ${method} ${path}`);
