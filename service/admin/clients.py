@@ -33,6 +33,7 @@ from service.errors import InvalidRequest, NotFound
 from service.identity.clients import create_server_client
 from service.identity.keys import add_key
 from service.identity.models import ServerClient, ServerClientKey
+from service.identity.subject_proof import check_resource_uris
 from service.signals.signing import SECRET_PREFIX, new_secret
 from service.signals.webhooks import WEBHOOK_SECRET_PURPOSE
 from service.urls import url_problem
@@ -122,6 +123,8 @@ async def create(session: AsyncSession, data: CreateServerClient) -> CreatedServ
         display_name=data.display_name,
         allowed_providers=list(data.allowed_providers),
         trusted_issuers=list(data.trusted_issuers),
+        subject_proof=data.subject_proof,
+        resource_uris=list(data.resource_uris),
     )
     if data.flows_per_minute is not None or data.pending_per_subject is not None:
         await session.execute(
@@ -140,6 +143,8 @@ async def update_client(session: AsyncSession, ref: str, data: UpdateServerClien
     for name in ("allowed_providers", "trusted_issuers"):
         if name in values:
             values[name] = sorted(set(values[name]))
+    if "resource_uris" in values:
+        values["resource_uris"] = check_resource_uris(values["resource_uris"])
     await _update(session, client_id, **values)
     return await view(session, client_id)
 

@@ -17,6 +17,8 @@ Name = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0
 IssuerUrl = Annotated[str, Meta(min_length=1, max_length=512, pattern=r"^\S+$")]
 WebhookUrl = Annotated[str, Meta(min_length=8, max_length=2000)]
 Limit = Annotated[int, Meta(ge=1, le=1_000_000)]
+SubjectProof = Literal["required", "none"]
+ResourceUri = Annotated[str, Meta(min_length=1, max_length=2000, pattern=r"^\S+$")]
 
 
 class AdminFlow(msgspec.Struct):
@@ -100,8 +102,12 @@ class ServerClientView(msgspec.Struct):
     disabled: bool
     flows_per_minute: int | None
     pending_per_subject: int | None
+    subject_proof: SubjectProof
+    resource_uris: list[str]
     created_at: datetime
     keys: list[ApiKeyView]
+    # Stable codes an operator should act on, e.g. ``subject_proof_not_required``.
+    warnings: list[str]
 
 
 class ServerClientPage(msgspec.Struct):
@@ -116,6 +122,8 @@ class CreateServerClient(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     trusted_issuers: Annotated[list[IssuerUrl], Meta(max_length=100)] = []
     flows_per_minute: Limit | None = None
     pending_per_subject: Limit | None = None
+    subject_proof: SubjectProof = "required"
+    resource_uris: Annotated[list[ResourceUri], Meta(max_length=20)] = []
 
 
 class UpdateServerClient(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -126,6 +134,8 @@ class UpdateServerClient(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     trusted_issuers: Annotated[list[IssuerUrl], Meta(max_length=100)] | msgspec.UnsetType = msgspec.UNSET
     flows_per_minute: Limit | msgspec.UnsetType | None = msgspec.UNSET
     pending_per_subject: Limit | msgspec.UnsetType | None = msgspec.UNSET
+    subject_proof: SubjectProof | msgspec.UnsetType = msgspec.UNSET
+    resource_uris: Annotated[list[ResourceUri], Meta(max_length=20)] | msgspec.UnsetType = msgspec.UNSET
 
 
 class CreatedServerClient(msgspec.Struct):

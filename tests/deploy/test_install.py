@@ -81,7 +81,10 @@ async def test_a_non_editable_install_migrates_serves_and_answers_the_contract(
         assert applied[0] == "0001" and applied == sorted(applied)
 
         created = await asyncio.to_thread(
-            _run, [str(bin_dir / "elicitd"), "servers", "create", "contract", "--json"], env, tmp_path
+            _run,
+            [str(bin_dir / "elicitd"), "servers", "create", "contract", "--subject-proof", "none", "--json"],
+            env,
+            tmp_path,
         )
         assert created.returncode == 0, created.stderr
         key = json.loads(created.stdout)["api_key"]
