@@ -125,7 +125,11 @@ async def _ensure_dev_client(settings: Settings) -> str:
         async with make_sessionmaker(engine)() as session:
             client = await find_by_name(session, "dev")
             if client is None:
-                key = (await create_server_client(session, "dev", display_name="Development MCP server")).api_key
+                # The dev client names users without their tokens (the curl examples have none).
+                created = await create_server_client(
+                    session, "dev", display_name="Development MCP server", subject_proof="none"
+                )
+                key = created.api_key
             elif key_file.exists():
                 return key_file.read_text().strip()
             else:
@@ -233,6 +237,7 @@ elicitd is serving at {base}
   readiness:     {base}/readyz
   dev API key:   {key}
   (stored in {DATA_DIR / "dev-api-key"}; the database and Redis live under {DATA_DIR}/)
+  subject proof: none for this dev client (its key alone names any user; new clients require it)
 
 Create a flow:
   curl -s -X POST {base}/v1/flows \\
@@ -305,12 +310,16 @@ async def _servers_create(args: argparse.Namespace) -> dict[str, Any]:
                 display_name=args.display_name,
                 allowed_providers=args.provider or [],
                 trusted_issuers=args.issuer or [],
+                subject_proof=args.subject_proof,
+                resource_uris=args.resource_uri or [],
             )
             await session.commit()
             return {
                 "id": CLIENT_ID.format(created.client.id),
                 "name": created.client.name,
                 "display_name": created.client.display_name,
+                "subject_proof": created.client.subject_proof,
+                "resource_uris": list(created.client.resource_uris),
                 "api_key": created.api_key,
             }
     finally:
@@ -323,6 +332,12 @@ def cmd_servers_create(args: argparse.Namespace) -> None:
         print_json(result)
         return
     print(f"created server client {result['name']} ({result['id']})")
+    if result["subject_proof"] == "none":
+        print("subject proof: none (its API key alone names any user)")
+    elif result["resource_uris"]:
+        print(f"subject proof: required (users' tokens must be for {' or '.join(result['resource_uris'])})")
+    else:
+        print("subject proof: required, but no --resource-uri: every call naming a user is refused until one is set")
     print(f"API key (shown once, store it now): {result['api_key']}")
 
 
@@ -372,6 +387,17 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--display-name")
     create.add_argument("--provider", action="append", help="allowed provider (repeatable; none = all)")
     create.add_argument("--issuer", action="append", help="trusted issuer (repeatable; none = all)")
+    create.add_argument(
+        "--subject-proof",
+        choices=("required", "none"),
+        default="required",
+        help="whether every call naming a user must carry that user's access token (default: required)",
+    )
+    create.add_argument(
+        "--resource-uri",
+        action="append",
+        help="this MCP server's resource URI, the `aud` of its users' tokens (repeatable)",
+    )
     create.add_argument("--json", action="store_true")
     create.set_defaults(func=cmd_servers_create)
 

@@ -64,11 +64,19 @@ def why(exc: BaseException) -> str:
     return "/".join(names) + (f" (sqlstate {sqlstate})" if isinstance(sqlstate, str) else "")
 
 
-class Readiness(msgspec.Struct):
+# Also the database probe: a count over a table of tens of rows.
+_UNPROVEN = text("SELECT count(*) FROM server_clients WHERE subject_proof = 'none' AND NOT disabled")
+
+
+class Readiness(msgspec.Struct, omit_defaults=True):
     status: str
     postgres: str
     redis: str
     wakeups: str
+    # Enabled server clients whose API key alone may name any user (subject proof off): a count,
+    # not names, since this answer needs no credentials. The admin API lists them. Absent when
+    # PostgreSQL is down.
+    clients_without_subject_proof: int | None = None
 
 
 @get("/healthz", operation_id="healthz", tags=["ops"], summary="Liveness: the process answers")
@@ -81,9 +89,10 @@ async def readyz(services: Services) -> Response[Readiness]:
     state = services
     hub = state.hub
     log = dependency_log(hub)
+    unproven: int | None = None
     try:
         async with state.sessions() as session:
-            await session.execute(text("SELECT 1"))
+            unproven = (await session.execute(_UNPROVEN)).scalar_one()
         postgres = "ok"
         log.up("postgres")
     except Exception as exc:  # any failure means "not ready"; why goes to the server log, not here
@@ -99,5 +108,11 @@ async def readyz(services: Services) -> Response[Readiness]:
             log.down("redis", failure)
     wakeups = "redis" if hub.healthy else "polling"
     ready = postgres == "ok"
-    body = Readiness(status="ready" if ready else "unavailable", postgres=postgres, redis=redis, wakeups=wakeups)
+    body = Readiness(
+        status="ready" if ready else "unavailable",
+        postgres=postgres,
+        redis=redis,
+        wakeups=wakeups,
+        clients_without_subject_proof=unproven,
+    )
     return Response(body, status_code=200 if ready else 503)
