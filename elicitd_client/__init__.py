@@ -23,6 +23,8 @@ from elicitd_client.errors import (
     ReauthorizationRequired,
     RequestStateExpired,
     ServerError,
+    SubjectTokenInvalid,
+    SubjectTokenRequired,
     Unauthenticated,
 )
 from elicitd_client.types import CreatedFlow, Flow, FlowStatus, Resolution, Subject, Token
@@ -49,6 +51,8 @@ __all__ = [
     "Resolution",
     "ServerError",
     "Subject",
+    "SubjectTokenInvalid",
+    "SubjectTokenRequired",
     "Token",
     "Unauthenticated",
 ]

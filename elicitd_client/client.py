@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -44,6 +44,23 @@ def _transient(response: httpx.Response) -> bool:
     return response.status_code in RETRY_STATUSES
 
 
+SUBJECT_TOKEN_HEADER = "Elicitd-Subject-Token"
+
+
+def sdk_access_token() -> str | None:
+    """The access token the MCP SDK verified for the request being served, if any.
+
+    The SDK's auth middleware keeps it in a context variable for the request's duration, so a call
+    made from inside a tool forwards that request's user's token. Imported lazily: ``elicitd[client]``
+    does not install the SDK, and then there is nothing to forward."""
+    try:
+        from mcp.server.auth.middleware.auth_context import get_access_token
+    except ImportError:
+        return None
+    token = get_access_token()
+    return token.token if token is not None else None
+
+
 def _subject(subject: Subject | Mapping[str, str]) -> dict[str, str]:
     if isinstance(subject, Subject):
         return subject.as_json()
@@ -67,8 +84,12 @@ class ElicitdClient:
         backoff: float = 0.2,
         max_backoff: float = 5.0,
         http: httpx.AsyncClient | None = None,
+        subject_tokens: Callable[[], str | None] = sdk_access_token,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # Where the user's access token comes from on calls that name a subject (the subject proof):
+        # by default the MCP SDK's verified token of the current request.
+        self.subject_tokens = subject_tokens
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -111,8 +132,12 @@ class ElicitdClient:
         json: Any = None,
         params: Mapping[str, Any] | None = None,
         wait_seconds: float = 0,
+        subject_token: str | None = None,
     ) -> tuple[int, Any]:
-        """Send one API call with retries; return ``(status, json)`` or raise an ``ElicitdError``."""
+        """Send one API call with retries; return ``(status, json)`` or raise an ``ElicitdError``.
+
+        ``subject_token`` (the user's access token) goes in ``Elicitd-Subject-Token``."""
+        headers = self._headers if not subject_token else {**self._headers, SUBJECT_TOKEN_HEADER: subject_token}
         timeout = httpx.Timeout(self.timeout + wait_seconds, connect=min(self.timeout, 10.0))
         last = "no attempt made"
         last_response: httpx.Response | None = None
@@ -123,7 +148,7 @@ class ElicitdClient:
                 retry_after = None
             try:
                 response = await self._http.request(
-                    method, self.base_url + path, json=json, params=params, headers=self._headers, timeout=timeout
+                    method, self.base_url + path, json=json, params=params, headers=headers, timeout=timeout
                 )
             except RETRY_ERRORS as exc:
                 last, last_response = f"{type(exc).__name__} talking to elicitd", None
@@ -169,6 +194,10 @@ class ElicitdClient:
         except ValueError:
             return None
 
+    def _proof(self, subject_token: str | None) -> str | None:
+        """The subject token for a call naming a subject: the caller's, else ``subject_tokens()``."""
+        return subject_token if subject_token is not None else self.subject_tokens()
+
     # ---- flows -------------------------------------------------------------------------------------
     async def create_flow(
         self,
@@ -183,11 +212,13 @@ class ElicitdClient:
         params: Mapping[str, Any] | None = None,
         url: str | None = None,
         account: str | None = None,
+        subject_token: str | None = None,
     ) -> CreatedFlow:
         """Create a flow or reuse the subject's pending equivalent (same id, same URL).
 
         ``status == "completed"`` means nothing needs asking (an ``oauth_connect`` whose connection
-        already covers the scopes)."""
+        already covers the scopes). ``subject_token`` is the user's access token, for a server
+        client that must prove the subject; by default the MCP SDK's token of this request."""
         body: dict[str, Any] = {"subject": _subject(subject), "kind": kind, "scopes": list(scopes)}
         optional = {
             "provider": provider,
@@ -199,7 +230,7 @@ class ElicitdClient:
             "params": dict(params) if params else None,
         }
         body.update({key: value for key, value in optional.items() if value is not None})
-        status, data = await self.request("POST", "/v1/flows", json=body)
+        status, data = await self.request("POST", "/v1/flows", json=body, subject_token=self._proof(subject_token))
         return CreatedFlow.from_json(data, created=status == 201)
 
     async def resolve(
@@ -208,6 +239,8 @@ class ElicitdClient:
         request_state: str,
         input_responses: Mapping[str, Mapping[str, Any]] | None = None,
         wait_seconds: float = 0,
+        *,
+        subject_token: str | None = None,
     ) -> Resolution:
         """Resolve an MCP client's retry: apply its action and, on ``accept``, wait up to
         ``wait_seconds`` for the flow to finish."""
@@ -217,7 +250,9 @@ class ElicitdClient:
             "input_responses": {key: dict(value) for key, value in (input_responses or {}).items()},
             "wait_seconds": wait_seconds,
         }
-        _, data = await self.request("POST", "/v1/flows/resolve", json=body, wait_seconds=wait_seconds)
+        _, data = await self.request(
+            "POST", "/v1/flows/resolve", json=body, wait_seconds=wait_seconds, subject_token=self._proof(subject_token)
+        )
         return Resolution.from_json(data)
 
     async def status(self, flow_id: str, *, wait_seconds: float = 0) -> FlowStatus:
@@ -255,6 +290,7 @@ class ElicitdClient:
         *,
         scopes: Sequence[str] = (),
         account: str | None = None,
+        subject_token: str | None = None,
     ) -> Token:
         """A valid access token for the subject's connection (refreshed by elicitd when near expiry).
 
@@ -264,18 +300,27 @@ class ElicitdClient:
             params["scopes"] = " ".join(scopes)
         if account is not None:
             params["account"] = account
-        _, data = await self.request("GET", f"/v1/connections/{provider}/token", params=params)
+        _, data = await self.request(
+            "GET", f"/v1/connections/{provider}/token", params=params, subject_token=self._proof(subject_token)
+        )
         return Token.from_json(data)
 
     async def revoke(
-        self, provider: str, subject: Subject | Mapping[str, str], *, account: str | None = None
+        self,
+        provider: str,
+        subject: Subject | Mapping[str, str],
+        *,
+        account: str | None = None,
+        subject_token: str | None = None,
     ) -> dict[str, Any]:
         """Forget the subject's connection (and revoke it at the provider when it can). Returns
         elicitd's answer (``revoked`` connection ids, ``revoked_at_provider``)."""
         params: dict[str, Any] = _subject(subject)
         if account is not None:
             params["account"] = account
-        _, data = await self.request("DELETE", f"/v1/connections/{provider}", params=params)
+        _, data = await self.request(
+            "DELETE", f"/v1/connections/{provider}", params=params, subject_token=self._proof(subject_token)
+        )
         return data if isinstance(data, dict) else {}
 
 

@@ -59,6 +59,20 @@ class Forbidden(ElicitdError):
     default_code = "forbidden"
 
 
+class SubjectTokenRequired(Unauthenticated):
+    """This server client must prove the subject, and the call carried no user access token: call
+    from inside a tool of an MCP server whose token verifier is set, or pass ``subject_token``."""
+
+    default_code = "subject_token_required"
+
+
+class SubjectTokenInvalid(Forbidden):
+    """The user's access token does not prove the subject the call names (expired, another user,
+    another audience, not active at its issuer); ``problem["reason"]`` says which."""
+
+    default_code = "subject_token_invalid"
+
+
 class InvalidRequest(ElicitdError):
     default_code = "invalid_request"
 
@@ -124,6 +138,8 @@ _BY_CODE: dict[str, type[ElicitdError]] = {
     for cls in (
         Unauthenticated,
         Forbidden,
+        SubjectTokenRequired,
+        SubjectTokenInvalid,
         InvalidRequest,
         InvalidRequestState,
         RequestStateExpired,

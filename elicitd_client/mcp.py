@@ -12,6 +12,8 @@ payment), whatever the protocol revision.
 How a call unfolds:
 
 * The subject is the *verified* user of the SDK's access token: ``claims["iss"]`` plus ``sub``.
+  The token itself goes along on every call naming the subject (``ElicitdClient`` reads it from
+  the SDK's request context), so an elicitd that requires subject proof checks it at the issuer.
 * 2026-07-28: the client must declare URL elicitation on this very request, or the call fails
   with ``-32021`` and ``data.requiredCapabilities``. Round 1 creates (or reuses) the flow and
   answers elicitd's ready ``InputRequiredResult``; each retry resolves ``ctx.input_responses`` /
