@@ -28,10 +28,6 @@ LOCK_NAME = "dev.lock"
 ENV_NAME = "dev.env"
 
 
-def data_dir() -> Path:
-    return Path(os.environ.get("ELICITD_DATA_DIR", ".data"))
-
-
 def _try_lock(path: Path) -> int | None:
     """An open descriptor holding the lock, or None when another process holds it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
