@@ -29,13 +29,12 @@ def register(subparsers: Any) -> None:
 async def _with_session(work: Any) -> Any:
     from service.cli import _settings
     from service.db.engine import make_engine, make_sessionmaker
+    from service.db.unit import unit_of_work
 
     engine = make_engine(_settings())
     try:
-        async with make_sessionmaker(engine)() as session:
-            result = await work(session)
-            await session.commit()
-            return result
+        async with unit_of_work(make_sessionmaker(engine)) as session:
+            return await work(session)
     finally:
         await engine.dispose()
 

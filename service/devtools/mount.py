@@ -22,6 +22,7 @@ from sqlalchemy import text
 from service.connections.providers import ProviderSpec, upsert_provider
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
+from service.db.unit import unit_of_work
 from service.devtools.files import FILES_PATH, SCOPE_WORDS, DemoFiles, files_routes
 from service.devtools.issuer import ID_PATH, DevIssuer, issuer_routes
 from service.devtools.keys import DevSecrets
@@ -99,7 +100,7 @@ class DevTools:
         vault = Vault(settings.keys)
         keys = self.issuer.keys
         try:
-            async with make_sessionmaker(engine)() as session:
+            async with unit_of_work(make_sessionmaker(engine)) as session:
                 await upsert_issuer(
                     session,
                     vault,
@@ -135,7 +136,6 @@ class DevTools:
                         ),
                         {"value": value, "name": DEV_SERVER_CLIENT},
                     )
-                await session.commit()
         finally:
             await engine.dispose()
 

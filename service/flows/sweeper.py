@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.db.unit import unit_of_work
 from service.flows.service import FlowService
 
 logger = logging.getLogger("elicitd.sweeper")
@@ -29,9 +30,8 @@ async def run_chores(flows: FlowService, chores: Sequence[Chore]) -> int:
     done = 0
     for chore in chores:
         try:
-            async with flows.sessions() as session:
+            async with unit_of_work(flows.sessions) as session:
                 done += await chore(session)
-                await session.commit()
         except Exception as exc:  # upkeep must never stop the sweeper
             logger.warning("chore failed", extra={"error_type": type(exc).__name__})
     return done

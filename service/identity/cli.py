@@ -18,6 +18,7 @@ from service.identity.issuers import DEFAULT_SCOPES, IssuerConfig, IssuerDirecto
 
 async def _with_db(work: Callable[[AsyncSession, Vault, IssuerDirectory], Awaitable[Any]]) -> Any:
     from service.db.engine import make_engine, make_sessionmaker
+    from service.db.unit import unit_of_work
     from service.settings import Settings
 
     settings = Settings.from_env()
@@ -26,10 +27,8 @@ async def _with_db(work: Callable[[AsyncSession, Vault, IssuerDirectory], Awaita
     vault = Vault(settings.keys)
     directory = IssuerDirectory(sessions, vault)
     try:
-        async with sessions() as session:
-            result = await work(session, vault, directory)
-            await session.commit()
-            return result
+        async with unit_of_work(sessions) as session:
+            return await work(session, vault, directory)
     finally:
         await directory.close()
         await engine.dispose()

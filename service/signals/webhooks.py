@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.clock import Clock, SystemClock
 from service.crypto.vault import Vault
 from service.db.base import CLIENT_ID, PrefixedId
+from service.db.unit import unit_of_work
 from service.errors import ConfigurationError
 from service.settings import Settings
 from service.signals.signing import LEGACY_SIGNATURE_HEADER, legacy_signature, standard_headers
@@ -207,9 +208,8 @@ class WebhookWorker:
 
     async def claim(self) -> list[Claimed]:
         lease = self.settings.timeout_seconds + 30
-        async with self.sessions() as session:
+        async with unit_of_work(self.sessions) as session:
             rows = (await session.execute(text(_CLAIM), {"lease": lease, "batch": self.batch_size})).all()
-            await session.commit()
         return [self._claimed(r) for r in rows]
 
     def _claimed(self, row: Any) -> Claimed:
@@ -273,9 +273,8 @@ class WebhookWorker:
             error = type(exc).__name__
         duration_ms = round((self.clock.monotonic() - started) * 1000, 1)
         if error is None:
-            async with self.sessions() as session:
+            async with unit_of_work(self.sessions) as session:
                 await session.execute(text(_DELIVERED), {"id": event.id, "attempt": event.attempt, "status": status})
-                await session.commit()
             logger.info("webhook delivered", extra={**extra, "status": status, "duration_ms": duration_ms})
             self._outcome("delivered")
             return
@@ -285,7 +284,7 @@ class WebhookWorker:
         await self._record_failure(event, status, error, give_up=False)
 
     async def _record_failure(self, event: Claimed, status: int | None, error: str, *, give_up: bool) -> None:
-        async with self.sessions() as session:
+        async with unit_of_work(self.sessions) as session:
             abandoned = (
                 await session.execute(
                     text(_FAILED),
@@ -300,7 +299,6 @@ class WebhookWorker:
                     },
                 )
             ).scalar()
-            await session.commit()
         if abandoned:
             logger.warning(
                 "webhook abandoned", extra={"delivery_id": EVENT_ID.format(event.id), "attempt": event.attempt}
