@@ -34,6 +34,7 @@ from service.connections.service import ConnectionService
 from service.consent.receipts import ReceiptSigner
 from service.consent.service import ConsentService
 from service.crypto.vault import Vault
+from service.db.direct import DirectStatements
 from service.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker
 from service.flows import repository as flow_repo
 from service.flows.plugins import KindPlugin
@@ -122,6 +123,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
     read_sessions = make_read_sessionmaker(engine)
     http = make_http_client()
     vault = Vault(settings.keys)
+    direct = DirectStatements(engine)
 
     async def finished(ids: list[uuid.UUID]) -> list[uuid.UUID]:
         async with read_sessions() as session:
@@ -148,6 +150,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         settings=settings,
         sessions=sessions,
         read_sessions=read_sessions,
+        direct=direct,
         hub=hub,
         codec=RequestStateCodec(settings.keys, clock=clock),
         handlers={name: plugin.handler for name, plugin in kinds.items()},
@@ -159,6 +162,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
     connections = ConnectionService(
         sessions=sessions,
         read_sessions=read_sessions,
+        direct=direct,
         vault=vault,
         metadata=MetadataCache(http=http, clock=clock),
         http=http,

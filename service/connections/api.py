@@ -6,15 +6,18 @@ leaves elicitd, and only to a server client allowed that provider.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from litestar import Controller, delete, get
 from litestar.params import Parameter
 
-from service.connections.service import ConnectionService, RevokeResponse, TokenResponse
+from service.connections.service import RevokeResponse, TokenResponse
 from service.errors import InvalidRequest, problem_responses
 from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient
+
+if TYPE_CHECKING:
+    from service.services import Services
 
 Iss = Annotated[str, Parameter(min_length=1, max_length=512, description="The subject's issuer")]
 Sub = Annotated[str, Parameter(min_length=1, max_length=255, description="The subject's `sub` at that issuer")]
@@ -31,6 +34,8 @@ def _provider(name: str) -> str:
 
 
 class ConnectionController(Controller):
+    """Handlers take ``services``, which ``client`` also depends on (see ``service.identity.deps``)."""
+
     path = "/v1/connections"
     tags = ["connections"]
     dependencies = {"client": provide_server_client}
@@ -48,7 +53,7 @@ class ConnectionController(Controller):
     )
     async def token(
         self,
-        connections: ConnectionService,
+        services: Services,
         client: AuthenticatedClient,
         provider: str,
         iss: Iss,
@@ -59,7 +64,7 @@ class ConnectionController(Controller):
             Parameter(max_length=2000, default=None, description="Space-separated scopes that must be granted"),
         ] = None,
     ) -> TokenResponse:
-        return await connections.token(
+        return await services.connections.token(
             client, _provider(provider), iss=iss, sub=sub, scopes=(scopes or "").split(), account=account
         )
 
@@ -72,11 +77,11 @@ class ConnectionController(Controller):
     )
     async def revoke(
         self,
-        connections: ConnectionService,
+        services: Services,
         client: AuthenticatedClient,
         provider: str,
         iss: Iss,
         sub: Sub,
         account: Account = None,
     ) -> RevokeResponse:
-        return await connections.revoke(client, _provider(provider), iss=iss, sub=sub, account=account)
+        return await services.connections.revoke(client, _provider(provider), iss=iss, sub=sub, account=account)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Interval, func, literal, select, text, update
@@ -131,6 +131,37 @@ async def pick_connections(
     if account is not None:
         stmt = stmt.where(Connection.account_id == account)
     return [(row[0], bool(row[1])) for row in await session.execute(stmt)]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRow:
+    """What the token endpoint reads of a connection (``PICK_FOR_TOKEN``), without the ORM."""
+
+    id: uuid.UUID
+    status: str
+    scopes: list[str]
+    token_type: str
+    provider: str
+    account_id: str
+    account_login: str | None
+    expires_at: datetime | None
+    access_token_enc: bytes | None
+    access_token_key_id: str | None
+
+
+# ``pick_connections`` as one positional statement for ``service.db.direct`` (the token endpoint,
+# which every tool calls on every use): the columns of ``TokenRow``, then whether the token is due
+# for a refresh by the database clock. $4 is the account id or NULL, $5 the refresh margin.
+PICK_FOR_TOKEN = (
+    "SELECT id, status, scopes, token_type, provider, account_id, account_login, expires_at, access_token_enc, "
+    "access_token_key_id, COALESCE(expires_at <= now() + make_interval(secs => $5), false) AS due "
+    f"FROM connections WHERE subject_iss = $1 AND subject_sub = $2 AND provider = $3 AND status <> '{REVOKED}' "
+    "AND ($4::text IS NULL OR account_id = $4) ORDER BY updated_at DESC, id DESC"
+)
+
+
+def token_rows(rows: list[Any]) -> list[tuple[TokenRow, bool]]:
+    return [(TokenRow(*row[:10]), bool(row[10])) for row in rows]
 
 
 async def claim_slot(session: AsyncSession, *, iss: str, sub: str, provider: str, account_id: str) -> uuid.UUID:

@@ -49,6 +49,7 @@ from service.connections.providers import ResolvedProvider, UnknownProvider, get
 from service.crypto.aead import SealError
 from service.crypto.vault import Vault
 from service.db.base import CONNECTION_ID
+from service.db.direct import DirectStatements
 from service.db.errors import TRANSIENT, classify
 from service.errors import (
     Conflict,
@@ -141,12 +142,15 @@ class ConnectionService:
         vault: Vault,
         metadata: MetadataCache,
         http: httpx.AsyncClient,
+        direct: DirectStatements | None = None,
         clock: Clock | None = None,
         refresh_margin_seconds: float = REFRESH_MARGIN_SECONDS,
         on_refresh: Callable[[str, str], None] | None = None,
     ) -> None:
         self.sessions = sessions
         self.read_sessions = read_sessions
+        # The token endpoint's one read: a statement on the driver, no ORM instances.
+        self.direct = direct or DirectStatements.on(read_sessions)
         self.vault = vault
         self.metadata = metadata
         self.http = http
@@ -196,16 +200,18 @@ class ConnectionService:
         }
 
     def _open(self, conn: Connection, purpose: str) -> str | None:
-        owner = CONNECTION_ID.format(conn.id)
+        if purpose == ACCESS_TOKEN:
+            return self._decrypt(conn.id, conn.access_token_key_id, conn.access_token_enc, purpose)
+        if purpose == REFRESH_TOKEN:
+            return self._decrypt(conn.id, conn.refresh_token_key_id, conn.refresh_token_enc, purpose)
+        return None
+
+    def _decrypt(self, connection_id: uuid.UUID, key_id: str | None, sealed: bytes | None, purpose: str) -> str | None:
+        if sealed is None or not key_id:
+            return None
+        owner = CONNECTION_ID.format(connection_id)
         try:
-            if purpose == ACCESS_TOKEN and conn.access_token_enc is not None and conn.access_token_key_id:
-                return self.vault.decrypt_text(
-                    conn.access_token_key_id, conn.access_token_enc, owner=owner, purpose=purpose
-                )
-            if purpose == REFRESH_TOKEN and conn.refresh_token_enc is not None and conn.refresh_token_key_id:
-                return self.vault.decrypt_text(
-                    conn.refresh_token_key_id, conn.refresh_token_enc, owner=owner, purpose=purpose
-                )
+            return self.vault.decrypt_text(key_id, sealed, owner=owner, purpose=purpose)
         except SealError as exc:
             # Its key left the ring, or the value was altered or moved: nothing usable is stored, and
             # the way out for the user is to connect again.
@@ -264,8 +270,21 @@ class ConnectionService:
             raise NotConnected(f"The subject has no connection to '{provider}'.")
         return found
 
-    def _answer(self, conn: Connection) -> TokenResponse:
-        token = self._open(conn, ACCESS_TOKEN)
+    async def _live_tokens(
+        self, client: AuthenticatedClient, provider: str, iss: str, sub: str, account: str | None
+    ) -> list[tuple[repo.TokenRow, bool]]:
+        """``_live`` for the token endpoint: the same checks and rows, read as one statement on the
+        driver (``service.db.direct``) with only the columns an answer needs."""
+        check_provider_allowed(client, provider)
+        check_issuer_trusted(client, iss)
+        with _database_busy():
+            rows = await self.direct.fetch(repo.PICK_FOR_TOKEN, iss, sub, provider, account, self.margin)
+        if not rows:
+            raise NotConnected(f"The subject has no connection to '{provider}'.")
+        return repo.token_rows(rows)
+
+    def _answer(self, conn: Connection | repo.TokenRow) -> TokenResponse:
+        token = self._decrypt(conn.id, conn.access_token_key_id, conn.access_token_enc, ACCESS_TOKEN)
         if token is None:
             raise ReauthorizationRequired(
                 "The connection must be authorized again.", extra={"connection_id": CONNECTION_ID.format(conn.id)}
@@ -281,7 +300,7 @@ class ConnectionService:
             expires_at=conn.expires_at,
         )
 
-    def _reauth(self, conn: Connection) -> ReauthorizationRequired:
+    def _reauth(self, conn: Connection | repo.TokenRow) -> ReauthorizationRequired:
         return ReauthorizationRequired(
             "The provider no longer accepts this connection; create an oauth_connect flow to reconnect it.",
             extra={"connection_id": CONNECTION_ID.format(conn.id)},
@@ -290,7 +309,7 @@ class ConnectionService:
     async def token(
         self, client: AuthenticatedClient, provider: str, *, iss: str, sub: str, scopes: list[str], account: str | None
     ) -> TokenResponse:
-        found = await self._live(client, provider, iss, sub, account)
+        found = await self._live_tokens(client, provider, iss, sub, account)
         active = [item for item in found if item[0].status == ACTIVE]
         conn, due = active[0] if active else found[0]
         if conn.status == REAUTHORIZATION_REQUIRED:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from sqlalchemy import event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -59,6 +60,9 @@ def make_engine(settings: Settings) -> AsyncEngine:
     # used, SQLAlchemy invalidates the pool on the disconnect error and that one request fails.
     engine = create_async_engine(
         settings.database_url,
+        # JSON columns (a flow's result, context, params) are decoded by msgspec, as every other
+        # JSON in elicitd: the same values as ``json.loads``, in a third of the time.
+        json_deserializer=msgspec.json.decode,
         # No overflow: under a burst, overflow connections are closed as soon as they are returned
         # and opened again for the next request (py-spy under wrk: ~9% of samples in
         # asyncpg.connect). A fixed pool queues requests instead, up to db_pool_timeout_seconds.

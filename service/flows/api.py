@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from litestar import Controller, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
@@ -20,10 +20,12 @@ from service.flows.schemas import (
     ResolveResponse,
     StatusResponse,
 )
-from service.flows.service import FlowService
 from service.flows.states import Actor, FlowStatus
 from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient
+
+if TYPE_CHECKING:
+    from service.services import Services
 
 _CREATE_EXAMPLE = Example(
     summary="Connect GitHub",
@@ -48,6 +50,9 @@ _RESOLVE_EXAMPLE = Example(
 
 
 class FlowController(Controller):
+    """Handlers take ``services`` (one dependency that ``client`` also depends on), not ``flows``:
+    see ``service.identity.deps``."""
+
     path = "/v1/flows"
     tags = ["flows"]
     dependencies = {"client": provide_server_client}
@@ -70,11 +75,11 @@ class FlowController(Controller):
     )
     async def create(
         self,
-        flows: FlowService,
+        services: Services,
         client: AuthenticatedClient,
         data: Annotated[CreateFlowRequest, Body(examples=[_CREATE_EXAMPLE])],
     ) -> Response[CreateFlowResponse]:
-        created, response = await flows.create(client, data)
+        created, response = await services.flows.create(client, data)
         return Response(response, status_code=201 if created else 200)
 
     @post(
@@ -88,11 +93,11 @@ class FlowController(Controller):
     )
     async def resolve(
         self,
-        flows: FlowService,
+        services: Services,
         client: AuthenticatedClient,
         data: Annotated[ResolveRequest, Body(examples=[_RESOLVE_EXAMPLE])],
     ) -> ResolveResponse:
-        return await flows.resolve(client, data)
+        return await services.flows.resolve(client, data)
 
     @get(
         "/{flow_id:str}",
@@ -102,14 +107,14 @@ class FlowController(Controller):
     )
     async def status(
         self,
-        flows: FlowService,
+        services: Services,
         client: AuthenticatedClient,
         flow_id: str,
         wait_seconds: Annotated[
             float, Parameter(ge=0, le=300, default=0, description="Long-poll up to this many seconds")
         ] = 0,
     ) -> StatusResponse:
-        return await flows.status(client, flow_id, wait_seconds)
+        return await services.flows.status(client, flow_id, wait_seconds)
 
     @post(
         "/{flow_id:str}/complete",
@@ -119,10 +124,10 @@ class FlowController(Controller):
         summary="Complete an `external` flow with the caller's result",
     )
     async def complete(
-        self, flows: FlowService, client: AuthenticatedClient, flow_id: str, data: CompleteRequest
+        self, services: Services, client: AuthenticatedClient, flow_id: str, data: CompleteRequest
     ) -> StatusResponse:
         change = Transition(FlowStatus.COMPLETED, Actor.API, result=data.result)
-        return await flows.finish_external(client, flow_id, change)
+        return await services.flows.finish_external(client, flow_id, change)
 
     @post(
         "/{flow_id:str}/fail",
@@ -132,7 +137,7 @@ class FlowController(Controller):
         summary="Fail an `external` flow with a code the MCP server can act on",
     )
     async def fail(
-        self, flows: FlowService, client: AuthenticatedClient, flow_id: str, data: FailRequest
+        self, services: Services, client: AuthenticatedClient, flow_id: str, data: FailRequest
     ) -> StatusResponse:
         change = Transition(FlowStatus.FAILED, Actor.API, error_code=data.code, error_message=data.message)
-        return await flows.finish_external(client, flow_id, change)
+        return await services.flows.finish_external(client, flow_id, change)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.base import FLOW_ID
+from service.db.direct import Statement
 from service.flows.models import Flow
 from service.flows.states import Actor, FlowStatus, can_transition
 
@@ -97,6 +99,87 @@ _GET = (
 )
 
 
+class FlowFields(Protocol):
+    """What views, answers and waits read of a flow: an ORM ``Flow`` or a ``FlowSnapshot``."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def server_client_id(self) -> uuid.UUID: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def subject_iss(self) -> str: ...
+    @property
+    def subject_sub(self) -> str: ...
+    @property
+    def provider(self) -> str | None: ...
+    @property
+    def scopes(self) -> list[str]: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def external_url(self) -> str | None: ...
+    @property
+    def result(self) -> dict[str, Any] | None: ...
+    @property
+    def error_code(self) -> str | None: ...
+    @property
+    def error_message(self) -> str | None: ...
+    @property
+    def expires_at(self) -> datetime: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def completed_at(self) -> datetime | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSnapshot:
+    """What the hot path reads of a flow (``SNAPSHOT``): the view, the result, whose it is.
+
+    A plain row, not an ORM instance: building one costs a tuple of values, with no session,
+    identity map or instrumented attributes, and a parked waiter holds none between two reads.
+    """
+
+    id: uuid.UUID
+    server_client_id: uuid.UUID
+    kind: str
+    status: str
+    subject_iss: str
+    subject_sub: str
+    provider: str | None
+    scopes: list[str]
+    message: str
+    external_url: str | None
+    result: dict[str, Any] | None
+    error_code: str | None
+    error_message: str | None
+    expires_at: datetime
+    created_at: datetime
+    completed_at: datetime | None
+
+
+_SNAPSHOT_COLUMNS = (
+    "id, server_client_id, kind, status, subject_iss, subject_sub, provider, scopes, message, external_url, "
+    "result, error_code, error_message, expires_at, created_at, completed_at"
+)
+# Positional ($1) SQL for ``service.db.direct``: the columns of ``FlowSnapshot`` in order, then
+# whether the flow is pending past its expiry by the *database* clock.
+SNAPSHOT = f"SELECT {_SNAPSHOT_COLUMNS}, status = 'pending' AND expires_at <= now() AS due FROM flows WHERE id = $1"
+
+
+def snapshot(row: Any) -> tuple[FlowSnapshot, bool]:
+    """A ``SNAPSHOT`` row as the snapshot and its ``due`` flag."""
+    return FlowSnapshot(*row[:16]), bool(row[16])
+
+
+# An audit event that is not a transition, as one autocommit statement (``add_event``'s SQL).
+ADD_EVENT = "INSERT INTO flow_events (flow_id, type, actor, detail) VALUES ($1, $2, $3, $4::jsonb)"
+
+
 async def get(session: AsyncSession, flow_id: uuid.UUID) -> tuple[Flow, bool] | None:
     """The flow and whether it is pending past its expiry by the *database* clock."""
     row = (await session.execute(_GET, {"flow_id": flow_id})).first()
@@ -171,33 +254,49 @@ async def expire_stale_reusable(
     return result.scalars().first()  # type: ignore[no-any-return]
 
 
+_INSERT_PENDING = """
+WITH f AS (
+    INSERT INTO flows (id, server_client_id, kind, subject_iss, subject_sub, provider, scopes, params,
+                       context, reuse_key, message, external_url, connection_id, expires_at)
+    VALUES (:id, :server_client_id, :kind, :subject_iss, :subject_sub, :provider, :scopes,
+            CAST(:params AS jsonb), CAST(:context AS jsonb), :reuse_key, :message, :external_url,
+            :connection_id, now() + make_interval(secs => :ttl_seconds))
+    ON CONFLICT (server_client_id, subject_iss, subject_sub, kind, reuse_key) WHERE status = 'pending'
+    DO NOTHING
+    RETURNING *
+), ev AS (
+    INSERT INTO flow_events (flow_id, type, actor, to_status, detail)
+    SELECT f.id, 'created', 'api', 'pending', '{{}}'::jsonb FROM f
+)
+SELECT {returning} FROM f
+"""
+_INSERT_PENDING_ROW = _INSERT_PENDING.format(returning="*")
+
+
 async def insert_pending(session: AsyncSession, values: dict[str, Any]) -> Flow | None:
     """Insert a pending flow unless an equivalent one is pending (the partial unique index).
 
     Returns None on conflict; the caller then reads the existing one. ``ON CONFLICT DO NOTHING``
     makes concurrent identical creates converge on one flow without a lock.
     """
-    sql = """
-    WITH f AS (
-        INSERT INTO flows (id, server_client_id, kind, subject_iss, subject_sub, provider, scopes, params,
-                           context, reuse_key, message, external_url, connection_id, expires_at)
-        VALUES (:id, :server_client_id, :kind, :subject_iss, :subject_sub, :provider, :scopes,
-                CAST(:params AS jsonb), CAST(:context AS jsonb), :reuse_key, :message, :external_url,
-                :connection_id, now() + make_interval(secs => :ttl_seconds))
-        ON CONFLICT (server_client_id, subject_iss, subject_sub, kind, reuse_key) WHERE status = 'pending'
-        DO NOTHING
-        RETURNING *
-    ), ev AS (
-        INSERT INTO flow_events (flow_id, type, actor, to_status, detail)
-        SELECT f.id, 'created', 'api', 'pending', '{}'::jsonb FROM f
-    )
-    SELECT * FROM f
-    """
+    result = await _flows(session, _INSERT_PENDING_ROW, _insert_params(values))
+    return result.scalars().first()  # type: ignore[no-any-return]
+
+
+def _insert_params(values: dict[str, Any]) -> dict[str, Any]:
     params = dict(values)
     params["params"] = json.dumps(params["params"])
     params["context"] = json.dumps(params["context"])
-    result = await _flows(session, sql, params)
-    return result.scalars().first()  # type: ignore[no-any-return]
+    return params
+
+
+# ``insert_pending``'s statement on its own, returning the snapshot: ``FlowService.create`` runs it
+# first, in autocommit, when the client has no quota to count (most creates make a new flow).
+INSERT_PENDING = Statement.named(_INSERT_PENDING.format(returning=_SNAPSHOT_COLUMNS))
+
+
+def insert_params(values: dict[str, Any]) -> list[Any]:
+    return INSERT_PENDING.args(_insert_params(values))
 
 
 async def find_reusable(

@@ -11,9 +11,10 @@ monotonic time, which has no fixed origin and differs from process to process.
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
+
+import msgspec
 
 from service.clock import Clock, SystemClock
 from service.crypto.aead import Sealer, SealError
@@ -22,6 +23,10 @@ from service.flows.schemas import Subject
 from service.settings import KeyRing
 
 PURPOSE = "request-state"
+# Every resolve opens a state and every create mints one: msgspec rather than ``json`` (the same
+# compact text, a third of the time).
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
 # One sentence for every refusal: naming the reason (another client, another subject) would tell a
 # caller something about a state that is not theirs.
 _NOT_VALID = "The request state is not valid."
@@ -45,7 +50,7 @@ class RequestStateCodec:
         self, *, flow_id: uuid.UUID, server_client_id: uuid.UUID, subject: Subject, expires_at: int, asked: bool
     ) -> str:
         payload = {"f": flow_id.hex, "i": subject.iss, "s": subject.sub, "e": expires_at, "a": asked}
-        return self._sealer.seal_token(json.dumps(payload, separators=(",", ":")).encode(), server_client_id.bytes)
+        return self._sealer.seal_token(_encode(payload), server_client_id.bytes)
 
     def verify(self, token: str, *, server_client_id: uuid.UUID, subject: Subject) -> RequestState:
         """Open and check a state; raise ``InvalidRequestState`` or ``RequestStateExpired``.
@@ -54,14 +59,14 @@ class RequestStateCodec:
         so a caller learns nothing about states that are not theirs.
         """
         try:
-            payload = json.loads(self._sealer.open_token(token, server_client_id.bytes))
+            payload = _decode(self._sealer.open_token(token, server_client_id.bytes))
             state = RequestState(
                 flow_id=uuid.UUID(hex=payload["f"]),
                 subject=Subject(iss=payload["i"], sub=payload["s"]),
                 expires_at=int(payload["e"]),
                 asked=bool(payload["a"]),
             )
-        except (SealError, ValueError, KeyError, TypeError) as exc:
+        except (SealError, msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
             raise InvalidRequestState(_NOT_VALID) from exc
         if state.subject != subject:
             raise InvalidRequestState(_NOT_VALID)

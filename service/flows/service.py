@@ -18,12 +18,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.clock import Clock, SystemClock
 from service.db.base import CLIENT_ID, FLOW_ID, uuid7
+from service.db.direct import DirectStatements
 from service.db.unit import unit_of_work
 from service.errors import FlowNotFound, FlowNotPending, InvalidRequest, InvalidRequestState, RateLimited
 from service.flows import repository as repo
 from service.flows.kinds import KindHandler, NormalizedFlow, check_issuer_trusted
 from service.flows.models import Flow
-from service.flows.repository import Transition
+from service.flows.repository import FlowFields, Transition
 from service.flows.request_state import RequestStateCodec
 from service.flows.schemas import (
     CreateFlowRequest,
@@ -40,7 +41,7 @@ from service.identity.keys import AuthenticatedClient
 from service.identity.models import ServerClient
 from service.observability.context import tag
 from service.settings import Settings
-from service.signals.bus import WaiterHub
+from service.signals.bus import Waiter, WaiterHub
 
 logger = logging.getLogger("elicitd.flows")
 
@@ -85,6 +86,7 @@ class FlowService:
         codec: RequestStateCodec,
         handlers: Mapping[str, KindHandler],
         read_sessions: async_sessionmaker[AsyncSession] | None = None,
+        direct: DirectStatements | None = None,
         listeners: Sequence[TransitionListener] = (),
         rate_limiter: RateLimiter | None = None,
         clock: Clock | None = None,
@@ -93,6 +95,8 @@ class FlowService:
         self.sessions = sessions
         # ``read()``'s lone SELECT runs in autocommit sessions when given: no BEGIN/ROLLBACK round trips.
         self.read_sessions = read_sessions or sessions
+        # The hot path's single statements (a status read, a create's insert, a retry's event).
+        self.direct = direct or DirectStatements.on(sessions)
         self.hub = hub
         self.codec = codec
         self.handlers = handlers
@@ -134,7 +138,7 @@ class FlowService:
             return await uow.transition(flow_id, change, **kwargs)
 
     @staticmethod
-    def _tag(flow: Flow, outcome: str) -> None:
+    def _tag(flow: FlowFields, outcome: str) -> None:
         """Name the flow in this request's log line (``service.observability.context``)."""
         tag(
             flow_id=FLOW_ID.format(flow.id),
@@ -144,12 +148,12 @@ class FlowService:
         )
 
     # ---- views -----------------------------------------------------------------------------------
-    def url_for(self, flow: Flow) -> str:
+    def url_for(self, flow: FlowFields) -> str:
         if flow.external_url is not None:
             return flow.external_url
         return f"{self.settings.public_url}/f/{FLOW_ID.format(flow.id)}"
 
-    def view(self, flow: Flow) -> FlowView:
+    def view(self, flow: FlowFields) -> FlowView:
         error = FlowError(code=flow.error_code, message=flow.error_message) if flow.error_code else None
         return FlowView(
             id=FLOW_ID.format(flow.id),
@@ -165,10 +169,10 @@ class FlowService:
             error=error,
         )
 
-    def _state_expiry(self, flow: Flow) -> int:
+    def _state_expiry(self, flow: FlowFields) -> int:
         return int(flow.expires_at.timestamp()) + self.settings.request_state_grace_seconds
 
-    def mcp_input_required(self, flow: Flow, *, ask: bool) -> dict[str, Any]:
+    def mcp_input_required(self, flow: FlowFields, *, ask: bool) -> dict[str, Any]:
         """A complete 2026-07-28 ``InputRequiredResult``. With ``ask`` False it is state-only: the
         client retries at once without showing anything (the user is still in the browser)."""
         state = self.codec.mint(
@@ -188,7 +192,7 @@ class FlowService:
             }
         return result
 
-    def legacy(self, flow: Flow) -> dict[str, Any]:
+    def legacy(self, flow: FlowFields) -> dict[str, Any]:
         """The 2025-11-25 equivalent: the URL elicitation and the -32042 error that carries it."""
         elicitation = {
             "mode": "url",
@@ -232,36 +236,55 @@ class FlowService:
             again = await repo.get(uow.session, flow_id)
             return None if again is None else again[0]
 
-    async def owned(self, client: AuthenticatedClient, flow_ref: str) -> Flow:
+    async def snapshot(self, flow_id: uuid.UUID) -> FlowFields | None:
+        """``read`` for the hot path: one autocommit statement on the driver, no ORM instance.
+
+        A flow pending past its expiry (by the database clock) is expired through ``read``, as
+        every reader must; that is the rare case, and it returns the row after the transition.
+        """
+        row = await self.direct.fetchrow(repo.SNAPSHOT, flow_id)
+        if row is None:
+            return None
+        flow, due = repo.snapshot(row)
+        return await self.read(flow_id) if due else flow
+
+    async def owned(self, client: AuthenticatedClient, flow_ref: str) -> FlowFields:
         flow_id = FLOW_ID.parse(flow_ref)
-        flow = None if flow_id is None else await self.read(flow_id)
+        flow = None if flow_id is None else await self.snapshot(flow_id)
         # Another client's flow is "not found": its existence is not theirs to learn.
         if flow is None or flow.server_client_id != client.id:
             raise FlowNotFound("No flow with this id belongs to this server client.")
         return flow
 
-    async def wait(self, flow_id: uuid.UUID, seconds: float, *, owner: uuid.UUID | None = None) -> Flow | None:
+    def _deadline(self, seconds: float) -> float:
+        return self.clock.monotonic() + min(seconds, self.settings.max_wait_seconds)
+
+    async def wait(self, flow_id: uuid.UUID, seconds: float, *, owner: uuid.UUID | None = None) -> FlowFields | None:
         """Wait until the flow is terminal or ``seconds`` pass. Register, *then* read (DESIGN §6).
 
         With ``owner``, a flow of another server client is None, decided on the first read: a
         status long-poll then costs one read before it parks, not an ownership read and another.
         """
-        clock = self.clock
-        deadline = clock.monotonic() + min(seconds, self.settings.max_wait_seconds)
+        deadline = self._deadline(seconds)
         with self.hub.register(flow_id) as waiter:
-            flow = await self.read(flow_id)
+            flow = await self.snapshot(flow_id)
             if flow is not None and owner is not None and flow.server_client_id != owner:
                 return None
-            while flow is not None and not is_terminal(FlowStatus(flow.status)):
-                remaining = deadline - clock.monotonic()
-                if remaining <= 0:
-                    break
-                until_expiry = flow.expires_at.timestamp() - clock.time() + 0.05
-                # Every wake re-reads, so hold no ORM instance while parked (~4 KB each, and a
-                # process parks thousands of these).
-                flow = None
-                await waiter.wait(max(0.0, min(waiter.tick(remaining), until_expiry)))
-                flow = await self.read(flow_id)
+            return await self._park(waiter, flow, deadline)
+
+    async def _park(self, waiter: Waiter, flow: FlowFields | None, deadline: float) -> FlowFields | None:
+        """Until ``flow`` (read after ``waiter`` registered) is terminal or the deadline passes."""
+        clock = self.clock
+        while flow is not None and not is_terminal(FlowStatus(flow.status)):
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                break
+            until_expiry = flow.expires_at.timestamp() - clock.time() + 0.05
+            flow_id = flow.id
+            # Every wake re-reads, so hold no row while parked (a process parks thousands of these).
+            flow = None
+            await waiter.wait(max(0.0, min(waiter.tick(remaining), until_expiry)))
+            flow = await self.snapshot(flow_id)
         return flow
 
     # ---- create ----------------------------------------------------------------------------------
@@ -282,13 +305,25 @@ class FlowService:
         check_issuer_trusted(client, request.subject.iss)
         ttl = self._ttl(request)
         handler = self.handlers[request.kind]
-        async with self.unit_of_work() as uow:
-            normalized = await handler.normalize(uow.session, client, request)
-            satisfied = await handler.satisfied(uow.session, client, request, normalized)
-            if satisfied is not None:
-                tag(server_client=CLIENT_ID.format(client.id), kind=normalized.kind, outcome="satisfied")
-                return False, self._satisfied_response(request, normalized, satisfied.result)
-            flow, created = await self._create_or_reuse(uow, client, request.subject, normalized, ttl, request.context)
+        # A session connects on its first statement: a kind that reads nothing here takes no connection.
+        async with self.sessions() as session:
+            normalized = await handler.normalize(session, client, request)
+            satisfied = await handler.satisfied(session, client, request, normalized)
+        if satisfied is not None:
+            tag(server_client=CLIENT_ID.format(client.id), kind=normalized.kind, outcome="satisfied")
+            return False, self._satisfied_response(request, normalized, satisfied.result)
+        flow: FlowFields | None = None
+        if not client.pending_per_subject and not client.flows_per_minute:
+            # Nothing to count first: the insert alone, one autocommit statement. It succeeds only
+            # when no pending twin exists (not even an overdue one: the unique index holds it), so
+            # reuse and the expiry of a stale twin are left to the full path below.
+            flow = await self._insert_alone(client, request.subject, normalized, ttl, request.context)
+        created = flow is not None
+        if flow is None:
+            async with self.unit_of_work() as uow:
+                flow, created = await self._create_or_reuse(
+                    uow, client, request.subject, normalized, ttl, request.context
+                )
         self._tag(flow, "created" if created else "reused")
         response = CreateFlowResponse(
             status=flow.status,
@@ -316,6 +351,43 @@ class FlowService:
         )
         return CreateFlowResponse(status="completed", flow=view, result=result)
 
+    @staticmethod
+    def _pending_values(
+        client: AuthenticatedClient,
+        subject: Subject,
+        normalized: NormalizedFlow,
+        ttl: int,
+        context: dict[str, Any],
+    ) -> dict[str, Any]:
+        return {
+            "id": uuid7(),
+            "server_client_id": client.id,
+            "subject_iss": subject.iss,
+            "subject_sub": subject.sub,
+            "kind": normalized.kind,
+            "reuse_key": normalized.reuse_key,
+            "provider": normalized.provider,
+            "scopes": list(normalized.scopes),
+            "params": normalized.params,
+            "context": context,
+            "message": normalized.message,
+            "external_url": normalized.external_url,
+            "connection_id": normalized.connection_id,
+            "ttl_seconds": ttl,
+        }
+
+    async def _insert_alone(
+        self,
+        client: AuthenticatedClient,
+        subject: Subject,
+        normalized: NormalizedFlow,
+        ttl: int,
+        context: dict[str, Any],
+    ) -> FlowFields | None:
+        values = self._pending_values(client, subject, normalized, ttl, context)
+        row = await self.direct.fetchrow(repo.INSERT_PENDING.sql, *repo.insert_params(values))
+        return None if row is None else repo.FlowSnapshot(*row)
+
     async def _create_or_reuse(
         self,
         uow: UnitOfWork,
@@ -324,7 +396,7 @@ class FlowService:
         normalized: NormalizedFlow,
         ttl: int,
         context: dict[str, Any],
-    ) -> tuple[Flow, bool]:
+    ) -> tuple[FlowFields, bool]:
         keys: dict[str, Any] = {
             "server_client_id": client.id,
             "subject_iss": subject.iss,
@@ -356,18 +428,7 @@ class FlowService:
             if not rate_checked:  # one creation counts once, however many attempts it takes
                 await self._check_rate(uow.session, client)
                 rate_checked = True
-            values = {
-                "id": uuid7(),
-                **keys,
-                "provider": normalized.provider,
-                "scopes": list(normalized.scopes),
-                "params": normalized.params,
-                "context": context,
-                "message": normalized.message,
-                "external_url": normalized.external_url,
-                "connection_id": normalized.connection_id,
-                "ttl_seconds": ttl,
-            }
+            values = self._pending_values(client, subject, normalized, ttl, context)
             inserted = await repo.insert_pending(uow.session, values)
             if inserted is not None:
                 return inserted, True
@@ -376,45 +437,59 @@ class FlowService:
     # ---- resolve ---------------------------------------------------------------------------------
     async def resolve(self, client: AuthenticatedClient, request: ResolveRequest) -> ResolveResponse:
         state = self.codec.verify(request.request_state, server_client_id=client.id, subject=request.subject)
-        flow = await self.read(state.flow_id)
-        if flow is None or flow.server_client_id != client.id:
-            raise InvalidRequestState("The request state refers to no flow of this server client.")
-        key = input_key(flow.id)
-        unknown = set(request.input_responses) - {key}
-        if unknown:
-            raise InvalidRequest("input_responses holds keys this flow did not ask for.")
-        answer = request.input_responses.get(key)
-        status = FlowStatus(flow.status)
+        deadline = self._deadline(request.wait_seconds)
+        # Register before the one read (DESIGN §6): a change committed after it wakes this waiter,
+        # so the read that decides the answer also starts the wait; no second read before parking.
+        with self.hub.register(state.flow_id) as waiter:
+            flow = await self.snapshot(state.flow_id)
+            if flow is None or flow.server_client_id != client.id:
+                raise InvalidRequestState("The request state refers to no flow of this server client.")
+            key = input_key(flow.id)
+            unknown = set(request.input_responses) - {key}
+            if unknown:
+                raise InvalidRequest("input_responses holds keys this flow did not ask for.")
+            answer = request.input_responses.get(key)
+            status = FlowStatus(flow.status)
 
-        if is_terminal(status):
-            return self._resolved(flow, outcome_for_action(Action.ACCEPT, status))
-        if answer is None:
+            if is_terminal(status):
+                return self._resolved(flow, outcome_for_action(Action.ACCEPT, status))
+            if answer is None:
+                if state.asked:
+                    # The client did not answer the URL request it was given: ask again.
+                    return self._resolved(flow, Outcome.INPUT_REQUIRED, ask=True)
+                flow = await self._park(waiter, flow, deadline) or flow
+                return self._resolved(flow, outcome_for_action(Action.ACCEPT, FlowStatus(flow.status)))
+
+            action = Action(answer.action)
+            if action is Action.DECLINE:
+                return await self._decline(flow)
+            if action is Action.CANCEL:
+                await self._client_event(flow.id, "client_cancelled")
+                return self._resolved(flow, Outcome.CANCELLED)
             if state.asked:
-                # The client did not answer the URL request it was given: ask again.
-                return self._resolved(flow, Outcome.INPUT_REQUIRED, ask=True)
-            flow = await self.wait(flow.id, request.wait_seconds) or flow
-            return self._resolved(flow, outcome_for_action(Action.ACCEPT, FlowStatus(flow.status)))
-
-        action = Action(answer.action)
-        if action is Action.DECLINE:
-            async with self.unit_of_work() as uow:
-                moved = await uow.transition(
-                    flow.id, Transition(FlowStatus.DECLINED, Actor.MCP_CLIENT, error_code="declined")
-                )
-                flow = moved or (await repo.get(uow.session, flow.id) or (flow, False))[0]
+                await self._client_event(flow.id, "client_accepted")
+            flow = await self._park(waiter, flow, deadline) or flow
             return self._resolved(flow, outcome_for_action(action, FlowStatus(flow.status)))
-        if action is Action.CANCEL:
-            async with self.unit_of_work() as uow:
-                await uow.event(flow.id, "client_cancelled", Actor.MCP_CLIENT)
-            return self._resolved(flow, Outcome.CANCELLED)
 
-        if state.asked:
-            async with self.unit_of_work() as uow:
-                await uow.event(flow.id, "client_accepted", Actor.MCP_CLIENT)
-        flow = await self.wait(flow.id, request.wait_seconds) or flow
-        return self._resolved(flow, outcome_for_action(action, FlowStatus(flow.status)))
+    async def _client_event(self, flow_id: uuid.UUID, event_type: str) -> None:
+        """The client's answer in the audit trail: one autocommit insert, no flow change."""
+        await self.direct.execute(repo.ADD_EVENT, flow_id, event_type, Actor.MCP_CLIENT.value, "{}")
 
-    def _resolved(self, flow: Flow, outcome: Outcome, *, ask: bool = False) -> ResolveResponse:
+    async def _decline(self, flow: FlowFields) -> ResolveResponse:
+        async with self.unit_of_work() as uow:
+            moved = await uow.transition(
+                flow.id, Transition(FlowStatus.DECLINED, Actor.MCP_CLIENT, error_code="declined")
+            )
+            current: FlowFields = flow
+            if moved is not None:
+                current = moved
+            else:
+                found = await repo.get(uow.session, flow.id)
+                if found is not None:
+                    current = found[0]
+        return self._resolved(current, outcome_for_action(Action.DECLINE, FlowStatus(current.status)))
+
+    def _resolved(self, flow: FlowFields, outcome: Outcome, *, ask: bool = False) -> ResolveResponse:
         self._tag(flow, outcome.value)
         mcp = self.mcp_input_required(flow, ask=ask) if outcome is Outcome.INPUT_REQUIRED else None
         result = flow.result if outcome is Outcome.COMPLETED else None

@@ -30,6 +30,7 @@ class Metrics:
     def __init__(self, hub: WaiterHub) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self._request_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self.requests = Counter(
             "elicitd_http_requests",
             "HTTP requests answered, by route template and status.",
@@ -96,8 +97,18 @@ class Metrics:
         self.rate_limited.labels(quota=quota).inc()
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(method=method, route=route, status=str(status)).inc()
-        self.latency.labels(method=method, route=route).observe(seconds)
+        # Every request lands here: the labelled children are looked up once per (method, route,
+        # status), not through ``labels()`` (argument checks, a lock, a tuple) on every call.
+        key = (method, route, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(method=method, route=route, status=str(status)),
+                self.latency.labels(method=method, route=route),
+            )
+            self._request_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
 
 @get(
