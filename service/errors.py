@@ -25,6 +25,8 @@ from litestar.response import Template
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from service.db.errors import TRANSIENT, DbError, classify
+
 logger = logging.getLogger("elicitd.errors")
 
 PROBLEM_JSON = "application/problem+json"
@@ -303,9 +305,9 @@ def _validation_detail(exc: ValidationException) -> str:
 def handle_database_error(request: Request[Any, Any, Any], exc: DBAPIError) -> Response[Any]:
     """PostgreSQL refusing a *value* (SQLSTATE class 22: a NUL character, a number out of range) is
     the caller's bad input, not our failure: 400. The transaction was rolled back, so nothing was
-    written. Anything else is unexpected."""
-    sqlstate = str(getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None) or "")
-    if sqlstate.startswith("22"):
+    written. A passing condition (``service.db.errors.TRANSIENT``) is 503; anything else is
+    unexpected."""
+    if classify(exc) is DbError.DATA:
         return handle_elicitd_error(
             request, InvalidRequest("The request holds a value that cannot be stored (for example a NUL character).")
         )
@@ -315,12 +317,67 @@ def handle_database_error(request: Request[Any, Any, Any], exc: DBAPIError) -> R
 def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     """One log record with the stack (the formatter writes the types and frames of the whole
     chain but no exception's text, which may hold SQL parameters or provider bodies), and a
-    generic 500 to the caller: never a detail, a type name or a stack."""
+    generic 500 to the caller: never a detail, a type name or a stack.
+
+    Unless the database could not be reached or refused for a passing reason: that is
+    ``503 unavailable`` with ``Retry-After`` (``dependency_unavailable``)."""
+    kind = transient_database_error(exc)
+    if kind is not None:
+        return dependency_unavailable(request, kind)
     logger.error("unhandled error", extra={"code": "internal_error", "path": request.url.path}, exc_info=exc)
     return _error_response(request, ElicitdError("Something went wrong on our side."))
 
 
-POOL_RETRY_AFTER_SECONDS = 1
+# A client that retries after one second meets a pool that has already replaced its connections
+# (the pool reconnects at the next checkout) or a lock that has long been released; a longer wait
+# would only stretch an outage the client sees past the moment PostgreSQL is back.
+RETRY_AFTER_SECONDS = 1
+
+
+def transient_database_error(exc: BaseException) -> DbError | None:
+    """The passing database condition behind ``exc``, or None.
+
+    Looks at ``exc`` and the exceptions it was explicitly raised from (``raise … from``), and at
+    every member of an exception group (all must be transient). A database error of any other
+    kind ends the search: a bug in a statement stays a 500 even when a lost connection preceded it.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            kinds = [transient_database_error(member) for member in current.exceptions]
+            return kinds[0] if kinds and all(kind is not None for kind in kinds) else None
+        kind = classify(current)
+        if kind is not None:
+            return kind if kind in TRANSIENT else None
+        current = current.__cause__
+    return None
+
+
+def dependency_unavailable(request: Request[Any, Any, Any], kind: DbError) -> Response[Any]:
+    """``503 unavailable`` + ``Retry-After``: problem+json on the APIs, a "try again" page in a browser.
+
+    Nothing the request asked for was acknowledged, so a retry is safe; a write whose commit
+    reached PostgreSQL just before the connection dropped is found by the retry (flow
+    transitions are conditional and creations converge on the pending flow)."""
+    logger.warning(
+        "database unavailable", extra={"code": "unavailable", "reason": kind.value, "path": request.url.path}
+    )
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    if kind is DbError.POOL_TIMEOUT:
+        detail = "The service is busy; retry shortly."
+    else:
+        detail = "The service cannot reach its database right now; retry shortly."
+    if _wants_html(request):
+        return _html_response(
+            503,
+            "Try again in a moment",
+            "This page could not be loaded just now. Nothing is wrong with your request: reload the page in a moment.",
+            headers,
+        )
+    exc = ServiceUnavailable(detail, headers=headers, extra={"retry_after": RETRY_AFTER_SECONDS})
+    return _problem_response(exc.status, exc.problem(), exc.headers)
 
 
 def handle_pool_timeout(request: Request[Any, Any, Any], exc: PoolTimeout) -> Response[Any]:
@@ -329,14 +386,7 @@ def handle_pool_timeout(request: Request[Any, Any, Any], exc: PoolTimeout) -> Re
     The request did nothing yet (it never got a connection), so retrying it is safe: 503 with
     ``Retry-After`` tells well-behaved clients to back off briefly instead of reporting a failure.
     """
-    return handle_elicitd_error(
-        request,
-        ServiceUnavailable(
-            "The service is busy; retry shortly.",
-            headers={"Retry-After": str(POOL_RETRY_AFTER_SECONDS)},
-            extra={"retry_after": POOL_RETRY_AFTER_SECONDS},
-        ),
-    )
+    return dependency_unavailable(request, DbError.POOL_TIMEOUT)
 
 
 EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {

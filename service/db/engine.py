@@ -38,9 +38,11 @@ from typing import Any
 
 import msgspec
 from sqlalchemy import event
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+from service.db.errors import DbError, classify
 from service.settings import Settings
 
 # Connections older than this are replaced at checkout: below the idle timeouts of common NATs and
@@ -49,6 +51,14 @@ POOL_RECYCLE_SECONDS = 300
 # See "Timeouts" above: a lock wait ends (55P03) before the statement would be cancelled (57014).
 LOCK_TIMEOUT_MS = 5_000
 STATEMENT_TIMEOUT_MS = 15_000
+# A server that stops answering (paused, or its host gone without a reset) never fires its own
+# timeouts, so the client bounds the wait too: a connection attempt gives up after 5 s (asyncpg's
+# default is 60 s), and a statement after 40 s, above the longest statement_timeout any session
+# sets (key rotation's 35 s), so while the server answers its own timeout, which names the cause,
+# always fires first. Without the second bound, connections stuck on a host that vanished would
+# keep the pool full until TCP gives up (about 15 minutes on Linux).
+CONNECT_TIMEOUT_SECONDS = 5
+COMMAND_TIMEOUT_SECONDS = 40
 
 
 def make_engine(settings: Settings) -> AsyncEngine:
@@ -72,15 +82,34 @@ def make_engine(settings: Settings) -> AsyncEngine:
         pool_recycle=POOL_RECYCLE_SECONDS,
         # A statement that hangs must not pin a waiter forever; lock waits fail fast too.
         connect_args={
+            "timeout": CONNECT_TIMEOUT_SECONDS,
+            "command_timeout": COMMAND_TIMEOUT_SECONDS,
             "server_settings": {
                 "statement_timeout": str(STATEMENT_TIMEOUT_MS),
                 "lock_timeout": str(LOCK_TIMEOUT_MS),
                 "application_name": "elicitd",
-            }
+            },
         },
     )
     event.listen(engine.sync_engine, "checkout", _discard_closed)
+    event.listen(engine.sync_engine, "handle_error", _drop_lost_server)
     return engine
+
+
+# The server behind the connection is gone, shutting down, or no longer the primary.
+_SERVER_LOST = frozenset({DbError.CONNECTION, DbError.SHUTDOWN, DbError.READ_ONLY})
+
+
+def _drop_lost_server(context: ExceptionContext) -> None:
+    """Treat these errors as a disconnect: SQLAlchemy then closes the connection and replaces every
+    other pooled one at its next checkout.
+
+    A read-only error (25006) is what a primary demoted by a failover answers; its connections stay
+    open, and without this the pool would keep sending writes to it until they were recycled
+    (``POOL_RECYCLE_SECONDS``) — a failover would cost minutes of 503s instead of one.
+    """
+    if classify(context.original_exception) in _SERVER_LOST:
+        context.is_disconnect = True
 
 
 def _discard_closed(dbapi_connection: Any, connection_record: Any, connection_proxy: Any) -> None:
