@@ -29,6 +29,7 @@ from service.domains import display_origin
 from service.errors import EXCEPTION_HANDLERS
 from service.flows.api import FlowController
 from service.flows.pages import open_flow
+from service.grants.pages import ROUTES as GRANT_ROUTES
 from service.health import healthz, readyz
 from service.limits import LimitedRequest
 from service.observability.metrics import metrics_endpoint
@@ -98,6 +99,7 @@ def create_app(services: Services) -> Litestar:
             healthz,
             readyz,
             *kind_routes,
+            *GRANT_ROUTES,
             *IDENTITY_ROUTES,
             ConnectionController,
             create_static_files_router(path="/static", directories=[_HERE / "static"], include_in_schema=False),

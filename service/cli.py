@@ -38,6 +38,7 @@ _COMMAND_GROUPS: list[str] = [
     "service.payments.cli",
     "service.apikeys.cli",
     "service.connections.cli",
+    "service.grants.cli",
 ]
 
 

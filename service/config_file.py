@@ -37,6 +37,8 @@ SECTIONS: dict[str, str] = {
     "issuers": "service.identity.issuers:apply_config_section",
     "providers": "service.connections.providers:apply_config_section",
     "server_clients": "service.identity.clients:apply_config_section",
+    # After server_clients: a group names its members, which must exist.
+    "trust_groups": "service.grants.groups:apply_config_section",
 }
 
 

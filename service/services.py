@@ -41,6 +41,7 @@ from service.flows.plugins import KindPlugin
 from service.flows.request_state import RequestStateCodec
 from service.flows.service import FlowService
 from service.flows.sweeper import run_sweeper
+from service.grants.service import GrantService
 from service.http import make_http_client
 from service.identity.issuers import IssuerDirectory
 from service.identity.keys import ApiKeyAuthenticator
@@ -85,6 +86,7 @@ class Services:
     gate: BrowserGate
     connections: ConnectionService
     connect: ConnectService
+    grants: GrantService
     consent: ConsentService
     payments: PaymentService
     apikeys: ApiKeyService
@@ -202,6 +204,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         connect=ConnectService(
             connections=connections, flows=flows, read_sessions=read_sessions, http=http, public_url=settings.public_url
         ),
+        grants=GrantService(sessions=sessions, read_sessions=read_sessions, flows=flows, connections=connections),
         consent=ConsentService(flows, signer, settings.public_url, clock=clock),
         payments=PaymentService(flows, provider_for(settings), settings.public_url, clock=clock),
         apikeys=ApiKeyService(flows, vault, http=http),

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.admin import deliveries, flows
 from service.admin.api_clients import AdminServerClientsController
 from service.admin.api_directory import DIRECTORY_CONTROLLERS
+from service.admin.api_grants import GRANT_CONTROLLERS
 from service.admin.audit import list_audit
 from service.admin.deps import unit
 from service.admin.guards import AdminAuditMiddleware, AdminGuard, principal_of
@@ -206,6 +207,7 @@ def admin_router(sessions: async_sessionmaker[AsyncSession]) -> Router:
             admin_audit,
             admin_whoami,
             *DIRECTORY_CONTROLLERS,
+            *GRANT_CONTROLLERS,
         ],
         guards=[AdminGuard(sessions)],
         # A closure, not DefineMiddleware(kwargs): Litestar deep-copies kwargs, and the session factory

@@ -15,6 +15,7 @@ from service.apikeys.service import ApiKeyForm, ApiKeyNotTaken
 from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
+from service.grants.pages import grant_page
 from service.signin.gate import BrowserIdentity
 
 if TYPE_CHECKING:
@@ -43,6 +44,9 @@ async def api_key_page(request: Req, flow: Flow, services: Services) -> Response
     identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
+    granting = await grant_page(request, flow, services, identity)
+    if granting is not None:
+        return granting  # a key is stored already: only this client's use of it is asked
     shown = await services.apikeys.form(flow)
     if shown is None:
         return page(

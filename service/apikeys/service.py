@@ -30,6 +30,7 @@ from service.flows.models import Flow
 from service.flows.repository import Transition
 from service.flows.service import FlowService
 from service.flows.states import Actor, FlowStatus
+from service.grants.service import grant_for_flow
 
 # Sent in an HTTP header and typed by people: printable ASCII without spaces, whatever the pattern says.
 _PRINTABLE = re.compile(r"[\x21-\x7e]+")
@@ -205,6 +206,8 @@ class ApiKeyService:
                     ),
                     {"blob": sealed, "kid": key_id, "fields": json.dumps(fields), "id": connection_id},
                 )
+                # The client whose form this was may use the key; no other client may without a grant.
+                await grant_for_flow(uow.session, flow, connection_id=connection_id, connection_scopes=[])
         except _NotPending:
             return None
         return moved

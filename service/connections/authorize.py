@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.connections import oauth
 from service.connections import repository as repo
-from service.connections.models import OAuthState
+from service.connections.models import REVOKED, Connection, OAuthState
 from service.connections.providers import ResolvedProvider, get_provider
 from service.connections.service import ConnectionService
 from service.db.base import FLOW_ID, uuid7
@@ -35,6 +35,7 @@ from service.flows.models import Flow
 from service.flows.repository import Transition
 from service.flows.service import FlowService, UnitOfWork
 from service.flows.states import Actor, FlowStatus
+from service.grants.service import approved_scopes, grant_for_flow
 from service.identity.models import ServerClient
 
 logger = logging.getLogger("elicitd.connections.pages")
@@ -124,7 +125,7 @@ class ConnectService:
         provider = await self.connections.provider(str(flow.provider))
         state, verifier, state_id = oauth.new_state(), oauth.new_verifier(), uuid7()
         key_id, sealed = self.connections.seal_verifier(state_id, verifier)
-        scopes = list(flow.scopes or [])
+        scopes = sorted(set(flow.scopes or []) | set(await self.kept_scopes(flow)))
         async with self.flows.unit_of_work() as uow:
             await repo.insert_state(
                 uow.session,
@@ -145,6 +146,24 @@ class ConnectService:
         return oauth.authorization_url(
             provider, redirect_uri=self.redirect_uri, scopes=scopes, state=state, verifier=verifier
         )
+
+    async def kept_scopes(self, flow: Flow) -> list[str]:
+        """Scopes of the connection a reconnect replaces that the flow does not name: the provider is
+        asked for them again, so the new authorization keeps what other clients were granted."""
+        if flow.connection_id is None:
+            return []
+        async with self.read_sessions() as session:
+            held = (
+                await session.execute(
+                    select(Connection.scopes).where(
+                        Connection.id == flow.connection_id,
+                        Connection.subject_iss == flow.subject_iss,
+                        Connection.subject_sub == flow.subject_sub,
+                        Connection.status != REVOKED,
+                    )
+                )
+            ).scalar_one_or_none()
+        return sorted(set(held or []) - set(flow.scopes or []))
 
     async def decline(self, flow: Flow) -> FinalPage:
         moved = await self.flows.finish(flow.id, Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined"))
@@ -244,11 +263,13 @@ class ConnectService:
                     requested=list(used.scopes or []),
                     reconnect=flow.connection_id,
                 )
+                held = list(done.connection.scopes or [])
+                await grant_for_flow(uow.session, flow, connection_id=done.connection.id, connection_scopes=held)
+                # The client is told the scopes it was granted, not those others hold on the connection.
+                result = {**done.result, "scopes": approved_scopes(list(flow.scopes or []), held)}
                 moved = await uow.transition(
                     flow.id,
-                    Transition(
-                        FlowStatus.COMPLETED, Actor.PROVIDER, result=done.result, connection_id=done.connection.id
-                    ),
+                    Transition(FlowStatus.COMPLETED, Actor.PROVIDER, result=result, connection_id=done.connection.id),
                 )
                 if moved is None:
                     raise _FlowGone

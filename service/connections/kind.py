@@ -1,8 +1,13 @@
 """The ``oauth_connect`` flow kind: what ``POST /v1/flows`` does before any browser is involved.
 
-It decides between three answers: *already satisfied* (an active connection covers the scopes:
-no elicitation at all), a *new connect* flow, or a *reconnect / more scopes* flow that carries the
-existing connection's id so completing it updates that connection instead of making another.
+It decides between four answers: *already satisfied* (an active connection covers the scopes and
+this server client was granted them: no elicitation at all), a *grant* flow (a connection covers
+the scopes but this client was not granted them: its page asks the user, with no provider round
+trip), a *new connect* flow, or a *reconnect / more scopes* flow that carries the existing
+connection's id so completing it updates that connection instead of making another.
+
+A client without a grant learns nothing from the answer: every case but *satisfied* is the same
+``pending`` flow with the scopes the client asked for (``service.grants``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from service.connections.service import connection_result
 from service.errors import InvalidRequest
 from service.flows.kinds import NormalizedFlow, Satisfied, check_provider_allowed
 from service.flows.schemas import CreateFlowRequest
+from service.grants.repository import granted_scopes
 from service.identity.keys import AuthenticatedClient
 
 
@@ -62,12 +68,19 @@ class OAuthConnectKind:
         requested = set(request.scopes or provider.default_scopes or [])
         scopes, connection_id = requested, None
         found = await self._connections(session, request)
+        granted = await granted_scopes(session, client.id, [c.id for c in found])
         covering = [c for c in found if c.status == ACTIVE and requested <= set(c.scopes or [])]
-        if not covering and found:
-            # Reconnect (the provider revoked the grant) or more scopes: ask for the union, so the
-            # new grant replaces the old one without losing what the connection could already do.
+        if covering:
+            if not any(requested <= granted.get(c.id, set()) for c in covering):
+                # Connected, but not for this client: its page asks the user to grant (no provider).
+                connection_id = covering[0].id
+        elif found:
+            # Reconnect (the provider revoked the grant) or more scopes. The provider is asked for
+            # the connection's scopes too when the user goes there (``ConnectService.start``), so the
+            # new grant replaces the old one without losing what other clients use; the flow itself
+            # names what this client asks for plus what it was granted already.
             current = next((c for c in found if c.status == REAUTHORIZATION_REQUIRED), found[0])
-            scopes = requested | set(current.scopes or [])
+            scopes = requested | (granted.get(current.id, set()) & set(current.scopes or []))
             connection_id = current.id
         params = dict(request.params)
         if request.account is not None:
@@ -87,7 +100,11 @@ class OAuthConnectKind:
         if flow.connection_id is not None:
             return None
         wanted = set(flow.scopes)
-        for conn in await self._connections(session, request):
-            if conn.status == ACTIVE and wanted <= set(conn.scopes or []):
-                return Satisfied(result=connection_result(conn))
+        found = [c for c in await self._connections(session, request) if c.status == ACTIVE]
+        granted = await granted_scopes(session, client.id, [c.id for c in found])
+        for conn in found:
+            held = set(conn.scopes or [])
+            mine = granted.get(conn.id, set()) & held
+            if wanted <= mine:
+                return Satisfied(result={**connection_result(conn), "scopes": sorted(mine)})
         return None

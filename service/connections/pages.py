@@ -20,6 +20,7 @@ from service.db.base import FLOW_ID
 from service.domains import display_url_host
 from service.flows.models import Flow
 from service.flows.pages import PAGE_HEADERS, page, status_page
+from service.grants.pages import grant_page, party_context
 from service.signin.gate import redirect
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ async def connect_page(request: Req, flow: Flow, services: Services) -> Response
     identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
+    granting = await grant_page(request, flow, services, identity)
+    if granting is not None:
+        return granting  # the account is connected already: only this client's access is asked
     shown = await services.connect.connect_page(flow)
     provider = shown.provider
     flow_ref = FLOW_ID.format(flow.id)
@@ -74,6 +78,11 @@ async def connect_page(request: Req, flow: Flow, services: Services) -> Response
         "csrf_token": identity.csrf_token,
         "continue_action": f"/connect/{flow_ref}/continue",
         "decline_action": f"/connect/{flow_ref}/decline",
+        "kept_scopes": [
+            {"name": s, "words": describe_scope(s, provider.scope_descriptions)}
+            for s in await services.connect.kept_scopes(flow)
+        ],
+        **party_context(await services.grants.asking_party(flow.server_client_id)),
     }
     return Template(template_name="connect.html", context=context, headers=headers)
 

@@ -68,6 +68,7 @@ MODEL_MODULES = (
     "service.payments.models",
     "service.consent.models",
     "service.admin.models",
+    "service.grants.models",
 )
 
 # How autogenerate compares the models with the database, for the drift test and for writing new

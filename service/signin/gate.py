@@ -38,10 +38,12 @@ from service.flows.states import Actor
 from service.identity import sessions as store
 from service.identity.issuers import IssuerDirectory, ResolvedIssuer
 from service.settings import Settings
+from service.signin.account_page import safe_me_path
 from service.signin.csrf import check_csrf, csrf_token_for
 from service.signin.service import TOKEN, LoginService
 
-# Where a login may return to: a flow page of this origin, nothing else (no open redirect).
+# Where a login may return to: a flow page of this origin, or the own page of an issuer's users
+# (``account_page``); nothing else (no open redirect).
 _RETURN_TO = re.compile(r"^/f/fl_[0-9a-f]{32}$")
 
 
@@ -56,10 +58,11 @@ class BrowserIdentity:
 
 
 def safe_return_to(value: str | None) -> str | None:
-    """The path itself when it is a same-origin flow page, else None."""
-    if value is None or not _RETURN_TO.fullmatch(value):
-        return None
-    return value
+    """The path itself when it is a same-origin flow page, the canonical ``/me?iss=…`` when it is
+    a person's own page (``service.signin.account_page``), else None."""
+    if value is not None and _RETURN_TO.fullmatch(value):
+        return value
+    return safe_me_path(value)
 
 
 def flow_path(flow: Flow) -> str:

@@ -8,6 +8,7 @@ Failures render a page with a fixed sentence; nothing the issuer sent is echoed.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import quote
 
 from litestar import Request, Response, get, post
 from litestar.enums import RequestEncodingType
@@ -45,9 +46,9 @@ class InvalidReturnTo(InvalidRequest):
     "/auth/login",
     operation_id="startBrowserLogin",
     tags=_TAGS,
-    summary="Sign in for a flow page",
-    description="Starts an OIDC login at the issuer of the flow named by `return_to` (a `/f/<flow id>` "
-    "path of this origin), then comes back to it.",
+    summary="Sign in for a flow page or the own page",
+    description="Starts an OIDC login at the issuer of the page named by `return_to` (a `/f/<flow id>` "
+    "path of this origin, or `/me?iss=<issuer>`), then comes back to it.",
 )
 async def login(
     request: Request[Any, Any, Any],
@@ -125,7 +126,7 @@ async def logout(
     cookies = [clear_cookie(settings, store.SESSION_COOKIE)]
     path = safe_return_to(data.get("return_to"))
     if path is not None:
-        return redirect(f"/auth/login?return_to={path}&switch=true", cookies=cookies)
+        return redirect(f"/auth/login?return_to={quote(path, safe='/')}&switch=true", cookies=cookies)
     return Response(
         content=_signed_out(request, settings),
         status_code=200,

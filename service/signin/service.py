@@ -25,6 +25,7 @@ from service.identity import sessions as store
 from service.identity.issuers import IssuerDirectory, ResolvedIssuer
 from service.identity.oidc import LoginFailed, authorization_url, exchange_code, verify_id_token
 from service.settings import Settings
+from service.signin.account_page import me_issuer
 from service.signin.csrf import CsrfFailed, check_csrf, csrf_token_for
 from service.signin.throttle import LoginThrottle
 
@@ -91,8 +92,11 @@ class LoginService:
         return self.settings.public_url + CALLBACK_PATH
 
     async def issuer_for_page(self, path: str) -> ResolvedIssuer | None:
-        """The issuer to sign in at for a flow page; None when the flow is no longer pending or its
-        issuer is not trusted (the flow page itself then explains)."""
+        """The issuer to sign in at for a flow page (or the own page ``/me?iss=…``: that issuer);
+        None when the flow is no longer pending or its issuer is not trusted (the page then explains)."""
+        own = me_issuer(path)
+        if own is not None:
+            return await self.issuers.resolve(own)
         flow_id = FLOW_ID.parse(path.removeprefix("/f/"))
         flow = None if flow_id is None else await self.flows.read(flow_id)
         if flow is None or flow.status != "pending":

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from service.grants.groups import create_group
+from service.grants.operators import give_grant
 from service.identity.issuers import IssuerConfig, upsert_issuer
 from tests.admin.conftest import (
     DEAD_HOOK,
@@ -86,6 +88,23 @@ class World:
     async def payment(self) -> str:
         return await make_payment(self.app, self.oauth)
 
+    async def grantable(self) -> str:
+        """A connection and a server client that may be given it: ``cn_…|sc_…``."""
+        return f"{await self.connection()}|{await self.client()}"
+
+    async def grant(self) -> str:
+        connection, client = (await self.grantable()).split("|")
+        async with self.app.state.sessions() as session:
+            made = await give_grant(session, connection, client, ["files:read"])
+            await session.commit()
+        return made.id
+
+    async def group(self) -> str:
+        async with self.app.state.sessions() as session:
+            made = await create_group(session, f"g-{uuid.uuid4().hex[:10]}", "Example Corp")
+            await session.commit()
+        return made.name
+
 
 Setup = Callable[[World], Awaitable[str]]
 
@@ -100,9 +119,12 @@ class Route:
     body: Callable[[str | None], Any] | None = None
 
     def path(self, target: str | None) -> str:
-        return "/admin/v1" + (
-            self.template.replace("{x}", target) if target and "{x}" in self.template else self.template
-        )
+        """``{x}`` (and ``{y}``) filled from the setup's target (``x|y`` for two)."""
+        template = self.template
+        for name, value in zip(("{x}", "{y}"), (target or "").split("|"), strict=False):
+            if target and name in template:
+                template = template.replace(name, value)
+        return "/admin/v1" + template
 
 
 ROUTES = [
@@ -166,6 +188,23 @@ ROUTES = [
     Route("GET", "/payments", "viewer", 200),
     Route("GET", "/payments/{x}", "viewer", 200, World.payment),
     Route("POST", "/payments/{x}/reconcile", "operator", 200, World.payment),
+    Route("GET", "/grants", "viewer", 200),
+    Route("GET", "/grants/{x}", "viewer", 200, World.grant),
+    Route("POST", "/grants/{x}/revoke", "operator", 200, World.grant),
+    Route(
+        "PUT", "/connections/{x}/grants/{y}", "admin", 200, World.grantable, body=lambda _: {"scopes": ["files:read"]}
+    ),
+    Route("GET", "/trust-groups", "viewer", 200),
+    Route(
+        "POST",
+        "/trust-groups",
+        "admin",
+        201,
+        body=lambda _: {"name": f"g-{uuid.uuid4().hex[:10]}", "display_name": "Example Corp"},
+    ),
+    Route("GET", "/trust-groups/{x}", "viewer", 200, World.group),
+    Route("PATCH", "/trust-groups/{x}", "admin", 200, World.group, body=lambda _: {"display_name": "Renamed"}),
+    Route("DELETE", "/trust-groups/{x}", "admin", 200, World.group),
 ]
 
 
@@ -225,7 +264,7 @@ async def test_table_covers_every_admin_route(elicitd: RunningApp) -> None:
         for method in item
         if method in {"get", "post", "put", "patch", "delete"}
     }
-    tested = {(r.method, r.template.replace("{x}", "{*}")) for r in ROUTES}
+    tested = {(r.method, r.template.replace("{x}", "{*}").replace("{y}", "{*}")) for r in ROUTES}
     normalized = set()
     for method, path in served:
         parts = ["{*}" if p.startswith("{") else p for p in path.split("/")]

@@ -1,0 +1,151 @@
+"""Admin API for grants and trust groups (``/admin/v1/grants``, ``/admin/v1/trust-groups``).
+
+Thin handlers over ``service.grants.operators`` and ``service.grants.groups``, which the CLI runs
+too. Giving a grant hands a connection to a server client, so it needs the ``admin`` role, and its
+route names both the connection and the grantee so the audit row records who got what; revoking
+needs ``operator``; reading needs ``viewer``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+from litestar import Controller, Request, delete, get, patch, post, put
+from litestar.params import Parameter
+
+from service.admin.deps import unit
+from service.admin.tokens import Role
+from service.grants import groups, operators
+from service.grants.operators import (
+    CreateTrustGroup,
+    GiveGrant,
+    GrantPage,
+    GrantView,
+    TrustGroupView,
+    UpdateTrustGroup,
+)
+
+if TYPE_CHECKING:
+    from service.services import Services
+
+ADMIN = {"role": Role.ADMIN}
+OPERATOR = {"role": Role.OPERATOR}
+Limit = Annotated[int, Parameter(ge=1, le=500, default=50, description="Page size")]
+
+
+class AdminGrantsController(Controller):
+    path = "/grants"
+    tags = ["admin: grants"]
+
+    @get("/", operation_id="adminListGrants", summary="Grants, oldest first, by connection, server client or group")
+    async def list_grants(
+        self,
+        request: Request[Any, Any, Any],
+        services: Services,
+        connection_id: str | None = None,
+        server_client: Annotated[str | None, Parameter(description="sc_… id or name")] = None,
+        trust_group: Annotated[str | None, Parameter(description="tg_… id or name")] = None,
+        live: Annotated[bool, Parameter(description="only grants not revoked")] = False,
+        cursor: str | None = None,
+        limit: Limit = 50,
+    ) -> GrantPage:
+        async with unit(services) as session:
+            return await operators.list_grants(
+                session,
+                connection=connection_id,
+                server_client=server_client,
+                trust_group=trust_group,
+                live=live,
+                cursor=cursor,
+                limit=limit,
+            )
+
+    @get("/{grant_id:str}", operation_id="adminGetGrant", summary="One grant")
+    async def show(self, request: Request[Any, Any, Any], services: Services, grant_id: str) -> GrantView:
+        async with unit(services) as session:
+            return await operators.show_grant(session, grant_id)
+
+    @post(
+        "/{grant_id:str}/revoke",
+        operation_id="adminRevokeGrant",
+        status_code=200,
+        opt=OPERATOR,
+        summary="Revoke a grant: the grantee's next token request is answered as if there were no connection",
+    )
+    async def revoke(self, request: Request[Any, Any, Any], services: Services, grant_id: str) -> GrantView:
+        async with unit(services) as session:
+            return await operators.revoke_grant(session, grant_id)
+
+
+class AdminConnectionGrantsController(Controller):
+    path = "/connections/{connection_id:str}/grants"
+    tags = ["admin: grants"]
+
+    @put(
+        "/{grantee:str}",
+        operation_id="adminGiveGrant",
+        opt=ADMIN,
+        summary="Let a server client (sc_… or name) or a trust group (tg_…) use a connection for some scopes",
+        description="Widens the grantee's live grant when it has one. The audit row names the connection "
+        "and the grantee.",
+    )
+    async def give(
+        self, request: Request[Any, Any, Any], services: Services, connection_id: str, grantee: str, data: GiveGrant
+    ) -> GrantView:
+        async with unit(services) as session:
+            return await operators.give_grant(session, connection_id, grantee, list(data.scopes))
+
+
+class AdminTrustGroupsController(Controller):
+    path = "/trust-groups"
+    tags = ["admin: trust groups"]
+
+    @get("/", operation_id="adminListTrustGroups", summary="Trust groups and their members")
+    async def list_groups(self, request: Request[Any, Any, Any], services: Services) -> list[TrustGroupView]:
+        async with unit(services) as session:
+            return [operators.group_view(g) for g in await groups.list_groups(session)]
+
+    @post(
+        "/",
+        operation_id="adminCreateTrustGroup",
+        status_code=201,
+        opt=ADMIN,
+        summary="Declare server clients one party: grants then go to the group and pages name every member",
+    )
+    async def create(
+        self, request: Request[Any, Any, Any], services: Services, data: CreateTrustGroup
+    ) -> TrustGroupView:
+        async with unit(services) as session:
+            return operators.group_view(await groups.create_group(session, data.name, data.display_name, data.members))
+
+    @get("/{group:str}", operation_id="adminGetTrustGroup", summary="One trust group (tg_… id or name)")
+    async def show(self, request: Request[Any, Any, Any], services: Services, group: str) -> TrustGroupView:
+        async with unit(services) as session:
+            return operators.group_view(await groups.get_group(session, group))
+
+    @patch(
+        "/{group:str}",
+        operation_id="adminUpdateTrustGroup",
+        opt=ADMIN,
+        summary="Change the display name or the complete member list",
+    )
+    async def update(
+        self, request: Request[Any, Any, Any], services: Services, group: str, data: UpdateTrustGroup
+    ) -> TrustGroupView:
+        async with unit(services) as session:
+            updated = await groups.update_group(session, group, display_name=data.display_name, members=data.members)
+            return operators.group_view(updated)
+
+    @delete(
+        "/{group:str}",
+        operation_id="adminDeleteTrustGroup",
+        status_code=200,
+        opt=ADMIN,
+        summary="Delete a trust group; its grants end with it",
+    )
+    async def remove(self, request: Request[Any, Any, Any], services: Services, group: str) -> TrustGroupView:
+        async with unit(services) as session:
+            return operators.group_view(await groups.delete_group(session, group))
+
+
+GRANT_CONTROLLERS = [AdminGrantsController, AdminConnectionGrantsController, AdminTrustGroupsController]

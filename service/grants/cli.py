@@ -1,0 +1,226 @@
+"""``elicitd groups …`` and ``elicitd grants …``: trust groups and grants from a shell.
+
+The commands talk to PostgreSQL directly (``ELICITD_DATABASE_URL`` and ``ELICITD_KEYS`` as for
+``serve``) through the functions behind the admin API, and each writes an audit row with actor
+``cli`` in the same transaction as its change. ``--json`` prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.cli_output import print_json, print_table
+
+Work = Callable[[AsyncSession, argparse.Namespace], Awaitable[Any]]
+
+_GROUP_COLUMNS = ["id", "name", "display_name", "members"]
+_GRANT_COLUMNS = ["id", "connection_id", "grantee", "scopes", "origin", "last_used_at", "revoked_at"]
+
+
+async def _audited(work: Work, args: argparse.Namespace) -> Any:
+    from service.admin.guards import write_audit
+    from service.db.engine import make_engine, make_sessionmaker
+    from service.settings import Settings
+
+    engine = make_engine(Settings.from_env())
+    try:
+        async with make_sessionmaker(engine)() as session:
+            result = await work(session, args)
+            await write_audit(session, actor="cli", operation=args.operation, target=_target(args), detail={})
+            await session.commit()
+            return msgspec.to_builtins(result)
+    finally:
+        await engine.dispose()
+
+
+def _target(args: argparse.Namespace) -> str | None:
+    """What the audit row names: the object acted on (a grant given names connection and grantee)."""
+    if getattr(args, "grantee", None) is not None:
+        return f"connection_id={args.connection_id},grantee={args.grantee}"
+    target: str | None = getattr(args, "target", None)
+    return target
+
+
+def _group_row(view: dict[str, Any]) -> dict[str, Any]:
+    return {**view, "members": [m["name"] for m in view["members"]]}
+
+
+def _grant_row(view: dict[str, Any]) -> dict[str, Any]:
+    grantee = view["grantee"]
+    return {**view, "grantee": f"{grantee['display_name']} ({grantee['id']})"}
+
+
+def _command(work: Work, *, rows: Callable[[Any], list[dict[str, Any]]], columns: list[str]) -> Any:
+    def run(args: argparse.Namespace) -> None:
+        result = asyncio.run(_audited(work, args))
+        if args.json:
+            print_json(result)
+            return
+        print_table(rows(result), columns)
+        if isinstance(result, dict) and result.get("next_cursor"):
+            print(f"(more: --cursor {result['next_cursor']})")
+
+    return run
+
+
+# ---- groups ----------------------------------------------------------------------------------------
+async def _groups_list(session: AsyncSession, args: argparse.Namespace) -> Any:
+    from service.grants import groups, operators
+
+    return [operators.group_view(g) for g in await groups.list_groups(session)]
+
+
+async def _groups_show(session: AsyncSession, args: argparse.Namespace) -> Any:
+    from service.grants import groups, operators
+
+    return operators.group_view(await groups.get_group(session, args.target))
+
+
+async def _groups_create(session: AsyncSession, args: argparse.Namespace) -> Any:
+    from service.grants import groups, operators
+
+    return operators.group_view(
+        await groups.create_group(session, args.target, args.display_name or args.target, args.member or [])
+    )
+
+
+async def _groups_change(session: AsyncSession, args: argparse.Namespace) -> Any:
+    from service.grants import groups, operators
+
+    action = args.group_action
+    if action == "set-members":
+        group = await groups.update_group(session, args.target, members=args.members)
+    elif action == "add-members":
+        group = await groups.add_members(session, args.target, args.members)
+    elif action == "remove-members":
+        group = await groups.remove_members(session, args.target, args.members)
+    elif action == "rename":
+        group = await groups.update_group(session, args.target, display_name=args.display_name)
+    else:
+        group = await groups.delete_group(session, args.target)
+    return operators.group_view(group)
+
+
+# ---- grants ----------------------------------------------------------------------------------------
+async def _grants_list(session: AsyncSession, args: argparse.Namespace) -> Any:
+    from service.grants import operators
+
+    return await operators.list_grants(
+        session,
+        connection=args.connection,
+        server_client=args.client,
+        trust_group=args.group,
+        live=args.live,
+        cursor=args.cursor,
+        limit=args.limit,
+    )
+
+
+async def _grants_give(session: AsyncSession, args: argparse.Namespace) -> Any:
+    from service.grants import operators
+
+    return await operators.give_grant(session, args.connection_id, args.grantee, args.scope or [])
+
+
+async def _grants_revoke(session: AsyncSession, args: argparse.Namespace) -> Any:
+    from service.grants import operators
+
+    return await operators.revoke_grant(session, args.target)
+
+
+def _items(result: Any) -> list[dict[str, Any]]:
+    items = result["items"] if isinstance(result, dict) and "items" in result else result
+    return [_grant_row(v) for v in (items if isinstance(items, list) else [items])]
+
+
+def _groups(result: Any) -> list[dict[str, Any]]:
+    return [_group_row(v) for v in (result if isinstance(result, list) else [result])]
+
+
+def register(subparsers: Any) -> None:
+    def leaf(group: Any, name: str, operation: str, run: Any, help_text: str, target: str | None = None) -> Any:
+        parser = group.add_parser(name, help=help_text)
+        if target is not None:
+            parser.add_argument("target", metavar=target)
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.set_defaults(func=run, operation=operation)
+        return parser
+
+    groups = subparsers.add_parser(
+        "groups", help="trust groups: server clients the pages name as one party, sharing what users grant"
+    ).add_subparsers(dest="groups_command", required=True)
+    group_cmd = _command(_groups_list, rows=_groups, columns=_GROUP_COLUMNS)
+    leaf(groups, "list", "cliListTrustGroups", group_cmd, "list trust groups and their members")
+    leaf(
+        groups,
+        "show",
+        "cliGetTrustGroup",
+        _command(_groups_show, rows=_groups, columns=_GROUP_COLUMNS),
+        "one trust group",
+        target="GROUP",
+    )
+    made = leaf(
+        groups,
+        "create",
+        "cliCreateTrustGroup",
+        _command(_groups_create, rows=_groups, columns=_GROUP_COLUMNS),
+        "create a trust group",
+        target="NAME",
+    )
+    made.add_argument("--display-name", help="the party's name as pages show it (Example Corp)")
+    made.add_argument("--member", action="append", help="a server client's name or sc_… id (repeatable)")
+    change = _command(_groups_change, rows=_groups, columns=_GROUP_COLUMNS)
+    for action, help_text in (
+        ("set-members", "make these the only members"),
+        ("add-members", "add members (a client is in one group at most)"),
+        ("remove-members", "remove members: they lose the group's grants at once"),
+    ):
+        leaf(groups, action, "cliUpdateTrustGroup", change, help_text, target="GROUP").set_defaults(group_action=action)
+        groups.choices[action].add_argument("members", nargs="+", metavar="MEMBER")
+    renamed = leaf(groups, "rename", "cliUpdateTrustGroup", change, "change the display name", target="GROUP")
+    renamed.add_argument("display_name", metavar="DISPLAY_NAME")
+    renamed.set_defaults(group_action="rename")
+    leaf(
+        groups, "delete", "cliDeleteTrustGroup", change, "delete a trust group and its grants", target="GROUP"
+    ).set_defaults(group_action="delete")
+
+    grants = subparsers.add_parser(
+        "grants", help="which server clients (or trust groups) may use which connection"
+    ).add_subparsers(dest="grants_command", required=True)
+    lister = leaf(
+        grants,
+        "list",
+        "cliListGrants",
+        _command(_grants_list, rows=_items, columns=_GRANT_COLUMNS),
+        "list grants, oldest first",
+    )
+    lister.add_argument("--connection", help="cn_… id")
+    lister.add_argument("--client", help="server client name or sc_… id (its own grants)")
+    lister.add_argument("--group", help="trust group name or tg_… id")
+    lister.add_argument("--live", action="store_true", help="only grants not revoked")
+    lister.add_argument("--cursor")
+    lister.add_argument("--limit", type=int, default=50)
+    give = leaf(
+        grants,
+        "give",
+        "cliGiveGrant",
+        _command(_grants_give, rows=_items, columns=_GRANT_COLUMNS),
+        "let a server client or trust group use a connection (audited)",
+    )
+    give.add_argument("connection_id", metavar="CONNECTION_ID")
+    give.add_argument("grantee", metavar="GRANTEE", help="server client name, sc_… id, or tg_… id")
+    give.add_argument("--scope", action="append", help="a scope it may use (repeatable)")
+    leaf(
+        grants,
+        "revoke",
+        "cliRevokeGrant",
+        _command(_grants_revoke, rows=_items, columns=_GRANT_COLUMNS),
+        "revoke a grant: the grantee's next token request gets 404 not_connected",
+        target="GRANT_ID",
+    )

@@ -1,0 +1,92 @@
+"""Grants and trust groups (DESIGN §10). Mirrors ``service/migrations/versions/0009_grants.py``.
+
+A **grant** is the subject's permission for one grantee — a server client, or a trust group of
+them — to use one connection for some scopes. It is data, never a cache: the token endpoint reads
+it with the connection in the same statement, so a revoked grant stops serving on every replica
+with the next request.
+
+A **trust group** is an operator's statement that several server clients are one party ("the
+services of Example Corp"). A client is in at most one group; a client in no group is its own
+grantee. Grants made while a client is in a group go to the group, and the pages that ask for them
+name every member.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import ARRAY, CheckConstraint, DateTime, ForeignKey, Index, String, Text, text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.db.base import Base, PrefixedId, Timestamps, uuid7
+
+GRANT_ID = PrefixedId("gr")
+GROUP_ID = PrefixedId("tg")
+
+# How a grant came to be: a page the subject answered (a connect, API-key or grant page), the
+# migration that gave existing connections to the clients whose flows made them, or an operator.
+ORIGIN_FLOW = "flow"
+ORIGIN_MIGRATION = "migration"
+ORIGIN_ADMIN = "admin"
+ORIGINS = (ORIGIN_FLOW, ORIGIN_MIGRATION, ORIGIN_ADMIN)
+
+
+class TrustGroup(Timestamps, Base):
+    __tablename__ = "trust_groups"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    display_name: Mapped[str] = mapped_column(String(200))
+
+
+class TrustGroupMember(Timestamps, Base):
+    """One row per member; the primary key keeps a client in at most one group."""
+
+    __tablename__ = "trust_group_members"
+
+    server_client_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("server_clients.id", ondelete="CASCADE"), primary_key=True
+    )
+    group_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("trust_groups.id", ondelete="CASCADE"), index=True)
+
+
+class Grant(Timestamps, Base):
+    __tablename__ = "grants"
+    __table_args__ = (
+        CheckConstraint("num_nonnulls(server_client_id, trust_group_id) = 1", name="one_grantee"),
+        CheckConstraint("origin IN ('flow', 'migration', 'admin')", name="origin"),
+        # At most one live grant per (connection, grantee): giving more scopes widens that one.
+        Index(
+            "uq_grants_live_client",
+            "connection_id",
+            "server_client_id",
+            unique=True,
+            postgresql_where=text("revoked_at IS NULL AND server_client_id IS NOT NULL"),
+        ),
+        Index(
+            "uq_grants_live_group",
+            "connection_id",
+            "trust_group_id",
+            unique=True,
+            postgresql_where=text("revoked_at IS NULL AND trust_group_id IS NOT NULL"),
+        ),
+        Index("ix_grants_server_client_id", "server_client_id"),
+        Index("ix_grants_trust_group_id", "trust_group_id"),
+        Index("ix_grants_flow_id", "flow_id"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
+    connection_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("connections.id", ondelete="CASCADE"))
+    server_client_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("server_clients.id", ondelete="CASCADE"))
+    trust_group_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("trust_groups.id", ondelete="CASCADE"))
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    origin: Mapped[str] = mapped_column(String(16))
+    # The flow whose page the subject answered; NULL for migrated and operator grants, and once
+    # the flow itself was deleted by retention (the grant outlives the flow's row).
+    flow_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("flows.id", ondelete="SET NULL"))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Who revoked: 'subject' (on /me), 'admin', 'disconnect' (the connection went away).
+    revoked_by: Mapped[str | None] = mapped_column(String(16))
+    # Touched by the token endpoint at most once a minute per grant (see ``repository.TOUCH``).
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,215 @@
+"""Grants and trust groups for operators: the functions behind ``/admin/v1`` and ``elicitd grants|groups``.
+
+An operator may grant a connection to a server client or a trust group — the way back for a
+connection the migration could not trace to a creator — and revoke any grant. Both are audited
+(the admin API's audit row names the connection and the grantee; the CLI writes its own row).
+Views hold no secret: a grant is ids, names, scopes and times.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated
+
+import msgspec
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.admin.pagination import decode_cursor, encode_cursor
+from service.db.base import CLIENT_ID, CONNECTION_ID, FLOW_ID
+from service.errors import ConnectionNotFound, InvalidRequest, NotFound
+from service.grants import groups
+from service.grants import repository as repo
+from service.grants.models import GRANT_ID, GROUP_ID, ORIGIN_ADMIN
+
+Scope = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^\S+$")]
+
+
+class GrantNotFound(NotFound):
+    code = "grant_not_found"
+    title = "Grant not found"
+
+
+class Grantee(msgspec.Struct):
+    type: str  # "server_client" or "trust_group"
+    id: str
+    display_name: str
+    members: list[str]
+
+
+class GrantView(msgspec.Struct):
+    id: str
+    connection_id: str
+    connection_status: str
+    grantee: Grantee
+    scopes: list[str]
+    origin: str
+    flow_id: str | None
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+    revoked_by: str | None
+
+
+class GrantPage(msgspec.Struct):
+    items: list[GrantView]
+    next_cursor: str | None
+
+
+class GiveGrant(msgspec.Struct, forbid_unknown_fields=True):
+    scopes: Annotated[list[Scope], msgspec.Meta(max_length=50)] = []
+
+
+class TrustGroupMemberView(msgspec.Struct):
+    id: str
+    name: str
+    display_name: str
+
+
+class TrustGroupView(msgspec.Struct):
+    id: str
+    name: str
+    display_name: str
+    members: list[TrustGroupMemberView]
+    created_at: datetime
+
+
+MemberRef = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+
+
+class CreateTrustGroup(msgspec.Struct, forbid_unknown_fields=True):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    display_name: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    members: Annotated[list[MemberRef], msgspec.Meta(max_length=groups.MAX_MEMBERS)] = []
+
+
+class UpdateTrustGroup(msgspec.Struct, forbid_unknown_fields=True):
+    display_name: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    members: Annotated[list[MemberRef], msgspec.Meta(max_length=groups.MAX_MEMBERS)] | None = None
+
+
+def grant_view(row: repo.GrantRow) -> GrantView:
+    if row.trust_group_id is not None:
+        grantee = Grantee(
+            type="trust_group",
+            id=GROUP_ID.format(row.trust_group_id),
+            display_name=row.grantee,
+            members=list(row.members),
+        )
+    else:
+        assert row.server_client_id is not None
+        grantee = Grantee(
+            type="server_client", id=CLIENT_ID.format(row.server_client_id), display_name=row.grantee, members=[]
+        )
+    return GrantView(
+        id=GRANT_ID.format(row.id),
+        connection_id=CONNECTION_ID.format(row.connection_id),
+        connection_status=row.connection_status,
+        grantee=grantee,
+        scopes=row.scopes,
+        origin=row.origin,
+        flow_id=None if row.flow_id is None else FLOW_ID.format(row.flow_id),
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+        revoked_at=row.revoked_at,
+        revoked_by=row.revoked_by,
+    )
+
+
+def group_view(group: groups.Group) -> TrustGroupView:
+    return TrustGroupView(
+        id=GROUP_ID.format(group.id),
+        name=group.name,
+        display_name=group.display_name,
+        members=[
+            TrustGroupMemberView(id=CLIENT_ID.format(m.id), name=m.name, display_name=m.display_name)
+            for m in group.members
+        ],
+        created_at=group.created_at,
+    )
+
+
+def _connection(ref: str) -> uuid.UUID:
+    parsed = CONNECTION_ID.parse(ref)
+    if parsed is None:
+        raise ConnectionNotFound("No connection with this id.")
+    return parsed
+
+
+def _grant(ref: str) -> uuid.UUID:
+    parsed = GRANT_ID.parse(ref)
+    if parsed is None:
+        raise GrantNotFound("No grant with this id.")
+    return parsed
+
+
+async def _grantee(session: AsyncSession, ref: str) -> repo.Grantee:
+    """``sc_…`` or a server-client name: that client itself (not its group); ``tg_…``: the group."""
+    if GROUP_ID.parse(ref) is not None:
+        return repo.Grantee(server_client_id=None, trust_group_id=(await groups.get_group(session, ref)).id)
+    (client_id,) = await groups.resolve_clients(session, [ref])
+    return repo.Grantee(server_client_id=client_id, trust_group_id=None)
+
+
+async def list_grants(
+    session: AsyncSession,
+    *,
+    connection: str | None = None,
+    server_client: str | None = None,
+    trust_group: str | None = None,
+    live: bool = False,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> GrantPage:
+    if not 1 <= limit <= 500:
+        raise InvalidRequest("limit must be between 1 and 500.")
+    client_id = None
+    if server_client is not None:
+        (client_id,) = await groups.resolve_clients(session, [server_client])
+    group_id = None if trust_group is None else (await groups.get_group(session, trust_group)).id
+    rows = await repo.list_grants(
+        session,
+        connection_id=None if connection is None else _connection(connection),
+        server_client_id=client_id,
+        trust_group_id=group_id,
+        live_only=live,
+        after=decode_cursor(cursor),
+        limit=limit + 1,
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return GrantPage(
+        items=[grant_view(r) for r in rows], next_cursor=encode_cursor(rows[-1].id) if more and rows else None
+    )
+
+
+async def give_grant(session: AsyncSession, connection: str, grantee: str, scopes: list[str]) -> GrantView:
+    """An operator's grant: the connection must be live; scopes widen a live grant the grantee holds."""
+    granted = await repo.give(
+        session,
+        connection_id=_connection(connection),
+        grantee=await _grantee(session, grantee),
+        scopes=scopes,
+        origin=ORIGIN_ADMIN,
+    )
+    if granted is None:
+        raise ConnectionNotFound("No live connection with this id.")
+    row = await repo.get_grant(session, granted)
+    assert row is not None
+    return grant_view(row)
+
+
+async def revoke_grant(session: AsyncSession, grant: str) -> GrantView:
+    grant_id = _grant(grant)
+    await repo.revoke(session, grant_id, by="admin")
+    row = await repo.get_grant(session, grant_id)
+    if row is None:
+        raise GrantNotFound("No grant with this id.")
+    return grant_view(row)
+
+
+async def show_grant(session: AsyncSession, grant: str) -> GrantView:
+    row = await repo.get_grant(session, _grant(grant))
+    if row is None:
+        raise GrantNotFound("No grant with this id.")
+    return grant_view(row)

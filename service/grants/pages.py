@@ -1,0 +1,294 @@
+"""The grant page (``oauth_connect`` / ``api_key`` flows for an account already connected) and the
+user's own page, ``/me``.
+
+The grant page is shown by the kind pages after their usual identity check (``page_for_offer``);
+its POST runs every check of a flow page's POST (``BrowserGate.checked_post``). ``/me`` signs the
+browser in at the issuer named in its query, exactly as a flow page does, and lists only the signed-in
+subject's connections; each of its POSTs is CSRF-checked against that session and acts only on a
+grant or connection of that subject (anything else answers as if it did not exist).
+
+The texts people read live here and in ``grant.html`` / ``me.html``: who asks (a server client, or
+a trust group with every member named), which account, what for, and that the provider is not
+asked again.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+from litestar import Request, Response, get, post
+from litestar.params import Parameter
+
+from service.connections.catalog import describe_scope
+from service.db.base import FLOW_ID
+from service.db.unit import unit_of_work
+from service.flows.models import Flow
+from service.flows.pages import page, status_page
+from service.grants.repository import AskingParty, OfferedConnection
+from service.grants.service import GRANTABLE_KINDS, Allowed, ConnectionEntry, Gone, GrantOffer
+from service.identity import sessions as store
+from service.signin.account_page import ME_PATH, me_path
+from service.signin.csrf import csrf_token_for
+from service.signin.gate import BrowserIdentity, redirect, session_cookie
+
+if TYPE_CHECKING:
+    from service.services import Services
+
+Req = Request[Any, Any, Any]
+MAX_ISSUER_LENGTH = 512
+
+
+# ---- who asks, in words ---------------------------------------------------------------------------
+def party_sentence(party: AskingParty) -> str:
+    """ "Acme Files Assistant and 2 other services of Example Corp": every page that grants says it."""
+    if party.group is None:
+        return party.client
+    if not party.others:
+        return f"{party.client} ({party.group})"
+    count = len(party.others)
+    return f"{party.client} and {count} other service{'s' if count != 1 else ''} of {party.group}"
+
+
+def party_context(party: AskingParty) -> dict[str, Any]:
+    """What a page needs to name the grantee: the sentence, and the full member list of a group."""
+    members = [party.client, *party.others] if party.group is not None else []
+    return {"party": party_sentence(party), "group": party.group, "members": members}
+
+
+# ---- the grant page -------------------------------------------------------------------------------
+def grant_action(flow: Flow) -> str:
+    return f"/f/{FLOW_ID.format(flow.id)}/grant"
+
+
+async def grant_page(request: Req, flow: Flow, services: Services, identity: BrowserIdentity) -> Response[Any] | None:
+    """The grant page when the flow's connection already covers what it asks, else None (the kind's
+    own page follows): "<client> asks to use your <provider> account (<login>)", Allow / Decline."""
+    offer = await services.grants.offer(flow)
+    if offer is None:
+        return None
+    return _grant_page(flow, identity, offer)
+
+
+def _default_messages(conn: OfferedConnection) -> set[str]:
+    """The kinds' own default texts ("Connect your Acme account to continue."), which would misread on
+    a page that connects nothing: only a message the server client wrote itself is shown."""
+    return {
+        f"Connect your {conn.provider_display} account to continue.",
+        f"Enter your {conn.provider_display} {conn.key_label} to continue.",
+    }
+
+
+def _grant_page(flow: Flow, identity: BrowserIdentity, offer: GrantOffer) -> Response[Any]:
+    conn = offer.connection
+    return page(
+        "grant.html",
+        flow_id=FLOW_ID.format(flow.id),
+        client=offer.party.client,
+        provider=conn.provider_display,
+        account=conn.account_login or conn.account_id or None,
+        key_label=conn.key_label if flow.kind == "api_key" else None,
+        scopes=[{"name": s, "words": describe_scope(s, conn.scope_descriptions)} for s in offer.scopes],
+        message=None if flow.message in _default_messages(conn) else flow.message,
+        signed_in_as=identity.sub,
+        csrf_token=identity.csrf_token,
+        action=grant_action(flow),
+        me_link=me_path(flow.subject_iss),
+        **party_context(offer.party),
+    )
+
+
+@post(
+    "/f/{flow_ref:str}/grant",
+    operation_id="answerGrantPage",
+    tags=["browser"],
+    status_code=200,
+    summary="Allow or decline another service's use of an account already connected (form POST, CSRF-protected)",
+)
+async def answer_grant(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+    flow_id = FLOW_ID.parse(flow_ref)
+    found = None if flow_id is None else await services.flows.read(flow_id)
+    kind = found.kind if found is not None and found.kind in GRANTABLE_KINDS else GRANTABLE_KINDS[0]
+    checked = await services.gate.checked_post(request, flow_ref, kind)
+    if isinstance(checked, Response):
+        return checked
+    flow = checked.flow
+    party = await services.grants.asking_party(flow.server_client_id)
+    if checked.form.get("decision") != "allow":
+        moved = await services.grants.decline(flow)
+        return _answered(moved or flow, party)
+    outcome = await services.grants.allow(flow)
+    if isinstance(outcome, Gone):
+        # The account was disconnected meanwhile: the flow's page now asks for it the usual way.
+        return redirect(f"/f/{flow_ref}")
+    if isinstance(outcome, Allowed):
+        return _answered(outcome.flow, party)
+    return status_page(await services.flows.read(flow.id), 200)
+
+
+def _answered(flow: Flow, party: AskingParty) -> Response[Any]:
+    allowed = flow.status == "completed"
+    return page(
+        "grant_done.html",
+        heading="Allowed" if allowed else "Not allowed",
+        outcome=flow.status,
+        client=party.client,
+        party=party_sentence(party),
+        me_link=me_path(flow.subject_iss),
+        flow_id=FLOW_ID.format(flow.id),
+    )
+
+
+# ---- /me ------------------------------------------------------------------------------------------
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else value.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _entry_view(entry: ConnectionEntry) -> dict[str, Any]:
+    def words(scopes: list[str]) -> list[dict[str, str]]:
+        return [{"name": s, "words": describe_scope(s, entry.scope_descriptions)} for s in scopes]
+
+    return {
+        "id": entry.id,
+        "provider": entry.provider,
+        "account": entry.account,
+        "scopes": words(entry.scopes),
+        "status": entry.status,
+        "is_api_key": entry.is_api_key,
+        "connected": _when(entry.created_at),
+        "last_used": _when(entry.last_used_at),
+        "grants": [
+            {
+                "id": g.id,
+                "grantee": g.grantee,
+                "members": list(g.members),
+                "is_group": g.is_group,
+                "scopes": words(g.scopes),
+                "since": _when(g.created_at),
+                "last_used": _when(g.last_used_at),
+            }
+            for g in entry.grants
+        ],
+    }
+
+
+async def _signed_in(request: Req, services: Services) -> store.SessionRow | None:
+    token = session_cookie(services.settings, request)
+    if token is None:
+        return None
+    async with unit_of_work(services.sessions) as session:
+        return await store.touch_session(session, token)
+
+
+def _identity(row: store.SessionRow) -> BrowserIdentity:
+    return BrowserIdentity(session_id=row.id.hex(), iss=row.iss, sub=row.sub, csrf_token=csrf_token_for(row))
+
+
+@get(
+    ME_PATH,
+    operation_id="ownPage",
+    tags=["browser"],
+    summary="The signed-in person's connected accounts, who may use each, and buttons to take access back",
+    description="`iss` names the sign-in service; without a session for it the browser is sent to sign in "
+    "there first, and comes back here.",
+)
+async def own_page(
+    request: Req,
+    services: Services,
+    iss: Annotated[str | None, Parameter(query="iss", max_length=MAX_ISSUER_LENGTH)] = None,
+) -> Response[Any]:
+    row = await _signed_in(request, services)
+    if iss is not None:
+        issuer = await services.issuers.resolve(iss)
+        if issuer is None:
+            return page(
+                "signin_problem.html",
+                404,
+                heading="Unknown sign-in service",
+                text="This elicitd does not know that sign-in service. Open this page from a link elicitd gave you.",
+            )
+        if row is None or row.iss != issuer.issuer:
+            return await services.gate.start_login(request, issuer, me_path(issuer.issuer))
+    if row is None:
+        return await _choose_issuer(services)
+    entries = await services.grants.overview(iss=row.iss, sub=row.sub)
+    identity = _identity(row)
+    issuer = await services.issuers.resolve(row.iss)
+    return page(
+        "me.html",
+        signed_in_as=row.sub,
+        issuer=issuer.display_name if issuer is not None else row.iss,
+        connections=[_entry_view(e) for e in entries],
+        csrf_token=identity.csrf_token,
+        back=me_path(row.iss),
+    )
+
+
+async def _choose_issuer(services: Services) -> Response[Any]:
+    issuers = await services.grants.sign_in_choices()
+    return page(
+        "me_signin.html",
+        issuers=[{"name": name, "link": me_path(issuer)} for issuer, name in issuers],
+    )
+
+
+async def _checked_me_post(request: Req, services: Services) -> BrowserIdentity | Response[Any]:
+    """A signed-in session and its own CSRF token, or the page to answer with."""
+    row = await _signed_in(request, services)
+    if row is None:
+        return page(
+            "signin_problem.html",
+            401,
+            heading="You are signed out",
+            text="Your session ended before the form was sent. Open your elicitd page again and sign in.",
+        )
+    identity = _identity(row)
+    raw = await request.form()
+    submitted = raw.get("csrf_token")
+    services.gate.check_csrf(request, identity, submitted if isinstance(submitted, str) else None)
+    return identity
+
+
+@post(
+    "/me/grants/{grant_ref:str}/revoke",
+    operation_id="ownPageRevokeGrant",
+    tags=["browser"],
+    status_code=303,
+    summary="Take back one service's access to one account (form POST from /me, CSRF-protected)",
+)
+async def revoke_grant(request: Req, grant_ref: str, services: Services) -> Response[Any]:
+    identity = await _checked_me_post(request, services)
+    if isinstance(identity, Response):
+        return identity
+    if not await services.grants.revoke_for_subject(grant_ref, iss=identity.iss, sub=identity.sub):
+        return _not_yours()
+    return redirect(me_path(identity.iss))
+
+
+@post(
+    "/me/connections/{connection_ref:str}/disconnect",
+    operation_id="ownPageDisconnect",
+    tags=["browser"],
+    status_code=303,
+    summary="Disconnect an account: revoked at the provider when it can be, and here; every service loses it",
+)
+async def disconnect(request: Req, connection_ref: str, services: Services) -> Response[Any]:
+    identity = await _checked_me_post(request, services)
+    if isinstance(identity, Response):
+        return identity
+    if not await services.grants.disconnect(connection_ref, iss=identity.iss, sub=identity.sub):
+        return _not_yours()
+    return redirect(me_path(identity.iss))
+
+
+def _not_yours() -> Response[Any]:
+    # The same answer for an unknown id, another person's, and one already revoked.
+    return page(
+        "signin_problem.html",
+        404,
+        heading="Nothing to change",
+        text="That access does not exist any more. Go back to your elicitd page to see what is connected.",
+    )
+
+
+ROUTES = [answer_grant, own_page, revoke_grant, disconnect]
