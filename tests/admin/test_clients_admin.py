@@ -168,13 +168,8 @@ async def test_every_admin_call_is_audited_with_the_token_id(elicitd: RunningApp
     assert all(a["admin_token_id"] == viewer.id for a in audit)
     async with elicitd.state.sessions() as session:
         rows = (await session.execute(text("SELECT admin_audit_log::text FROM admin_audit_log"))).scalars().all()
-        unauthenticated = (
-            await session.execute(
-                text("SELECT count(*) FROM admin_audit_log WHERE admin_token_id IS NULL AND status = 401")
-            )
-        ).scalar_one()
     assert not any(viewer.secret in row or tokens["admin"].secret in row for row in rows)
-    assert unauthenticated >= 1
+    # The anonymous call has no row (tests/admin/test_audit.py).
 
 
 async def test_pending_per_subject_holds_under_concurrent_creates(
