@@ -1,5 +1,7 @@
 """Liveness and readiness. Readiness reports PostgreSQL and Redis separately: without Redis the
-service still works (by polling), so it stays ready and says it is degraded.
+service still works (by polling), so it stays ready and says it is degraded. ``redis`` and
+``wakeups`` come from the same fact (the waiter hub's subscription is healthy), as does the
+``elicitd_redis_fallback`` metric, so the three always agree.
 
 The answer says only ``down``; the server log says why — once when a dependency goes down (or
 fails for a new reason) and once when it is back, not on every probe: an orchestrator probes every
@@ -98,9 +100,12 @@ async def readyz(services: Services) -> Response[Readiness]:
     except Exception as exc:  # any failure means "not ready"; why goes to the server log, not here
         postgres = "down"
         log.down("postgres", why(exc), exc)
+    # Redis is judged by the subscription itself, which hears from Redis at least every second
+    # (``WaiterHub.heartbeat``): a probe of its own could disagree with the wake-ups it reports,
+    # and would wait on a hung Redis.
     redis = "not_configured"
     if hub.redis_configured:
-        failure = await hub.ping_failure()
+        failure = hub.redis_failure
         redis = "ok" if failure is None else "down"
         if failure is None:
             log.up("redis")

@@ -12,11 +12,25 @@ Nothing can be lost:
   one query per tick for all waited ids of this process, not one per waiter;
 * when it comes back, every waiter is woken again, because events sent during the gap are gone;
 * while healthy, a slow safety poll still catches a publish lost between commit and Redis.
+
+A Redis that hangs (paused, or its network silently gone) is noticed, not waited for:
+
+* the subscription is healthy only while Redis answers: when the channel is quiet it sends a PING
+  every ``heartbeat`` seconds and must hear back within ``pong_timeout``, so a silent Redis moves
+  the process to polling within the poll interval (both are half of it, at most 1 s each), and a
+  Redis that answers again is subscribed to within ``RECONNECT_MAX_SECONDS``;
+* publishing never makes a request wait for Redis: ``publish`` wakes this process's waiters and
+  queues the ids (at most ``PUBLISH_QUEUE_LIMIT``), and one task sends them in pipelined batches,
+  each bounded by ``PUBLISH_TIMEOUT_SECONDS``. A batch that fails is dropped and counted: the
+  transition is already committed, and waiters elsewhere find it by polling;
+* every Redis call has a socket timeout and no retries of redis-py's own (its default retries a
+  timed-out command three times with backoff, which is what made a completion wait 2 s before).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -25,6 +39,8 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from service.clock import Clock, SystemClock
@@ -36,6 +52,33 @@ FinishedLookup = Callable[[list[uuid.UUID]], Awaitable[Iterable[uuid.UUID]]]
 
 
 TIMEOUT_SLOT_SECONDS = 0.05
+
+# Redis I/O bounds. They run on the event loop's clock (``asyncio.timeout`` and socket timeouts),
+# not the injected one: they bound another process, which a test cannot speed up.
+CONNECT_TIMEOUT_SECONDS = 1.0  # connect, handshake and the subscription's confirmation
+PUBLISH_TIMEOUT_SECONDS = 0.5  # one pipelined batch of PUBLISH commands
+PUBLISH_BATCH = 500
+# Ids queued for Redis while it is slow or away; more are dropped (and counted), never waited for.
+PUBLISH_QUEUE_LIMIT = 10_000
+RECONNECT_MIN_SECONDS = 0.1
+RECONNECT_MAX_SECONDS = 1.0
+_HEARTBEAT = b"elicitd-heartbeat"
+
+
+def _redis(url: str, *, socket_timeout: float) -> aioredis.Redis:
+    """A client whose every call is bounded and never retried by redis-py itself: a retry is ours
+    to decide (the listener reconnects with backoff; a failed publish is dropped)."""
+    return aioredis.Redis.from_url(
+        url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        socket_keepalive=True,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
+class RedisSilent(TimeoutError):
+    """The subscription sent a PING and heard nothing back in time."""
 
 
 def _settle(future: asyncio.Future[bool], woken: bool) -> None:
@@ -116,14 +159,24 @@ class WaiterHub:
         # A list per flow: almost always one waiter, and a one-item list is a third of a set.
         self._waiters: dict[uuid.UUID, list[Waiter]] = {}
         self._healthy = False
+        # Why the subscription is down (an exception's type name: no address, no password), or None.
+        self._failure: str | None = None if redis_url is not None else "not configured"
+        # Half the poll interval each, so a silent Redis is noticed within one poll interval.
+        self.heartbeat = min(1.0, max(0.1, poll_interval / 2))
+        self.pong_timeout = min(1.0, max(0.25, poll_interval / 2))
         self._publisher: aioredis.Redis | None = None
+        self._outbox: collections.deque[uuid.UUID] = collections.deque()
+        self._outbox_ready = asyncio.Event()
+        self._publish_task: asyncio.Task[None] | None = None
+        self._first_attempt = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         # Timeouts of parked waits, by 50 ms slot: one loop timer per slot rather than one timer
         # handle (with its context copy and libuv timer, ~0.6 KB) per parked request.
         self._timeouts: dict[int, dict[int, asyncio.Future[bool]]] = {}
         self.published = 0
-        self.publish_failures = 0
+        self.publish_failures = 0  # ids whose batch Redis did not take in time
+        self.publish_dropped = 0  # ids never sent because the queue was full
         self.received = 0
 
     # ---- state -----------------------------------------------------------------------------------
@@ -134,6 +187,15 @@ class WaiterHub:
     @property
     def redis_configured(self) -> bool:
         return self._redis_url is not None
+
+    @property
+    def redis_failure(self) -> str | None:
+        """Why wake-ups are not on Redis (safe to log), or None while the subscription is healthy."""
+        return None if self._healthy else (self._failure or "not connected")
+
+    @property
+    def publish_backlog(self) -> int:
+        return len(self._outbox)
 
     @property
     def waiter_count(self) -> int:
@@ -208,32 +270,70 @@ class WaiterHub:
 
     # ---- publishing ------------------------------------------------------------------------------
     async def publish(self, flow_ids: Iterable[uuid.UUID]) -> None:
-        """Call only after the transition committed. Failure is logged, never raised: the poller
-        and the waiters' final read still deliver the outcome."""
+        """Call only after the transition committed. Wakes this process's waiters at once and
+        queues the ids for Redis; it never waits for Redis and never raises."""
         ids = list(flow_ids)
         for flow_id in ids:
             self.wake(flow_id)
         if self._publisher is None or not ids:
             return
-        try:
-            async with self._publisher.pipeline(transaction=False) as pipe:
-                for flow_id in ids:
-                    pipe.publish(self.channel, flow_id.hex)
-                await pipe.execute()
-            self.published += len(ids)
-        except (RedisError, OSError) as exc:
-            self.publish_failures += len(ids)
-            logger.warning("publish failed; waiters elsewhere will poll", extra={"error_type": type(exc).__name__})
+        room = max(0, PUBLISH_QUEUE_LIMIT - len(self._outbox))
+        if room < len(ids):
+            self.publish_dropped += len(ids) - room
+            ids = ids[:room]
+        self._outbox.extend(ids)
+        self._outbox_ready.set()
+
+    async def _publish_queued(self) -> None:
+        """Send queued ids in batches until the queue is empty and the hub is stopping."""
+        assert self._publisher is not None
+        failing = False
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            while self._outbox:
+                batch = [self._outbox.popleft() for _ in range(min(PUBLISH_BATCH, len(self._outbox)))]
+                try:
+                    async with asyncio.timeout(PUBLISH_TIMEOUT_SECONDS):
+                        async with self._publisher.pipeline(transaction=False) as pipe:
+                            for flow_id in batch:
+                                pipe.publish(self.channel, flow_id.hex)
+                            await pipe.execute()
+                    self.published += len(batch)
+                    failing = False
+                except (RedisError, OSError) as exc:  # TimeoutError is an OSError
+                    self.publish_failures += len(batch)
+                    # Once per run of failures: Redis being away is already said by the listener.
+                    if not failing:
+                        logger.warning(
+                            "publish failed; waiters elsewhere will poll", extra={"error_type": type(exc).__name__}
+                        )
+                    failing = True
+            if self._stopping:
+                return
 
     # ---- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Start the listener, the publisher and the poller; return once the first subscription
+        attempt has succeeded or failed (bounded), so a new process reports its real state."""
         if self._redis_url is not None:
-            self._publisher = aioredis.Redis.from_url(self._redis_url, socket_timeout=2, socket_connect_timeout=2)
+            self._publisher = _redis(self._redis_url, socket_timeout=PUBLISH_TIMEOUT_SECONDS)
+            self._publish_task = asyncio.create_task(self._publish_queued(), name="elicitd-redis-publisher")
             self._tasks.append(asyncio.create_task(self._listen(), name="elicitd-redis-listener"))
         self._tasks.append(asyncio.create_task(self._poll(), name="elicitd-waiter-poller"))
+        if self._redis_url is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._first_attempt.wait(), timeout=2 * CONNECT_TIMEOUT_SECONDS)
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._publish_task is not None:
+            # What is queued still goes out (a command's cancel must wake waiters elsewhere), but
+            # a Redis that does not take it cannot hold the stop up.
+            self._outbox_ready.set()
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._publish_task, timeout=2 * PUBLISH_TIMEOUT_SECONDS)
+            self._publish_task = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -241,53 +341,71 @@ class WaiterHub:
                 await task
         self._tasks.clear()
         if self._publisher is not None:
-            await self._publisher.aclose()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._publisher.aclose(), timeout=CONNECT_TIMEOUT_SECONDS)
         self.wake_all()
-
-    async def ping(self) -> bool:
-        return await self.ping_failure() is None
-
-    async def ping_failure(self) -> str | None:
-        """Why Redis does not answer a PING (a reason safe to log: no address, no password), or
-        None when it does."""
-        if self._publisher is None:
-            return "not connected"
-        try:
-            await asyncio.wait_for(self._publisher.ping(), timeout=1)
-        except (RedisError, OSError, TimeoutError) as exc:
-            return type(exc).__name__
-        return None
 
     async def _listen(self) -> None:
         assert self._redis_url is not None
-        backoff = 0.2
+        backoff = RECONNECT_MIN_SECONDS
         while not self._stopping:
-            client = aioredis.Redis.from_url(self._redis_url, socket_connect_timeout=2, health_check_interval=5)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            client = _redis(self._redis_url, socket_timeout=CONNECT_TIMEOUT_SECONDS)
+            pubsub = client.pubsub()
             try:
-                await pubsub.subscribe(self.channel)
+                await self._subscribe(pubsub)
+                self._failure = None
                 self._set_health(True)
-                backoff = 0.2
-                while not self._stopping:
-                    message = await pubsub.get_message(timeout=5.0)
-                    if message is None:
-                        # Quiet channel: make sure the connection is still there.
-                        await pubsub.ping()
-                        continue
-                    self.received += 1
-                    self._dispatch(message.get("data"))
+                self._first_attempt.set()
+                backoff = RECONNECT_MIN_SECONDS
+                await self._receive(pubsub)
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError, ConnectionError) as exc:
-                logger.debug("redis listener error", extra={"error_type": type(exc).__name__})
+            except (RedisError, OSError) as exc:  # TimeoutError and RedisSilent are OSErrors
+                self._failure = type(exc).__name__
+                logger.debug("redis listener error", extra={"error_type": self._failure})
             finally:
                 self._set_health(False)
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-                with contextlib.suppress(Exception):
-                    await client.aclose()
+                    await asyncio.wait_for(_close(pubsub, client), timeout=CONNECT_TIMEOUT_SECONDS)
+            self._first_attempt.set()
             await self._clock.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+            backoff = min(backoff * 2, RECONNECT_MAX_SECONDS)
+
+    async def _subscribe(self, pubsub: aioredis.client.PubSub) -> None:
+        """Subscribed only once Redis confirmed it: a connection accepted by a paused Redis's
+        kernel is not a subscription."""
+        async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
+            await pubsub.subscribe(self.channel)
+            while True:
+                message = await pubsub.get_message(timeout=CONNECT_TIMEOUT_SECONDS)
+                if message is not None and message["type"] == "subscribe":
+                    return
+
+    async def _receive(self, pubsub: aioredis.client.PubSub) -> None:
+        """Dispatch messages until the connection fails or Redis stops answering.
+
+        Any message shows Redis is there; after ``heartbeat`` seconds without one, a PING must be
+        answered within ``pong_timeout`` (the PONG arrives on the subscription, behind anything
+        published before it)."""
+        while not self._stopping:
+            message = await pubsub.get_message(timeout=self.heartbeat)
+            if message is None:
+                await pubsub.ping(_HEARTBEAT)
+                try:
+                    async with asyncio.timeout(self.pong_timeout):
+                        while message is None or message["type"] != "pong":
+                            message = await pubsub.get_message(timeout=self.pong_timeout)
+                            if message is not None:
+                                self._receive_one(message)
+                except TimeoutError:
+                    raise RedisSilent from None
+                continue
+            self._receive_one(message)
+
+    def _receive_one(self, message: dict[str, object]) -> None:
+        if message["type"] == "message":
+            self.received += 1
+            self._dispatch(message.get("data"))
 
     def _dispatch(self, data: object) -> None:
         if isinstance(data, bytes):
@@ -315,6 +433,12 @@ class WaiterHub:
                 raise
             except Exception as exc:  # the poller must outlive a database hiccup
                 logger.warning("waiter poll failed", extra={"error_type": type(exc).__name__})
+
+
+async def _close(pubsub: aioredis.client.PubSub, client: aioredis.Redis) -> None:
+    with contextlib.suppress(Exception):
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+    await client.aclose()
 
 
 @contextlib.asynccontextmanager
