@@ -196,7 +196,9 @@ class ApiKeyService:
                 moved = await uow.transition(flow.id, change)
                 if moved is None:
                     raise _NotPending
-                key_id, sealed = self.vault.encrypt(key, owner=owner, purpose=ACCESS_TOKEN)
+                # Bound like every connection secret (``ConnectionService.token_binding``).
+                bound = (flow.subject_iss, flow.subject_sub, provider.name, account_id)
+                key_id, sealed = self.vault.encrypt(key, owner=owner, purpose=ACCESS_TOKEN, bound=bound)
                 await uow.session.execute(
                     text(
                         "UPDATE connections SET access_token_enc = :blob, access_token_key_id = :kid, "

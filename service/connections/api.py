@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 from litestar import Controller, delete, get
+from litestar.datastructures import CacheControlHeader
 from litestar.params import Parameter
 
 from service.connections.service import RevokeResponse, TokenResponse
@@ -45,9 +46,12 @@ class ConnectionController(Controller):
         "/{provider:str}/token",
         operation_id="getConnectionToken",
         cache=False,
+        # RFC 6749 §5.1: a response carrying a token is never stored by a cache.
+        cache_control=CacheControlHeader(no_store=True),
         responses=problem_responses(400, 401, 403, 404, 409),
         summary="A valid access token for the subject's connection (refreshed first when near expiry)",
-        description="404 `not_connected` when there is no connection; 409 `reauthorization_required` when "
+        description="404 `not_connected` when there is no connection this server client was granted (the "
+        "same answer, byte for byte, whether or not someone else connected); 409 `reauthorization_required` when "
         "the provider revoked it (create an `oauth_connect` flow to reconnect, the connection id "
         "stays); 409 `insufficient_scope` when `scopes` are not all granted.",
     )

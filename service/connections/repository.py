@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.connections.models import ACTIVE, REAUTHORIZATION_REQUIRED, REVOKED, Connection, OAuthState
 from service.db.base import uuid7
+from service.grants.repository import granted_lateral
 
 
 def state_digest(state: str) -> bytes:
@@ -147,21 +148,32 @@ class TokenRow:
     expires_at: datetime | None
     access_token_enc: bytes | None
     access_token_key_id: str | None
+    subject_iss: str
+    subject_sub: str
+    # What the asking server client was granted on it (``service.grants``): the union of its live
+    # grants' scopes, and whether their ``last_used_at`` is due for a write.
+    granted_scopes: list[str]
+    touch_due: bool
 
 
 # ``pick_connections`` as one positional statement for ``service.db.direct`` (the token endpoint,
 # which every tool calls on every use): the columns of ``TokenRow``, then whether the token is due
-# for a refresh by the database clock. $4 is the account id or NULL, $5 the refresh margin.
+# for a refresh by the database clock. $4 is the account id or NULL, $5 the refresh margin, $6 the
+# asking server client: only connections it (or its trust group) holds a live grant on are read,
+# so a connection it was not granted is exactly as absent as one that does not exist.
 PICK_FOR_TOKEN = (
-    "SELECT id, status, scopes, token_type, provider, account_id, account_login, expires_at, access_token_enc, "
-    "access_token_key_id, COALESCE(expires_at <= now() + make_interval(secs => $5), false) AS due "
-    f"FROM connections WHERE subject_iss = $1 AND subject_sub = $2 AND provider = $3 AND status <> '{REVOKED}' "
-    "AND ($4::text IS NULL OR account_id = $4) ORDER BY updated_at DESC, id DESC"
+    "SELECT c.id, c.status, c.scopes, c.token_type, c.provider, c.account_id, c.account_login, c.expires_at, "
+    "c.access_token_enc, c.access_token_key_id, c.subject_iss, c.subject_sub, gr.granted_scopes, gr.touch_due, "
+    "COALESCE(c.expires_at <= now() + make_interval(secs => $5), false) AS due "
+    f"FROM connections c {granted_lateral(connection='c.id', client='$6')} "
+    f"WHERE c.subject_iss = $1 AND c.subject_sub = $2 AND c.provider = $3 AND c.status <> '{REVOKED}' "
+    "AND ($4::text IS NULL OR c.account_id = $4) AND gr.granted ORDER BY c.updated_at DESC, c.id DESC"
 )
 
 
 def token_rows(rows: list[Any]) -> list[tuple[TokenRow, bool]]:
-    return [(TokenRow(*row[:10]), bool(row[10])) for row in rows]
+    # mypy cannot know that the slice holds the twelve leading columns: hence the ignore.
+    return [(TokenRow(*row[:12], list(row[12] or ()), bool(row[13])), bool(row[14])) for row in rows]  # type: ignore[call-arg]
 
 
 async def claim_slot(session: AsyncSession, *, iss: str, sub: str, provider: str, account_id: str) -> uuid.UUID:

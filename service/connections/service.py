@@ -59,6 +59,7 @@ from service.errors import (
     UpstreamError,
 )
 from service.flows.kinds import check_issuer_trusted, check_provider_allowed
+from service.grants import repository as grant_repo
 from service.identity.keys import AuthenticatedClient
 
 logger = logging.getLogger("elicitd.connections")
@@ -126,6 +127,13 @@ def connection_result(conn: Connection) -> dict[str, Any]:
     }
 
 
+def token_binding(conn: Connection | repo.TokenRow) -> tuple[str, str, str, str]:
+    """Whose a connection's secrets are, bound into their associated data beside the connection id
+    and the purpose: the subject (issuer and ``sub``), the provider and the provider account. The
+    same four columns, in this order, are ``bound_sql`` of the token columns in ``crypto.columns``."""
+    return (conn.subject_iss, conn.subject_sub, conn.provider, conn.account_id)
+
+
 def granted_scopes(tokens: oauth.TokenSet, requested: list[str], separator: str) -> list[str]:
     """RFC 6749 §5.1: ``scope`` is returned only when it differs from the request."""
     if tokens.scope is None:
@@ -184,12 +192,14 @@ class ConnectionService:
             state.verifier_key_id, state.verifier_enc, owner=str(state.id), purpose=PKCE_VERIFIER
         )
 
-    def _seal_tokens(self, connection_id: uuid.UUID, tokens: oauth.TokenSet) -> dict[str, Any]:
+    def _seal_tokens(self, connection_id: uuid.UUID, bound: tuple[str, ...], tokens: oauth.TokenSet) -> dict[str, Any]:
         owner = CONNECTION_ID.format(connection_id)
-        access_kid, access = self.vault.encrypt(tokens.access_token, owner=owner, purpose=ACCESS_TOKEN)
+        access_kid, access = self.vault.encrypt(tokens.access_token, owner=owner, purpose=ACCESS_TOKEN, bound=bound)
         refresh_kid, refresh = (None, None)
         if tokens.refresh_token is not None:
-            refresh_kid, refresh = self.vault.encrypt(tokens.refresh_token, owner=owner, purpose=REFRESH_TOKEN)
+            refresh_kid, refresh = self.vault.encrypt(
+                tokens.refresh_token, owner=owner, purpose=REFRESH_TOKEN, bound=bound
+            )
         return {
             "access_enc": access,
             "access_kid": access_kid,
@@ -201,26 +211,31 @@ class ConnectionService:
 
     def _open(self, conn: Connection, purpose: str) -> str | None:
         if purpose == ACCESS_TOKEN:
-            return self._decrypt(conn.id, conn.access_token_key_id, conn.access_token_enc, purpose)
+            return self._decrypt(conn, conn.access_token_key_id, conn.access_token_enc, purpose)
         if purpose == REFRESH_TOKEN:
-            return self._decrypt(conn.id, conn.refresh_token_key_id, conn.refresh_token_enc, purpose)
+            return self._decrypt(conn, conn.refresh_token_key_id, conn.refresh_token_enc, purpose)
         return None
 
-    def _decrypt(self, connection_id: uuid.UUID, key_id: str | None, sealed: bytes | None, purpose: str) -> str | None:
+    def _decrypt(
+        self, conn: Connection | repo.TokenRow, key_id: str | None, sealed: bytes | None, purpose: str
+    ) -> str | None:
         if sealed is None or not key_id:
             return None
-        owner = CONNECTION_ID.format(connection_id)
+        owner = CONNECTION_ID.format(conn.id)
         try:
-            return self.vault.decrypt_text(key_id, sealed, owner=owner, purpose=purpose)
+            # Values stored before the owner's fields were bound open the old way until
+            # ``elicitd keys rotate`` rewrites them (``service.crypto.vault``).
+            return self.vault.decrypt_text(
+                key_id, sealed, owner=owner, purpose=purpose, bound=token_binding(conn), unbound_ok=True
+            )
         except SealError as exc:
-            # Its key left the ring, or the value was altered or moved: nothing usable is stored, and
-            # the way out for the user is to connect again.
+            # Its key left the ring, or the value was altered or moved (to another row, person,
+            # provider or account): nothing usable is stored, and the way out is to connect again.
             logger.error("stored token cannot be decrypted", extra={"connection_id": owner})
             raise ReauthorizationRequired(
                 "The stored credentials for this connection cannot be read; connect the account again.",
                 extra={"connection_id": owner},
             ) from exc
-        return None
 
     # ---- completing an authorization -------------------------------------------------------------
     async def store_authorization(
@@ -244,7 +259,7 @@ class ConnectionService:
             connection_id = await repo.claim_slot(
                 session, iss=iss, sub=sub, provider=provider.name, account_id=account_id
             )
-        values = self._seal_tokens(connection_id, tokens)
+        values = self._seal_tokens(connection_id, (iss, sub, provider.name, account_id), tokens)
         values.update(
             account_id=account_id,
             account_login=account_login,
@@ -257,8 +272,8 @@ class ConnectionService:
     async def _live(
         self, client: AuthenticatedClient, provider: str, iss: str, sub: str, account: str | None
     ) -> list[tuple[Connection, bool]]:
-        """The subject's live connections to ``provider`` (each with whether its token is due for a
-        refresh), after the access checks; ``not_connected`` when there is none."""
+        """The subject's live connections to ``provider`` that ``client`` was granted (each with whether
+        its token is due for a refresh), after the access checks; ``not_connected`` when there is none."""
         check_provider_allowed(client, provider)
         check_issuer_trusted(client, iss)
         with _database_busy():
@@ -266,6 +281,9 @@ class ConnectionService:
                 found = await repo.pick_connections(
                     session, iss=iss, sub=sub, provider=provider, account=account, margin_seconds=self.margin
                 )
+                # Only connections this client was granted: any other is answered as absent.
+                granted = await grant_repo.granted_scopes(session, client.id, [conn.id for conn, _ in found])
+        found = [item for item in found if item[0].id in granted]
         if not found:
             raise NotConnected(f"The subject has no connection to '{provider}'.")
         return found
@@ -278,13 +296,13 @@ class ConnectionService:
         check_provider_allowed(client, provider)
         check_issuer_trusted(client, iss)
         with _database_busy():
-            rows = await self.direct.fetch(repo.PICK_FOR_TOKEN, iss, sub, provider, account, self.margin)
+            rows = await self.direct.fetch(repo.PICK_FOR_TOKEN, iss, sub, provider, account, self.margin, client.id)
         if not rows:
             raise NotConnected(f"The subject has no connection to '{provider}'.")
         return repo.token_rows(rows)
 
     def _answer(self, conn: Connection | repo.TokenRow) -> TokenResponse:
-        token = self._decrypt(conn.id, conn.access_token_key_id, conn.access_token_enc, ACCESS_TOKEN)
+        token = self._decrypt(conn, conn.access_token_key_id, conn.access_token_enc, ACCESS_TOKEN)
         if token is None:
             raise ReauthorizationRequired(
                 "The connection must be authorized again.", extra={"connection_id": CONNECTION_ID.format(conn.id)}
@@ -314,16 +332,29 @@ class ConnectionService:
         conn, due = active[0] if active else found[0]
         if conn.status == REAUTHORIZATION_REQUIRED:
             raise self._reauth(conn)
-        missing = sorted(set(scopes) - set(conn.scopes or []))
+        # What this client may use: what the user granted it, as far as the connection still holds it.
+        missing = sorted(set(scopes) - (set(conn.granted_scopes) & set(conn.scopes or [])))
         if missing:
             raise InsufficientScope(
                 "The connection was not granted every requested scope; create an "
                 "oauth_connect flow with them to ask the user.",
                 extra={"missing": missing},
             )
+        if conn.touch_due:
+            await self._touch_grant(conn.id, client)
         if not due:
             return self._answer(conn)
         return await self._refresh(conn.id)
+
+    async def _touch_grant(self, connection_id: uuid.UUID, client: AuthenticatedClient) -> None:
+        """Note the grant's last use (at most once a minute per grant, ``service.grants``). Only
+        informative, so a database hiccup here costs the note, not the answer."""
+        try:
+            await self.direct.execute(grant_repo.TOUCH, connection_id, client.id)
+        except DBAPIError as exc:
+            if classify(exc) not in TRANSIENT:
+                raise
+            logger.warning("grant use not recorded", extra={"connection_id": CONNECTION_ID.format(connection_id)})
 
     async def refresh_by_id(self, connection_id: uuid.UUID) -> Connection | None:
         """Refresh now whatever the expiry (operators), through the same claim as the token
@@ -459,7 +490,7 @@ class ConnectionService:
                 raise RefreshFailed(
                     "The provider failed to refresh the token; retry later.", extra={"provider_error": exc.error}
                 ) from None
-            values = self._seal_tokens(conn.id, tokens)
+            values = self._seal_tokens(conn.id, token_binding(conn), tokens)
             # Omitted means unchanged (RFC 6749 §6); present, it is read as the code exchange reads it.
             values["scopes"] = oauth.split_scopes(tokens.scope, provider.scope_separator) if tokens.scope else None
             async with self.sessions() as session:

@@ -9,7 +9,9 @@ column, owner or purpose that the code writing the value does not use.
 
 Each entry names the table, its id column, the key-id and blob columns, the SQL expression that
 yields the *owner* string the writer passed to ``Vault.encrypt`` (public ids come from
-:class:`service.db.base.PrefixedId`, the same definition Python formats them with), and the purpose.
+:class:`service.db.base.PrefixedId`, the same definition Python formats them with), the purpose,
+and the columns bound beside them (``bound_sql``: a connection's issuer, subject, provider and
+account, so a row edited to name another person no longer decrypts).
 """
 
 from __future__ import annotations
@@ -27,13 +29,18 @@ class EncryptedColumn:
     blob_column: str
     owner_sql: str
     purpose: str
+    # Columns of the row bound into the associated data after owner and purpose, in the writer's
+    # order (``Vault.encrypt(bound=…)``): whose the secret is. Empty for values bound by owner alone.
+    bound_sql: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
         return f"{self.table}.{self.blob_column}"
 
 
-def _column(table: str, stem: str, *, id_column: str = "id", owner_sql: str, purpose: str) -> EncryptedColumn:
+def _column(
+    table: str, stem: str, *, id_column: str = "id", owner_sql: str, purpose: str, bound_sql: tuple[str, ...] = ()
+) -> EncryptedColumn:
     """Every pair is ``<stem>_enc`` (nonce + ciphertext) beside ``<stem>_key_id``."""
     return EncryptedColumn(
         table=table,
@@ -42,7 +49,12 @@ def _column(table: str, stem: str, *, id_column: str = "id", owner_sql: str, pur
         blob_column=f"{stem}_enc",
         owner_sql=owner_sql,
         purpose=purpose,
+        bound_sql=bound_sql,
     )
+
+
+# Whose a connection's secret is (``service.connections.service.token_binding``), in its order.
+CONNECTION_BINDING = ("subject_iss", "subject_sub", "provider", "account_id")
 
 
 ENCRYPTED_COLUMNS: tuple[EncryptedColumn, ...] = (
@@ -53,7 +65,19 @@ ENCRYPTED_COLUMNS: tuple[EncryptedColumn, ...] = (
     _column("login_attempts", "secrets", owner_sql="encode(id, 'hex')", purpose="login_attempt"),
     # connections (OAuth and API-key providers share the token columns)
     _column("providers", "client_secret", id_column="name", owner_sql="name", purpose="client_secret"),
-    _column("connections", "access_token", owner_sql=CONNECTION_ID.sql("id"), purpose="access_token"),
-    _column("connections", "refresh_token", owner_sql=CONNECTION_ID.sql("id"), purpose="refresh_token"),
+    _column(
+        "connections",
+        "access_token",
+        owner_sql=CONNECTION_ID.sql("id"),
+        purpose="access_token",
+        bound_sql=CONNECTION_BINDING,
+    ),
+    _column(
+        "connections",
+        "refresh_token",
+        owner_sql=CONNECTION_ID.sql("id"),
+        purpose="refresh_token",
+        bound_sql=CONNECTION_BINDING,
+    ),
     _column("oauth_states", "verifier", owner_sql="id::text", purpose="pkce_verifier"),
 )

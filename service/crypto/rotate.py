@@ -11,6 +11,15 @@ still finishes every row instead of leaving some under the old key.
 The columns are the ones declared in :mod:`service.crypto.columns`. Rows whose value cannot be
 decrypted (tampered, moved to another owner, or sealed by a key no longer in the ring) are reported
 and left as they are.
+
+**Rebinding.** A column whose declaration binds the owner's fields (``bound_sql``: a connection's
+issuer, subject, provider and account) may still hold values sealed before those fields were bound.
+A migration cannot rewrite them (it has no keys), so rotation does: every value it rewrites is read
+with the new associated data or, failing that, the old one (owner and purpose alone), and sealed
+with the new. Values already under the current key are not selected by the pass above, so a second
+pass walks those columns' rows under the current key in id order and rewrites each one that opens
+only the old way. Running ``elicitd keys rotate`` once after upgrading — with the same key ring —
+is therefore enough to bind every stored secret; later runs find nothing to rebind.
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ class RotationReport:
     rotated: dict[str, int] = field(default_factory=dict)
     failed: dict[str, list[str]] = field(default_factory=dict)
     remaining: dict[str, int] = field(default_factory=dict)
+    # Values under the current key rewritten to bind their owner's fields (see "Rebinding").
+    rebound: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -57,7 +68,18 @@ async def rotate(
     report = RotationReport()
     for column in columns:
         await _rotate_column(sessions, vault, column, batch, report)
+        if column.bound_sql:
+            await _rebind_column(sessions, vault, column, batch, report)
     return report
+
+
+def _bound_select(column: EncryptedColumn) -> str:
+    """The bound columns as ``bound_0, bound_1, …`` (identifiers from the declaration, never input)."""
+    return "".join(f", {name} AS bound_{i}" for i, name in enumerate(column.bound_sql))
+
+
+def _bound(column: EncryptedColumn, row: Any) -> tuple[str, ...]:
+    return tuple(str(getattr(row, f"bound_{i}")) for i in range(len(column.bound_sql)))
 
 
 async def _rotate_column(
@@ -71,7 +93,7 @@ async def _rotate_column(
     # Identifiers come from the declaration (code), never from input; values are bound parameters.
     select_template = f"""
         SELECT {c.id_column} AS id, {c.key_id_column} AS key_id, {c.blob_column} AS blob,
-               {c.owner_sql} AS owner
+               {c.owner_sql} AS owner{_bound_select(c)}
         FROM {c.table}
         WHERE {c.key_id_column} IS NOT NULL AND {c.key_id_column} <> :current
           AND NOT ({c.id_column} = ANY(:skip))
@@ -113,12 +135,15 @@ async def _rotate_column(
                 continue
             waiting = False
             for row in rows:
+                bound = _bound(c, row)
                 try:
-                    plaintext = vault.decrypt(row.key_id, row.blob, owner=row.owner, purpose=c.purpose)
+                    plaintext = vault.decrypt(
+                        row.key_id, row.blob, owner=row.owner, purpose=c.purpose, bound=bound, unbound_ok=True
+                    )
                 except SealError:
                     failed.append(row.id)
                     continue
-                new_key_id, new_blob = vault.encrypt(plaintext, owner=row.owner, purpose=c.purpose)
+                new_key_id, new_blob = vault.encrypt(plaintext, owner=row.owner, purpose=c.purpose, bound=bound)
                 result = await session.execute(
                     update_sql,
                     {
@@ -144,6 +169,68 @@ async def _rotate_column(
     report.rotated[c.label] = rotated
     report.failed[c.label] = [_show(i) for i in failed]
     report.remaining[c.label] = int(remaining) - len(failed)
+
+
+async def _rebind_column(
+    sessions: async_sessionmaker[AsyncSession],
+    vault: Vault,
+    column: EncryptedColumn,
+    batch: int,
+    report: RotationReport,
+) -> None:
+    """Rewrite the values under the current key that open only without their bound fields.
+
+    Keyset order over the id: each batch is one short transaction that locks its rows (requests
+    hold a connection's row for milliseconds, so the session's lock_timeout is wait enough), and
+    each rewrite is conditional on the value still being the one read.
+    """
+    c = column
+    select_template = f"""
+        SELECT {c.id_column} AS id, {c.key_id_column} AS key_id, {c.blob_column} AS blob,
+               {c.owner_sql} AS owner{_bound_select(c)}
+        FROM {c.table}
+        WHERE {c.key_id_column} = :current AND {c.blob_column} IS NOT NULL /*after*/
+        ORDER BY {c.id_column}
+        LIMIT :batch
+        FOR UPDATE
+    """
+    first_sql = text(select_template.replace("/*after*/", ""))
+    next_sql = text(select_template.replace("/*after*/", f"AND {c.id_column} > :after"))
+    update_sql = text(f"""
+        UPDATE {c.table} SET {c.blob_column} = :new_blob
+        WHERE {c.id_column} = :id AND {c.key_id_column} = :key_id AND {c.blob_column} = :old_blob
+    """)
+    after: Any = None
+    rebound = 0
+    failed = report.failed.setdefault(c.label, [])
+    while True:
+        async with sessions() as session:
+            params: dict[str, Any] = {"current": vault.current_key_id, "batch": batch}
+            if after is not None:
+                params["after"] = after
+            rows = (await session.execute(first_sql if after is None else next_sql, params)).all()
+            if not rows:
+                break
+            for row in rows:
+                bound = _bound(c, row)
+                if vault.is_bound(row.key_id, row.blob, owner=row.owner, purpose=c.purpose, bound=bound):
+                    continue
+                try:
+                    plaintext = vault.decrypt(
+                        row.key_id, row.blob, owner=row.owner, purpose=c.purpose, bound=bound, unbound_ok=True
+                    )
+                except SealError:
+                    failed.append(_show(row.id))
+                    continue
+                key_id, new_blob = vault.encrypt(plaintext, owner=row.owner, purpose=c.purpose, bound=bound)
+                assert key_id == row.key_id  # both the current key
+                result = await session.execute(
+                    update_sql, {"id": row.id, "key_id": row.key_id, "new_blob": new_blob, "old_blob": row.blob}
+                )
+                rebound += int(result.rowcount or 0)  # type: ignore[attr-defined]
+            after = rows[-1].id
+            await session.commit()
+    report.rebound[c.label] = rebound
 
 
 def _show(value: Any) -> str:
@@ -177,6 +264,7 @@ def cmd_keys_rotate(args: Any) -> None:
                     "rotated": report.rotated,
                     "failed": report.failed,
                     "remaining": report.remaining,
+                    "rebound": report.rebound,
                 },
                 indent=2,
             )
@@ -185,7 +273,11 @@ def cmd_keys_rotate(args: Any) -> None:
         print(f"current key: {settings.keys.current[0]}")
         for label, count in report.rotated.items():
             failed = report.failed.get(label, [])
-            print(f"{label}: re-encrypted {count}, failed {len(failed)}, still old {report.remaining.get(label, 0)}")
+            rebound = f", rebound {report.rebound[label]}" if label in report.rebound else ""
+            print(
+                f"{label}: re-encrypted {count}{rebound}, failed {len(failed)}, "
+                f"still old {report.remaining.get(label, 0)}"
+            )
             for ident in failed:
                 print(f"  cannot decrypt row {ident} (tampered, moved, or its key is gone)")
     if not report.ok:

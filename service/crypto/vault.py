@@ -1,14 +1,24 @@
 """The vault: secrets at rest (tokens, refresh tokens, API keys, client secrets, webhook secrets).
 
 AES-256-GCM under the key ring (DESIGN §7). The key id is stored beside every value; the owner
-(for example a connection id) and the purpose (``access_token``, ``refresh_token`` …) are the
-associated data, so a ciphertext copied to another row or column fails to decrypt instead of
-silently serving another user's token.
+(for example a connection id), the purpose (``access_token``, ``refresh_token`` …) and, where a
+row has them, the fields that say whose the secret is (``bound``: a connection's issuer, subject,
+provider and account) are the associated data. A ciphertext copied to another row or column fails
+to decrypt, and so does one whose row was changed to name another person, provider or account: a
+database write cannot turn alice's token into mallory's.
+
+Binding the owner's fields came after values were stored without them. Those open only with the
+old associated data (owner and purpose alone); ``unbound_ok`` lets a reader accept that form until
+``elicitd keys rotate`` has rewritten every value under the new one (``service.crypto.rotate``). A
+value sealed with its fields never opens without them, so once rotated a moved row stays shut
+whatever the reader accepts.
 """
 
 from __future__ import annotations
 
-from service.crypto.aead import Sealer
+from collections.abc import Sequence
+
+from service.crypto.aead import Sealer, SealError
 from service.settings import KeyRing
 
 
@@ -21,17 +31,43 @@ class Vault:
         return self._sealer.current_key_id
 
     @staticmethod
-    def _associated(owner: str, purpose: str) -> bytes:
-        return f"{owner}\x00{purpose}".encode()
+    def _associated(owner: str, purpose: str, bound: Sequence[str] = ()) -> bytes:
+        """``owner NUL purpose``, then for each bound field ``NUL <length> : <utf-8 bytes>``: the
+        length prefix keeps fields that contain a separator from reading as two other fields."""
+        data = f"{owner}\x00{purpose}".encode()
+        for value in bound:
+            encoded = value.encode()
+            data += b"\x00" + str(len(encoded)).encode() + b":" + encoded
+        return data
 
-    def encrypt(self, plaintext: str | bytes, *, owner: str, purpose: str) -> tuple[str, bytes]:
+    def encrypt(
+        self, plaintext: str | bytes, *, owner: str, purpose: str, bound: Sequence[str] = ()
+    ) -> tuple[str, bytes]:
         """Return ``(key_id, nonce || ciphertext)`` to store in two columns."""
         data = plaintext.encode() if isinstance(plaintext, str) else plaintext
-        return self._sealer.seal(data, self._associated(owner, purpose))
+        return self._sealer.seal(data, self._associated(owner, purpose, bound))
 
-    def decrypt(self, key_id: str, blob: bytes, *, owner: str, purpose: str) -> bytes:
-        """Raises ``service.crypto.aead.SealError`` on tampering, a wrong owner/purpose or a lost key."""
+    def decrypt(
+        self, key_id: str, blob: bytes, *, owner: str, purpose: str, bound: Sequence[str] = (), unbound_ok: bool = False
+    ) -> bytes:
+        """Raises ``service.crypto.aead.SealError`` on tampering, a wrong owner/purpose/binding or a
+        lost key. With ``unbound_ok``, a value sealed before its ``bound`` fields were bound opens too."""
+        try:
+            return self._sealer.open(key_id, blob, self._associated(owner, purpose, bound))
+        except SealError:
+            if not bound or not unbound_ok:
+                raise
         return self._sealer.open(key_id, blob, self._associated(owner, purpose))
 
-    def decrypt_text(self, key_id: str, blob: bytes, *, owner: str, purpose: str) -> str:
-        return self.decrypt(key_id, blob, owner=owner, purpose=purpose).decode()
+    def is_bound(self, key_id: str, blob: bytes, *, owner: str, purpose: str, bound: Sequence[str]) -> bool:
+        """Whether the value opens with its ``bound`` fields (False: sealed the old way, or not at all)."""
+        try:
+            self._sealer.open(key_id, blob, self._associated(owner, purpose, bound))
+        except SealError:
+            return False
+        return True
+
+    def decrypt_text(
+        self, key_id: str, blob: bytes, *, owner: str, purpose: str, bound: Sequence[str] = (), unbound_ok: bool = False
+    ) -> str:
+        return self.decrypt(key_id, blob, owner=owner, purpose=purpose, bound=bound, unbound_ok=unbound_ok).decode()

@@ -16,6 +16,8 @@ from sqlalchemy import text
 
 from service.connections import oauth as provider_oauth
 from service.connections.providers import ProviderSpec, upsert_provider
+from service.db.base import CONNECTION_ID
+from service.grants import repository as grants_repo
 from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.settings import Settings
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
@@ -202,9 +204,16 @@ def provider_token_calls(
 
 
 async def plant_connection(
-    env: Env, sub: str, *, provider_user: str | None = None, expires_in: int = 3600, scope: str = "files:read"
+    env: Env,
+    sub: str,
+    *,
+    granted_to: ServerClientHandle | None = None,
+    provider_user: str | None = None,
+    expires_in: int = 3600,
+    scope: str = "files:read",
 ) -> tuple[str, dict[str, Any]]:
-    """A connection made of tokens the provider really issued (``mint``), stored by the service."""
+    """A connection made of tokens the provider really issued (``mint``), stored by the service,
+    and (``granted_to``) granted to a server client for its scopes, as a connect flow would."""
     user = provider_user or sub
     minted = env.oauth.mint(user, client_id=PROVIDER_CLIENT_ID, scope=scope)
     tokens = provider_oauth.TokenSet(
@@ -230,7 +239,23 @@ async def plant_connection(
             reconnect=None,
         )
         await session.commit()
-    return str(done.result["connection_id"]), minted
+    connection = str(done.result["connection_id"])
+    if granted_to is not None:
+        await grant(env.app, connection, granted_to, scope.split())
+    return connection, minted
+
+
+async def grant(app: RunningApp, connection_ref: str, client: ServerClientHandle, scopes: list[str]) -> None:
+    """What a completed connect flow of ``client`` leaves behind: its grant on the connection."""
+    connection_id = CONNECTION_ID.parse(connection_ref)
+    assert connection_id is not None
+    async with app.state.sessions() as session:
+        grantee = await grants_repo.grantee_of(session, client.id)
+        made = await grants_repo.give(
+            session, connection_id=connection_id, grantee=grantee, scopes=scopes, origin="flow"
+        )
+        assert made is not None
+        await session.commit()
 
 
 async def expire_soon(env: Env, connection_ref: str) -> None:

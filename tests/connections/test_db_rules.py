@@ -77,7 +77,7 @@ async def test_a_lock_wait_that_runs_out_in_a_refresh_is_a_retry_not_a_slow_refr
     is told to retry (503 + Retry-After), as for any passing database condition — not that another
     refresh is slow, and the provider is not called. The retry then refreshes."""
     sub = new_sub("rowheld")
-    connection, minted = await plant_connection(env, sub, expires_in=5)
+    connection, minted = await plant_connection(env, sub, granted_to=client, expires_in=5)
     calls = provider_token_calls(env.oauth, "refresh_token")
     async with env.app.state.sessions() as holder:
         await holder.execute(

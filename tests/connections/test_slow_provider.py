@@ -125,7 +125,7 @@ async def test_a_slow_token_endpoint_leaves_the_pool_and_other_requests_alone(
     the resolves stay fast, and the pool never runs out. The instance runs with the production
     defaults for the pool (10, no overflow) and the API-key cache (5 s)."""
     sub = new_sub("slow")
-    connection, minted = await plant_connection(env, sub, expires_in=5)  # inside the 60 s margin
+    connection, minted = await plant_connection(env, sub, granted_to=client, expires_in=5)  # inside the 60 s margin
     waiting = new_sub("waiting")
     created = await create_flow(env, client, waiting)
     resolve_body = {"subject": {"iss": env.iss, "sub": waiting}, "request_state": created["mcp"]["requestState"]}
@@ -194,7 +194,7 @@ async def test_two_replicas_refreshing_one_connection_make_one_provider_call(
     """Two running instances on one database, each asked several times at once: one wins the claim
     and calls the provider; the other finds the claim, waits, and answers with the winner's token."""
     sub = new_sub("pair")
-    connection, minted = await plant_connection(env, sub, expires_in=5)
+    connection, minted = await plant_connection(env, sub, granted_to=client, expires_in=5)
     refresh_calls, arrived = provider_token_calls(env.oauth, "refresh_token"), arrived_refreshes(env)
     env.oauth.set_token_delay(3)
     try:
@@ -238,7 +238,7 @@ async def test_a_claim_left_by_a_replica_that_died_lapses_and_is_taken_over(
     env: Env, client: ServerClientHandle
 ) -> None:
     sub = new_sub("orphan")
-    connection, minted = await plant_connection(env, sub)
+    connection, minted = await plant_connection(env, sub, granted_to=client)
     # Another replica claimed the refresh a while ago and died; its claim runs out in 1 s.
     await set_row(
         env,
@@ -271,7 +271,7 @@ async def test_waiting_on_another_replicas_claim_is_bounded(env: Env, client: Se
     service = services.connections
     who = await services.authenticator.authenticate(f"Bearer {client.api_key}")
     sub = new_sub("held")
-    connection, minted = await plant_connection(env, sub, expires_in=5)  # due, still valid
+    connection, minted = await plant_connection(env, sub, granted_to=client, expires_in=5)  # due, still valid
     await set_row(
         env, connection, f"refresh_claim = '{uuid.uuid4()}', refresh_claimed_until = now() + interval '1 hour'"
     )
@@ -304,7 +304,7 @@ async def test_waiting_on_another_replicas_claim_is_bounded(env: Env, client: Se
 @pytest.mark.parametrize("failure", ["server_error", "temporarily_unavailable"])
 async def test_a_failed_refresh_gives_its_claim_up_at_once(env: Env, client: ServerClientHandle, failure: str) -> None:
     sub = new_sub("fails")
-    connection, minted = await plant_connection(env, sub, expires_in=5)
+    connection, minted = await plant_connection(env, sub, granted_to=client, expires_in=5)
     env.oauth.fail_next_refresh(failure, status=503 if failure == "temporarily_unavailable" else 500)
     first = await get_token(env, client, sub)
     assert first.status_code == 200 and first.json()["access_token"] == minted["access_token"]  # still valid

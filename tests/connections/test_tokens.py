@@ -28,7 +28,7 @@ from tests.support.apps import ServerClientHandle, new_server_client, running_ap
 
 async def test_fresh_token_is_returned_without_refresh(env: Env, client: ServerClientHandle) -> None:
     sub = new_sub("fresh")
-    connection, minted = await plant_connection(env, sub)
+    connection, minted = await plant_connection(env, sub, granted_to=client)
     calls = provider_token_calls(env.oauth, "refresh_token")
     response = await get_token(env, client, sub)
     assert response.status_code == 200
@@ -43,7 +43,9 @@ async def test_fresh_token_is_returned_without_refresh(env: Env, client: ServerC
 
 async def test_twenty_concurrent_requests_on_two_instances_refresh_once(env: Env, client: ServerClientHandle) -> None:
     sub = new_sub("burst")
-    connection, minted = await plant_connection(env, sub, expires_in=5)  # inside the 60 s refresh margin
+    connection, minted = await plant_connection(
+        env, sub, granted_to=client, expires_in=5
+    )  # inside the 60 s refresh margin
     calls = provider_token_calls(env.oauth, "refresh_token")
     env.oauth.set_token_delay(0.5)  # the refresh is slow, so the other 19 requests pile up behind it
     try:
@@ -65,7 +67,7 @@ async def test_twenty_concurrent_requests_on_two_instances_refresh_once(env: Env
 
 async def test_rotating_refresh_token_is_never_reused(env: Env, client: ServerClientHandle) -> None:
     sub = new_sub("rotor")
-    connection, _ = await plant_connection(env, sub)
+    connection, _ = await plant_connection(env, sub, granted_to=client)
     for _ in range(3):
         await expire_soon(env, connection)
         responses = await asyncio.gather(*(get_token(env, client, sub) for _ in range(5)))
@@ -87,7 +89,7 @@ async def test_invalid_grant_requires_reauthorization_and_a_reconnect_flow(
     env: Env, client: ServerClientHandle
 ) -> None:
     sub = new_sub("gone")
-    connection, _ = await plant_connection(env, sub)
+    connection, _ = await plant_connection(env, sub, granted_to=client)
     await expire_soon(env, connection)
     env.oauth.fail_next_refresh("invalid_grant")
     first = await get_token(env, client, sub)
@@ -110,7 +112,7 @@ async def test_invalid_grant_requires_reauthorization_and_a_reconnect_flow(
 
 async def test_more_scopes_start_a_flow_for_the_union(env: Env, client: ServerClientHandle) -> None:
     sub = new_sub("grow")
-    connection, _ = await plant_connection(env, sub)
+    connection, _ = await plant_connection(env, sub, granted_to=client)
     lacking = await get_token(env, client, sub, scopes="files:read files:write")
     assert lacking.status_code == 409
     assert (lacking.json()["code"], lacking.json()["missing"]) == ("insufficient_scope", ["files:write"])
@@ -124,8 +126,8 @@ async def test_more_scopes_start_a_flow_for_the_union(env: Env, client: ServerCl
 
 async def test_several_accounts_told_apart_by_account_id(env: Env, client: ServerClientHandle) -> None:
     sub = new_sub("multi")
-    work, work_tokens = await plant_connection(env, sub, provider_user=f"{sub}-work")
-    home, home_tokens = await plant_connection(env, sub, provider_user=f"{sub}-home")
+    work, work_tokens = await plant_connection(env, sub, granted_to=client, provider_user=f"{sub}-work")
+    home, home_tokens = await plant_connection(env, sub, granted_to=client, provider_user=f"{sub}-home")
     assert work != home
     got = await get_token(env, client, sub, account=env.oauth.account_id(f"{sub}-home"))
     assert got.json()["access_token"] == home_tokens["access_token"]
@@ -139,7 +141,7 @@ async def test_several_accounts_told_apart_by_account_id(env: Env, client: Serve
 
 async def test_revoke_at_provider_and_locally(env: Env, client: ServerClientHandle) -> None:
     sub = new_sub("bye")
-    connection, minted = await plant_connection(env, sub)
+    connection, minted = await plant_connection(env, sub, granted_to=client)
     revocations = len(env.oauth.revocations())
     async with env.app.http(client.api_key) as http:
         response = await http.delete(f"/v1/connections/{env.provider}", params={"iss": env.iss, "sub": sub})
@@ -157,7 +159,7 @@ async def test_revoke_at_provider_and_locally(env: Env, client: ServerClientHand
 
 async def test_access_rules(env: Env, client: ServerClientHandle) -> None:
     sub = new_sub("rules")
-    await plant_connection(env, sub)
+    await plant_connection(env, sub, granted_to=client)
     nobody = await get_token(env, client, new_sub("nobody"))
     assert (nobody.status_code, nobody.json()["code"]) == (404, "not_connected")
     other = await new_server_client(env.app, allowed_providers=["github"])
@@ -172,8 +174,12 @@ async def test_access_rules(env: Env, client: ServerClientHandle) -> None:
     assert (unknown.status_code, unknown.json()["code"]) == (400, "unknown_provider")
     assert (bad.status_code, bad.json()["code"]) == (400, "invalid_request")
     assert unauth.status_code == 401
-    shared = await new_server_client(env.app)  # connections are shared by every allowed server client
-    assert (await get_token(env, shared, sub)).status_code == 200
+    # Another server client, allowed the provider but never granted this connection, is told exactly
+    # what it would be told if nobody had connected (tests/grants has the whole story).
+    stranger = await new_server_client(env.app)
+    unseen, absent = await get_token(env, stranger, sub), await get_token(env, stranger, new_sub("nobody"))
+    assert (unseen.status_code, unseen.json()["code"]) == (404, "not_connected")
+    assert unseen.content == absent.content
 
 
 @pytest.mark.browser
@@ -181,7 +187,7 @@ async def test_reconnect_in_browser_keeps_the_connection_id(
     env: Env, client: ServerClientHandle, browser_page: Page
 ) -> None:
     sub = new_sub("back")
-    connection, _ = await plant_connection(env, sub)
+    connection, _ = await plant_connection(env, sub, granted_to=client)
     await expire_soon(env, connection)
     env.oauth.fail_next_refresh("invalid_grant")
     assert (await get_token(env, client, sub)).status_code == 409
@@ -200,8 +206,8 @@ async def test_reconnect_in_browser_keeps_the_connection_id(
 async def test_an_unreadable_stored_token_asks_for_reconnection_not_a_500(env: Env, client: ServerClientHandle) -> None:
     """A ciphertext moved from another connection's row does not open here (owner is bound)."""
     sub, other = new_sub("moved"), new_sub("donor")
-    connection, minted = await plant_connection(env, sub)
-    await plant_connection(env, other)
+    connection, minted = await plant_connection(env, sub, granted_to=client)
+    await plant_connection(env, other, granted_to=client)
     async with env.app.state.sessions() as session:
         await session.execute(
             text(

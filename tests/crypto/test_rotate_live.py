@@ -38,7 +38,7 @@ from service.db.migrate import upgrade_async
 from service.flows.models import Flow
 from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.settings import KeyRing, Settings, normalize_database_url
-from tests.connections.conftest import PROVIDER_CLIENT_ID, register_provider
+from tests.connections.conftest import PROVIDER_CLIENT_ID, grant, register_provider
 from tests.support import backends
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 from tests.support.oauth_server import OAuthServer
@@ -79,11 +79,18 @@ async def read_column(sessions: async_sessionmaker[AsyncSession], c: EncryptedCo
         rows = await session.execute(
             text(
                 f"SELECT {c.id_column} AS id, {c.key_id_column} AS key_id, {c.blob_column} AS blob, "
-                f"{c.owner_sql} AS owner, CAST(:purpose AS text) AS purpose FROM {c.table} WHERE {c.key_id_column} IS NOT NULL"
+                f"{c.owner_sql} AS owner, CAST(:purpose AS text) AS purpose, "
+                f"ARRAY[{', '.join(c.bound_sql) or 'NULL'}]::text[] AS bound "
+                f"FROM {c.table} WHERE {c.key_id_column} IS NOT NULL"
             ),
             {"purpose": c.purpose},
         )
         return list(rows)
+
+
+def bound_of(c: EncryptedColumn, row: Any) -> tuple[str, ...]:
+    """The owner's fields the column binds (a connection's issuer, subject, provider, account)."""
+    return tuple(row.bound) if c.bound_sql else ()
 
 
 def row_id(value: Any) -> str:
@@ -100,7 +107,9 @@ async def open_everything(
         for row in await read_column(sessions, c):
             cell = (c.label, row_id(row.id))
             key_ids[cell] = row.key_id
-            plain[cell] = vault.decrypt_text(row.key_id, row.blob, owner=row.owner, purpose=row.purpose)
+            plain[cell] = vault.decrypt_text(
+                row.key_id, row.blob, owner=row.owner, purpose=row.purpose, bound=bound_of(c, row)
+            )
     return plain, key_ids
 
 
@@ -145,6 +154,7 @@ async def mint_connection(app: RunningApp, oauth: OAuthServer, world: World, sub
         )
         await session.commit()
     ref = str(done.result["connection_id"])
+    await grant(app, ref, world.client, ["files:read"])  # as the connect flow that stored it would
     world.subs[sub] = PROVIDER
     world.conn_sub[ref] = sub
     world.access[ref] = minted["access_token"]
@@ -553,7 +563,8 @@ async def test_rotate_cli_reports_a_moved_ciphertext_and_rekeys_the_rest(
                 if cell == (label, str(victim_id)):
                     continue
                 assert r.key_id == NEW_ID, cell
-                assert new_only.decrypt_text(r.key_id, r.blob, owner=r.owner, purpose=r.purpose) == before[cell]
+                opened = new_only.decrypt_text(r.key_id, r.blob, owner=r.owner, purpose=r.purpose, bound=bound_of(c, r))
+                assert opened == before[cell]
     finally:
         await engine.dispose()
 

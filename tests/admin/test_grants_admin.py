@@ -1,0 +1,131 @@
+"""Grants and trust groups through the admin API: an operator gives a connection nobody can use
+(the migration found no creator for it) to a server client, audited; revokes it; groups clients."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import text
+
+from tests.admin.conftest import PROVIDER_CLIENT, Token, admin_http, make_connection, make_provider
+from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
+from tests.support.oauth_server import OAuthServer
+
+
+async def _token(app: RunningApp, client: ServerClientHandle, provider: str, connection: str) -> int:
+    async with app.state.sessions() as session:
+        iss, sub = (
+            await session.execute(
+                text("SELECT subject_iss, subject_sub FROM connections WHERE id = :id"),
+                {"id": uuid.UUID(connection[3:])},
+            )
+        ).one()
+    async with app.http(client.api_key) as http:
+        response = await http.get(f"/v1/connections/{provider}/token", params={"iss": iss, "sub": sub})
+    return response.status_code
+
+
+async def _audit(app: RunningApp, operation: str) -> list[tuple[str | None, int | None]]:
+    async with app.state.sessions() as session:
+        rows = await session.execute(
+            text("SELECT target, status FROM admin_audit_log WHERE operation = :op ORDER BY at"), {"op": operation}
+        )
+        return [(r[0], r[1]) for r in rows]
+
+
+async def test_an_operator_gives_and_revokes_a_grant_audited(
+    elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token]
+) -> None:
+    provider = await make_provider(elicitd, oauth)
+    minted = oauth.mint(f"u{uuid.uuid4().hex[:8]}", client_id=PROVIDER_CLIENT, scope="files:read")
+    connection = await make_connection(
+        elicitd, oauth, provider, access_token=minted["access_token"], refresh_token=minted["refresh_token"]
+    )
+    client = await new_server_client(elicitd, display_name="Rescued Assistant")
+    assert await _token(elicitd, client, provider, connection) == 404  # nobody was granted it
+
+    async with admin_http(elicitd, tokens["admin"]) as http:
+        given = await http.put(
+            f"/admin/v1/connections/{connection}/grants/{client.name}", json={"scopes": ["files:read"]}
+        )
+        assert given.status_code == 200, given.text
+        view = given.json()
+        assert view["connection_id"] == connection
+        assert view["grantee"] == {
+            "type": "server_client",
+            "id": client.public_id,
+            "display_name": "Rescued Assistant",
+            "members": [],
+        }
+        assert (view["scopes"], view["origin"], view["revoked_at"]) == (["files:read"], "admin", None)
+        assert minted["access_token"] not in given.text and minted["refresh_token"] not in given.text
+        assert await _token(elicitd, client, provider, connection) == 200
+        assert (f"connection_id={connection},grantee={client.name}", 200) in await _audit(elicitd, "adminGiveGrant")
+
+        listed = (await http.get("/admin/v1/grants", params={"connection_id": connection})).json()
+        assert [item["id"] for item in listed["items"]] == [view["id"]]
+        assert minted["access_token"] not in str(listed)
+
+        revoked = await http.post(f"/admin/v1/grants/{view['id']}/revoke")
+        assert revoked.status_code == 200
+        assert (revoked.json()["revoked_by"], revoked.json()["revoked_at"] is not None) == ("admin", True)
+        assert await _token(elicitd, client, provider, connection) == 404
+        assert (f"grant_id={view['id']}", 200) in await _audit(elicitd, "adminRevokeGrant")
+        live = (await http.get("/admin/v1/grants", params={"connection_id": connection, "live": True})).json()
+        assert live["items"] == []
+
+        missing = await http.put(
+            f"/admin/v1/connections/cn_{uuid.uuid4().hex}/grants/{client.name}", json={"scopes": []}
+        )
+        assert (missing.status_code, missing.json()["code"]) == (404, "connection_not_found")
+        stranger = await http.put(f"/admin/v1/connections/{connection}/grants/no-such-client", json={})
+        assert (stranger.status_code, stranger.json()["code"]) == (400, "unknown_server_client")
+    async with admin_http(elicitd, tokens["operator"]) as http:
+        refused = await http.put(f"/admin/v1/connections/{connection}/grants/{client.name}", json={})
+        assert refused.status_code == 403
+    assert await _token(elicitd, client, provider, connection) == 404
+
+
+async def test_trust_groups_share_grants_and_leaving_ends_them(
+    elicitd: RunningApp, oauth: OAuthServer, tokens: dict[str, Token]
+) -> None:
+    provider = await make_provider(elicitd, oauth)
+    connection = await make_connection(elicitd, oauth, provider)
+    files = await new_server_client(elicitd, display_name="Acme Files Assistant")
+    mail = await new_server_client(elicitd, display_name="Acme Mail")
+    outsider = await new_server_client(elicitd, display_name="Outsider")
+    name = f"corp-{uuid.uuid4().hex[:6]}"
+    async with admin_http(elicitd, tokens["admin"]) as http:
+        made = await http.post(
+            "/admin/v1/trust-groups",
+            json={"name": name, "display_name": "Example Corp", "members": [files.name, mail.public_id]},
+        )
+        assert made.status_code == 201, made.text
+        group = made.json()
+        assert sorted(m["display_name"] for m in group["members"]) == ["Acme Files Assistant", "Acme Mail"]
+        twice = await http.post("/admin/v1/trust-groups", json={"name": name, "display_name": "Again"})
+        assert (twice.status_code, twice.json()["code"]) == (409, "trust_group_exists")
+        elsewhere = await http.post(
+            "/admin/v1/trust-groups",
+            json={"name": f"other-{uuid.uuid4().hex[:6]}", "display_name": "Other", "members": [files.name]},
+        )
+        assert (elsewhere.status_code, elsewhere.json()["code"]) == (409, "in_another_group")
+        unknown = await http.post(
+            "/admin/v1/trust-groups",
+            json={"name": f"x-{uuid.uuid4().hex[:6]}", "display_name": "X", "members": ["nope"]},
+        )
+        assert (unknown.status_code, unknown.json()["code"]) == (400, "unknown_server_client")
+
+        given = await http.put(f"/admin/v1/connections/{connection}/grants/{group['id']}", json={"scopes": []})
+        assert given.json()["grantee"]["type"] == "trust_group"
+        assert sorted(given.json()["grantee"]["members"]) == ["Acme Files Assistant", "Acme Mail"]
+        assert [await _token(elicitd, c, provider, connection) for c in (files, mail, outsider)] == [200, 200, 404]
+
+        left = await http.patch(f"/admin/v1/trust-groups/{name}", json={"members": [files.name]})
+        assert [m["name"] for m in left.json()["members"]] == [files.name]
+        assert [await _token(elicitd, c, provider, connection) for c in (files, mail)] == [200, 404]
+
+        deleted = await http.delete(f"/admin/v1/trust-groups/{name}")
+        assert deleted.status_code == 200
+        assert await _token(elicitd, files, provider, connection) == 404  # the group's grants went with it
+        assert (await http.get(f"/admin/v1/trust-groups/{name}")).status_code == 404
