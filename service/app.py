@@ -32,6 +32,7 @@ from service.flows.pages import open_flow
 from service.grants.pages import ROUTES as GRANT_ROUTES
 from service.health import healthz, readyz
 from service.limits import LimitedRequest
+from service.oauth.api import OAUTH_ROUTES
 from service.observability.metrics import metrics_endpoint
 from service.observability.requests import RequestObserver
 from service.services import Services
@@ -102,6 +103,7 @@ def create_app(services: Services) -> Litestar:
             *GRANT_ROUTES,
             *IDENTITY_ROUTES,
             ConnectionController,
+            *OAUTH_ROUTES,
             create_static_files_router(path="/static", directories=[_HERE / "static"], include_in_schema=False),
         ],
         dependencies=_dependencies(services),

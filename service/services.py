@@ -46,7 +46,9 @@ from service.http import make_http_client
 from service.identity.issuers import IssuerDirectory
 from service.identity.keys import ApiKeyAuthenticator
 from service.identity.sessions import purge_expired as purge_expired_logins
+from service.identity.subject_proof import SubjectProver
 from service.kinds import load_plugins
+from service.oauth.exchange import TokenExchange
 from service.observability.metrics import Metrics
 from service.observability.stalls import StallMonitor
 from service.observability.tracing import Tracing, build_tracing
@@ -90,6 +92,8 @@ class Services:
     consent: ConsentService
     payments: PaymentService
     apikeys: ApiKeyService
+    subjects: SubjectProver
+    exchange: TokenExchange
 
     def __repr__(self) -> str:
         return f"Services(kinds={sorted(self.kinds)})"
@@ -171,6 +175,8 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         clock=clock,
         on_refresh=metrics.record_refresh,
     )
+    authenticator = ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds, clock=clock)
+    subjects = SubjectProver(issuers, read_sessions, http=http, clock=clock)
     signer = ReceiptSigner.from_pem(settings.signing_key) if settings.signing_key else None
     logins = LoginService(
         settings=settings,
@@ -194,7 +200,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         stalls=StallMonitor(metrics.registry),
         tracing=build_tracing(settings),
         webhooks=webhooks,
-        authenticator=ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds, clock=clock),
+        authenticator=authenticator,
         issuers=issuers,
         kinds=kinds,
         flows=flows,
@@ -208,6 +214,15 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         consent=ConsentService(flows, signer, settings.public_url, clock=clock),
         payments=PaymentService(flows, provider_for(settings), settings.public_url, clock=clock),
         apikeys=ApiKeyService(flows, vault, http=http),
+        subjects=subjects,
+        exchange=TokenExchange(
+            authenticator=authenticator,
+            subjects=subjects,
+            connections=connections,
+            read_sessions=read_sessions,
+            public_url=settings.public_url,
+            clock=clock,
+        ),
     )
 
 

@@ -16,6 +16,7 @@ from service.connections.service import RevokeResponse, TokenResponse
 from service.errors import InvalidRequest, problem_responses
 from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient
+from service.identity.subject_proof import SubjectTokenHeader
 
 if TYPE_CHECKING:
     from service.services import Services
@@ -67,7 +68,9 @@ class ConnectionController(Controller):
             str | None,
             Parameter(max_length=2000, default=None, description="Space-separated scopes that must be granted"),
         ] = None,
+        subject_token: SubjectTokenHeader = None,
     ) -> TokenResponse:
+        await services.subjects.prove(client, iss=iss, sub=sub, token=subject_token)
         return await services.connections.token(
             client, _provider(provider), iss=iss, sub=sub, scopes=(scopes or "").split(), account=account
         )
@@ -87,5 +90,7 @@ class ConnectionController(Controller):
         iss: Iss,
         sub: Sub,
         account: Account = None,
+        subject_token: SubjectTokenHeader = None,
     ) -> RevokeResponse:
+        await services.subjects.prove(client, iss=iss, sub=sub, token=subject_token)
         return await services.connections.revoke(client, _provider(provider), iss=iss, sub=sub, account=account)

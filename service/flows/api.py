@@ -23,6 +23,7 @@ from service.flows.schemas import (
 from service.flows.states import Actor, FlowStatus
 from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient
+from service.identity.subject_proof import SubjectTokenHeader
 
 if TYPE_CHECKING:
     from service.services import Services
@@ -78,7 +79,9 @@ class FlowController(Controller):
         services: Services,
         client: AuthenticatedClient,
         data: Annotated[CreateFlowRequest, Body(examples=[_CREATE_EXAMPLE])],
+        subject_token: SubjectTokenHeader = None,
     ) -> Response[CreateFlowResponse]:
+        await services.subjects.prove(client, iss=data.subject.iss, sub=data.subject.sub, token=subject_token)
         created, response = await services.flows.create(client, data)
         return Response(response, status_code=201 if created else 200)
 
@@ -87,7 +90,7 @@ class FlowController(Controller):
         operation_id="resolveFlow",
         status_code=200,
         summary="Resolve an MCP client's retry",
-        responses=problem_responses(400, 401, 413),
+        responses=problem_responses(400, 401, 403, 413),
         description="Unseals `request_state`, applies the client's action and, on `accept`, waits up to "
         "`wait_seconds` for the flow to finish.",
     )
@@ -96,7 +99,9 @@ class FlowController(Controller):
         services: Services,
         client: AuthenticatedClient,
         data: Annotated[ResolveRequest, Body(examples=[_RESOLVE_EXAMPLE])],
+        subject_token: SubjectTokenHeader = None,
     ) -> ResolveResponse:
+        await services.subjects.prove(client, iss=data.subject.iss, sub=data.subject.sub, token=subject_token)
         return await services.flows.resolve(client, data)
 
     @get(

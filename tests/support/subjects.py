@@ -86,8 +86,14 @@ async def build_world(app: RunningApp, idp: OAuthServer) -> World:
     app.state.issuers.forget()
     provider = f"files-{uuid.uuid4().hex[:8]}"
     await register_provider(app, idp, provider)
+    # Trusting only this issuer also names the one issuer an opaque token is introspected at (the
+    # shared test database holds other tests' introspecting issuers).
     client = await new_server_client(
-        app, display_name="Acme Files Assistant", subject_proof="required", resource_uris=[RESOURCE]
+        app,
+        display_name="Acme Files Assistant",
+        subject_proof="required",
+        resource_uris=[RESOURCE],
+        trusted_issuers=[idp.issuer],
     )
     return World(app=app, idp=idp, provider=provider, client=client)
 

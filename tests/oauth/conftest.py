@@ -1,0 +1,11 @@
+"""Token-exchange tests drive Chromium once per module (users connect the provider first)."""
+
+from __future__ import annotations
+
+from tests.support.browser import (  # noqa: F401 (fixtures and hook are found by name)
+    browser_context,
+    browser_page,
+    chromium_browser,
+    pytest_runtest_makereport,
+)
+from tests.support.oauth_server import oauth_server_factory  # noqa: F401 (fixture)
