@@ -1,4 +1,4 @@
-"""The example MCP server (streamable HTTP, OAuth resource server) with three elicitd-backed tools.
+"""The example MCP server (streamable HTTP, OAuth resource server) with four elicitd-backed tools.
 
 Run it against ``make run`` (see README.md next to this file)::
 
@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 
 import httpx
 import uvicorn
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
+from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -44,6 +46,53 @@ class ExampleConfig:
     state_keys: tuple[str, ...] = ()
     webhook_secret: str | None = None  # elicitd's completion-webhook secret for this server client
     required_scopes: tuple[str, ...] = field(default=())
+    # `file_count` gets the provider token by RFC 8693 token exchange, as any OAuth client can:
+    # elicitd's URL, and this server client's name and API key (HTTP Basic at its token endpoint).
+    elicitd_url: str | None = None
+    client_name: str = "dev"
+    api_key: str | None = field(default=None, repr=False)
+
+
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
+
+
+async def exchanged_token(config: ExampleConfig) -> str | None:
+    """The provider token for this request's user by token exchange; None when the user has not
+    connected the provider yet (``invalid_grant``), or no exchange is configured."""
+    user = get_access_token()
+    if config.elicitd_url is None or config.api_key is None or user is None:
+        return None
+    async with httpx.AsyncClient(timeout=15) as http:
+        answer = await http.post(
+            f"{config.elicitd_url.rstrip('/')}/oauth/token",
+            auth=(config.client_name, config.api_key),
+            data={
+                "grant_type": TOKEN_EXCHANGE,
+                "subject_token": user.token,  # the user's own access token: the grant
+                "subject_token_type": ACCESS_TOKEN,
+                "audience": config.provider,
+                "scope": " ".join(config.scopes),
+            },
+        )
+    body = answer.json()
+    if answer.status_code == 200:
+        return str(body["access_token"])
+    if body.get("error") == "invalid_grant":
+        return None
+    raise ToolError(f"elicitd refused the token exchange: {body.get('error_description')} [{body.get('error')}]")
+
+
+async def fetch_files(config: ExampleConfig, authorization: str) -> list[str] | None:
+    """The names of the user's files; None when the provider no longer accepts the token."""
+    async with httpx.AsyncClient(timeout=15) as http:
+        answer = await http.get(config.files_url, headers={"Authorization": authorization})
+    if answer.status_code == 401:
+        return None
+    answer.raise_for_status()
+    body = answer.json()
+    files = body.get("files", body) if isinstance(body, dict) else body
+    return [str(item.get("name")) for item in files if isinstance(item, dict)]
 
 
 def build_server(config: ExampleConfig, elicitd: Elicitd) -> MCPServer:
@@ -70,15 +119,24 @@ def build_server(config: ExampleConfig, elicitd: Elicitd) -> MCPServer:
             token = await elicitd.require_token(ctx, provider=config.provider, scopes=config.scopes)
         except ElicitationDeclined:
             return f"You chose not to connect {config.provider}, so I cannot list your files."
-        async with httpx.AsyncClient(timeout=15) as http:
-            answer = await http.get(config.files_url, headers={"Authorization": token.authorization})
-        if answer.status_code == 401:
+        names = await fetch_files(config, token.authorization)
+        if names is None:
             return f"{config.provider} no longer accepts the connection; ask me again to reconnect."
-        answer.raise_for_status()
-        body = answer.json()
-        files = body.get("files", body) if isinstance(body, dict) else body
-        names = [str(item.get("name")) for item in files if isinstance(item, dict)]
         return f"{len(names)} files: " + ", ".join(names)
+
+    @mcp.tool()
+    async def file_count(ctx: Context) -> str:
+        """How many files the user has: the token by RFC 8693 exchange, the connect flow if none yet."""
+        token = await exchanged_token(config)
+        if token is None:
+            try:
+                token = (await elicitd.require_token(ctx, provider=config.provider, scopes=config.scopes)).access_token
+            except ElicitationDeclined:
+                return f"You chose not to connect {config.provider}, so I cannot count your files."
+        names = await fetch_files(config, f"Bearer {token}")
+        if names is None:
+            return f"{config.provider} no longer accepts the connection; ask me again to reconnect."
+        return f"You have {len(names)} files."
 
     @mcp.tool()
     async def deploy(service: str, environment: str, ctx: Context) -> str:
@@ -140,6 +198,9 @@ def app_from_env() -> tuple[Starlette, ElicitdClient]:
         files_url=env.get("EXAMPLE_FILES_URL", "https://api.github.com/user/repos"),
         state_keys=tuple(k for k in env.get("EXAMPLE_STATE_KEYS", "").split(",") if k),
         webhook_secret=env.get("EXAMPLE_WEBHOOK_SECRET") or None,
+        elicitd_url=env["ELICITD_URL"],
+        client_name=env.get("ELICITD_CLIENT_NAME", "dev"),
+        api_key=env["ELICITD_API_KEY"],
     )
     client = ElicitdClient(env["ELICITD_URL"], env["ELICITD_API_KEY"])
     return build_server(config, Elicitd(client)).streamable_http_app(), client
