@@ -36,14 +36,20 @@ def is_display_text(value: str, *, multiline: bool = False) -> bool:
     return refused_character(value, multiline=multiline) is None
 
 
+def display_text_problem(value: str | None, field: str, *, multiline: bool = False) -> str | None:
+    """Why ``value`` breaks the rule, in words fit for an error body (the character by code point,
+    never the text around it), or None."""
+    char = None if value is None else refused_character(value, multiline=multiline)
+    if char is None:
+        return None
+    kind = "multi-line text" if multiline else "a single line of text"
+    return f"`{field}` must be {kind} without control, format or separator characters (found U+{ord(char):04X})"
+
+
 def check_display_text(value: str | None, field: str, *, multiline: bool = False) -> None:
-    """For a struct's ``__post_init__`` (msgspec turns the ``ValueError`` into a 400 naming the
-    struct); the message names the character by code point, never the text around it."""
-    if value is None:
-        return
-    char = refused_character(value, multiline=multiline)
-    if char is not None:
-        kind = "multi-line text" if multiline else "a single line of text"
-        raise ValueError(
-            f"`{field}` must be {kind} without control, format or separator characters (found U+{ord(char):04X})"
-        )
+    """For a struct's ``__post_init__``: msgspec turns the ``ValueError`` into a 400 naming the
+    struct. Code that stores a display string without a struct raises its own error with
+    ``display_text_problem``."""
+    problem = display_text_problem(value, field, multiline=multiline)
+    if problem is not None:
+        raise ValueError(problem)

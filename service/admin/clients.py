@@ -36,6 +36,7 @@ from service.identity.models import ServerClient, ServerClientKey
 from service.identity.subject_proof import check_resource_uris
 from service.signals.signing import SECRET_PREFIX, new_secret
 from service.signals.webhooks import WEBHOOK_SECRET_PURPOSE
+from service.text import display_text_problem
 from service.urls import url_problem
 
 WEBHOOK_SECRET_PREFIX = SECRET_PREFIX
@@ -140,6 +141,8 @@ async def update_client(session: AsyncSession, ref: str, data: UpdateServerClien
     values = {k: v for k, v in msgspec.structs.asdict(data).items() if v is not msgspec.UNSET}
     if not values:
         raise InvalidRequest("Nothing to change.")
+    if (problem := display_text_problem(values.get("display_name"), "display_name")) is not None:
+        raise InvalidRequest(problem + ".")
     for name in ("allowed_providers", "trusted_issuers"):
         if name in values:
             values[name] = sorted(set(values[name]))

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.errors import ConfigurationError
+from service.text import display_text_problem
 from service.urls import is_https_or_loopback_http
 
 Name = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
@@ -107,6 +108,13 @@ async def upsert_api_key_provider(
     if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,63}", name):
         raise ConfigurationError(f"provider name '{name}' must be lowercase letters, digits, '_', '.', '-'")
     parsed = parse_config(config, name=name)
+    shown = [("display_name", display_name), ("key_label", parsed.key_label), ("help", parsed.help)]
+    for extra in parsed.fields:
+        shown += [("fields.label", extra.label), ("fields.help", extra.help)]
+        shown += [("fields.choices", choice) for choice in extra.choices or ()]
+    for field, value in shown:
+        if (problem := display_text_problem(value, field)) is not None:
+            raise ConfigurationError(f"api-key provider '{name}': {problem}")
     row = await session.execute(
         text(
             "INSERT INTO providers (name, display_name, client_id, token_auth_method, auth_type, api_key_config, "

@@ -20,6 +20,7 @@ from service.connections.discovery import DiscoveryFailed, MetadataCache
 from service.connections.models import Provider
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError, InvalidRequest
+from service.text import display_text_problem
 from service.urls import is_https_or_loopback_http, url_problem
 
 CLIENT_SECRET = "client_secret"
@@ -128,6 +129,12 @@ def spec_values(spec: ProviderSpec, vault: Vault) -> dict[str, Any]:
         raise ConfigurationError(
             f"provider '{spec.name}': give an issuer (for discovery) or both the authorization and token endpoints"
         )
+    texts = [("display_name", values["display_name"])] + [
+        ("scope_descriptions", words) for words in values["scope_descriptions"].values() if isinstance(words, str)
+    ]
+    for field, value in texts:
+        if (problem := display_text_problem(value, field)) is not None:
+            raise ConfigurationError(f"provider '{spec.name}': {problem}")
     separator = values["scope_separator"]
     if separator.strip() and any(separator in scope for scope in values["default_scopes"]):
         raise ConfigurationError(f"provider '{spec.name}': a default scope contains the scope separator")

@@ -17,6 +17,7 @@ from service.errors import ConfigurationError, Conflict, InvalidRequest
 from service.identity.keys import add_key
 from service.identity.models import SUBJECT_PROOF_REQUIRED, ServerClient
 from service.identity.subject_proof import check_policy, check_resource_uris
+from service.text import display_text_problem
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -43,6 +44,8 @@ async def create_server_client(
     says otherwise: with ``none``, its API key alone names any user (service/identity/subject_proof)."""
     if not _NAME.match(name):
         raise InvalidRequest("A server client name is 1-64 characters: lowercase letters, digits, '-' or '_'.")
+    if (problem := display_text_problem(display_name, "display_name")) is not None:
+        raise InvalidRequest(problem + ".")
     if (await session.execute(select(ServerClient.id).where(ServerClient.name == name))).first():
         raise Conflict(f"A server client named '{name}' already exists.")
     client = ServerClient(

@@ -27,6 +27,7 @@ from service.db.unit import unit_of_work
 from service.errors import ConfigurationError, ElicitdError, InvalidRequest
 from service.identity import sessions as browser_sessions
 from service.identity.models import Issuer
+from service.text import display_text_problem
 from service.urls import url_problem
 
 SECRET_PURPOSE = "issuer_client_secret"
@@ -76,6 +77,8 @@ class IssuerConfig:
 
     def validated(self) -> IssuerConfig:
         check_issuer_url(self.issuer)
+        if (problem := display_text_problem(self.display_name, "display_name")) is not None:
+            raise InvalidRequest(problem + ".")
         if self.introspection_client_secret is not None and not (self.introspection_client_id or "").strip():
             raise InvalidRequest("introspection_client_secret needs introspection_client_id.")
         for name in ("authorization_endpoint", "token_endpoint", "jwks_uri", "introspection_endpoint"):

@@ -19,19 +19,22 @@ from service.errors import Conflict, InvalidRequest, ServiceUnavailable
 from service.flows.kinds import NormalizedFlow, Satisfied
 from service.flows.schemas import CreateFlowRequest
 from service.identity.keys import AuthenticatedClient
+from service.text import check_display_text
 
 # ISO 4217 currencies without minor units (Stripe's list): the amount is already whole units.
 ZERO_DECIMAL = frozenset(
     {"bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf"}
 )
-_LINE = r"^[^\x00-\x1f\x7f\u200e\u200f\u202a-\u202e\u2066-\u2069]*$"
 
 
 class PaymentParams(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     amount: Annotated[int, Meta(ge=1, le=99_999_999)]
     currency: Annotated[str, Meta(pattern=r"^[A-Za-z]{3}$")]
-    description: Annotated[str, Meta(min_length=1, max_length=300, pattern=_LINE)]
+    description: Annotated[str, Meta(min_length=1, max_length=300)]
     idempotency_key: Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")] | None = None
+
+    def __post_init__(self) -> None:
+        check_display_text(self.description, "description")  # on the page and at the checkout
 
 
 def parse_params(params: dict[str, Any]) -> PaymentParams:
