@@ -164,7 +164,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         rate_limiter=FlowRateLimiter(on_limited=metrics.limited),
         clock=clock,
     )
-    issuers = IssuerDirectory(sessions, vault, http=http, clock=clock)
+    issuers = IssuerDirectory(sessions, vault, http=http, clock=clock, read_sessions=read_sessions)
     connections = ConnectionService(
         sessions=sessions,
         read_sessions=read_sessions,

@@ -285,8 +285,12 @@ class IssuerDirectory:
         http: httpx.AsyncClient | None = None,
         metadata_ttl: float = METADATA_TTL_SECONDS,
         clock: Clock | None = None,
+        read_sessions: async_sessionmaker[AsyncSession] | None = None,
     ) -> None:
         self._sessions = sessions
+        # Every page view of a flow resolves its issuer: in autocommit sessions when given, the
+        # lookup is its statements alone, without a BEGIN/ROLLBACK round trip around them.
+        self._read_sessions = read_sessions or sessions
         # The in-process caches' freshness, and "now" when an ID token's times are checked.
         self.clock: Clock = clock or SystemClock()
         self._vault = vault
@@ -313,7 +317,7 @@ class IssuerDirectory:
 
     async def resolve(self, issuer: str) -> ResolvedIssuer | None:
         """The enabled issuer with this exact URL, endpoints filled in; None when not registered."""
-        async with self._sessions() as session:
+        async with self._read_sessions() as session:
             row = (
                 await session.execute(select(Issuer).where(Issuer.issuer == issuer, Issuer.enabled.is_(True)))
             ).scalar_one_or_none()
@@ -323,7 +327,7 @@ class IssuerDirectory:
         return self._resolved(row, metadata if metadata is not None else await self._rediscover(row))
 
     async def resolve_id(self, issuer_id: uuid.UUID) -> ResolvedIssuer | None:
-        async with self._sessions() as session:
+        async with self._read_sessions() as session:
             row = await session.get(Issuer, issuer_id)
             if row is None or not row.enabled:
                 return None
