@@ -117,13 +117,14 @@ def _dev_signing_key() -> str:
 
 async def _ensure_dev_client(settings: Settings) -> str:
     from service.db.engine import make_engine, make_sessionmaker
+    from service.db.unit import unit_of_work
     from service.identity.clients import create_server_client, find_by_name
     from service.identity.keys import add_key
 
     key_file = DATA_DIR / "dev-api-key"
     engine = make_engine(settings)
     try:
-        async with make_sessionmaker(engine)() as session:
+        async with unit_of_work(make_sessionmaker(engine)) as session:
             client = await find_by_name(session, "dev")
             if client is None:
                 # The dev client names users without their tokens (the curl examples have none).
@@ -135,7 +136,6 @@ async def _ensure_dev_client(settings: Settings) -> str:
                 return key_file.read_text().strip()
             else:
                 key = await add_key(session, client.id)
-            await session.commit()
     finally:
         await engine.dispose()
     key_file.write_text(key)
@@ -299,12 +299,13 @@ def _embedded_backends(env: dict[str, str]) -> Iterator[None]:
 async def _servers_create(args: argparse.Namespace) -> dict[str, Any]:
     from service.db.base import CLIENT_ID
     from service.db.engine import make_engine, make_sessionmaker
+    from service.db.unit import unit_of_work
     from service.identity.clients import create_server_client
 
     settings = _settings()
     engine = make_engine(settings)
     try:
-        async with make_sessionmaker(engine)() as session:
+        async with unit_of_work(make_sessionmaker(engine)) as session:
             created = await create_server_client(
                 session,
                 args.name,
@@ -314,15 +315,14 @@ async def _servers_create(args: argparse.Namespace) -> dict[str, Any]:
                 subject_proof=args.subject_proof,
                 resource_uris=args.resource_uri or [],
             )
-            await session.commit()
-            return {
-                "id": CLIENT_ID.format(created.client.id),
-                "name": created.client.name,
-                "display_name": created.client.display_name,
-                "subject_proof": created.client.subject_proof,
-                "resource_uris": list(created.client.resource_uris),
-                "api_key": created.api_key,
-            }
+        return {
+            "id": CLIENT_ID.format(created.client.id),
+            "name": created.client.name,
+            "display_name": created.client.display_name,
+            "subject_proof": created.client.subject_proof,
+            "resource_uris": list(created.client.resource_uris),
+            "api_key": created.api_key,
+        }
     finally:
         await engine.dispose()
 

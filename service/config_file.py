@@ -27,6 +27,7 @@ import yaml
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.crypto.vault import Vault
+from service.db.unit import unit_of_work
 from service.errors import ConfigurationError
 from service.settings import Settings
 
@@ -82,11 +83,10 @@ async def apply_config(
     """Apply every section in one transaction; returns entries applied per section."""
     env = os.environ if env is None else env
     counts: dict[str, int] = {}
-    async with sessions() as session:
+    async with unit_of_work(sessions) as session:
         for name in SECTIONS:
             if name in data:
                 counts[name] = await _applier(name)(session, vault, data[name], env)
-        await session.commit()
     return counts
 
 

@@ -26,15 +26,15 @@ _GRANT_COLUMNS = ["id", "connection_id", "grantee", "scopes", "origin", "last_us
 async def _audited(work: Work, args: argparse.Namespace) -> Any:
     from service.admin.guards import write_audit
     from service.db.engine import make_engine, make_sessionmaker
+    from service.db.unit import unit_of_work
     from service.settings import Settings
 
     engine = make_engine(Settings.from_env())
     try:
-        async with make_sessionmaker(engine)() as session:
+        async with unit_of_work(make_sessionmaker(engine)) as session:
             result = await work(session, args)
             await write_audit(session, actor="cli", operation=args.operation, target=_target(args), detail={})
-            await session.commit()
-            return msgspec.to_builtins(result)
+        return msgspec.to_builtins(result)
     finally:
         await engine.dispose()
 
