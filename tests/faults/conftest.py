@@ -55,7 +55,8 @@ def make_fault_settings(fault_database: str, redis: PrivateRedis) -> Callable[..
     channel = f"elicitd:faults:{uuid.uuid4().hex[:8]}"
 
     def make(**overrides: Any) -> Settings:
-        return fault_settings(fault_database, redis.url, **{"redis_channel": channel, **overrides})
+        database_url = overrides.pop("database_url", fault_database)
+        return fault_settings(database_url, redis.url, **{"redis_channel": channel, **overrides})
 
     return make
 

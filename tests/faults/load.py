@@ -46,6 +46,7 @@ class Answer:
     body: bytes = b""
     flow: str | None = None  # the flow it created or concerns
     value: int | None = None  # the result a completion stored
+    target: str = ""  # which instance was asked (FlowWorkload.name)
 
     @property
     def ok(self) -> bool:
@@ -62,6 +63,7 @@ class FlowWorkload:
     pending: list[str]
     reads: list[str]
     iss: str = "https://id.example.com"
+    name: str = ""
     _next_pending: int = 0
     counts: Counter[str] = field(default_factory=Counter)
 
@@ -97,7 +99,16 @@ class FlowWorkload:
                 flow = self.reads[i % len(self.reads)]
                 response = await self.admin.get(f"/admin/v1/flows/{flow}")
         except httpx.HTTPError as exc:  # no HTTP answer at all: named in the body for the report
-            return Answer(op, sent, loop.time() - sent, 0, body=type(exc).__name__.encode(), flow=flow, value=value)
+            return Answer(
+                op,
+                sent,
+                loop.time() - sent,
+                0,
+                body=type(exc).__name__.encode(),
+                flow=flow,
+                value=value,
+                target=self.name,
+            )
         return Answer(
             op,
             sent,
@@ -108,7 +119,26 @@ class FlowWorkload:
             response.content,
             flow,
             value,
+            self.name,
         )
+
+
+async def make_flows(http: httpx.AsyncClient, count: int, tag: str) -> list[str]:
+    """``count`` pending external flows, each for a subject of its own; their ids."""
+    made: list[str] = []
+    for start in range(0, count, 25):
+        bodies = [
+            {
+                "subject": {"iss": "https://id.example.com", "sub": f"seed-{tag}-{start + i}"},
+                "kind": "external",
+                "url": "https://app.example.com/step",
+            }
+            for i in range(min(25, count - start))
+        ]
+        answers = await asyncio.gather(*(http.post("/v1/flows", json=b) for b in bodies))
+        assert [a.status_code for a in answers] == [201] * len(bodies), [a.text for a in answers]
+        made.extend(a.json()["flow"]["id"] for a in answers)
+    return made
 
 
 async def open_loop(

@@ -24,7 +24,17 @@ from sqlalchemy.engine import make_url
 
 from service.settings import Settings
 from tests.faults.conftest import admin_token
-from tests.faults.load import Answer, FlowWorkload, lost_writes, open_loop, percentile, record, statuses, unexpected
+from tests.faults.load import (
+    Answer,
+    FlowWorkload,
+    lost_writes,
+    make_flows,
+    open_loop,
+    percentile,
+    record,
+    statuses,
+    unexpected,
+)
 from tests.support.apps import RunningApp, new_server_client, running_app
 from tests.support.faults import PrivatePostgres, TcpProxy
 
@@ -112,23 +122,6 @@ class Outcome:
         assert self.lost == []
 
 
-async def _make_flows(http: httpx.AsyncClient, count: int, tag: str) -> list[str]:
-    made: list[str] = []
-    for start in range(0, count, 25):
-        bodies = [
-            {
-                "subject": {"iss": "https://id.example.com", "sub": f"seed-{tag}-{start + i}"},
-                "kind": "external",
-                "url": "https://app.example.com/step",
-            }
-            for i in range(min(25, count - start))
-        ]
-        answers = await asyncio.gather(*(http.post("/v1/flows", json=b) for b in bodies))
-        assert [a.status_code for a in answers] == [201] * len(bodies), [a.text for a in answers]
-        made.extend(a.json()["flow"]["id"] for a in answers)
-    return made
-
-
 @asynccontextmanager
 async def loaded(settings: Settings, seconds: float) -> AsyncIterator[tuple[RunningApp, FlowWorkload]]:
     """An instance, a server client, an admin token and enough pending flows for ``seconds`` of load."""
@@ -140,8 +133,8 @@ async def loaded(settings: Settings, seconds: float) -> AsyncIterator[tuple[Runn
             app.http(token, limits=LIMITS) as admin,
             app.http(limits=LIMITS) as pages,
         ):
-            pending = await _make_flows(api, math.ceil(RATE * seconds / 5) + 5, f"p{id(app)}")
-            reads = await _make_flows(api, 10, f"r{id(app)}")
+            pending = await make_flows(api, math.ceil(RATE * seconds / 5) + 5, f"p{id(app)}")
+            reads = await make_flows(api, 10, f"r{id(app)}")
             yield app, FlowWorkload(api=api, admin=admin, pages=pages, pending=pending, reads=reads)
 
 

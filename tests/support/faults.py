@@ -228,7 +228,9 @@ class TcpProxy:
     - ``drop()``: every open connection is reset (RST), as when a firewall or a failover cuts them;
       new ones are still accepted;
     - ``refuse(True)``: new connections are reset at once, as a closed port would be;
-    - ``delay(seconds)``: every chunk is held that long before it is passed on.
+    - ``delay(seconds)``: every chunk is held that long before it is passed on;
+    - ``answer(data)``: new connections get ``data`` once their request arrives, then are closed,
+      and never reach the target (garbage in place of the real server's answer).
     """
 
     def __init__(self, target_host: str, target_port: int) -> None:
@@ -240,6 +242,7 @@ class TcpProxy:
         self._flowing: asyncio.Event | None = None
         self._delay = 0.0
         self._refusing = False
+        self._canned: bytes | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.accepted = 0
 
@@ -269,6 +272,9 @@ class TcpProxy:
 
     def drop(self) -> None:
         self._call(self._reset_all)
+
+    def answer(self, data: bytes | None) -> None:
+        self._call(lambda: setattr(self, "_canned", data))
 
     def _call(self, action: object) -> None:
         assert callable(action)
@@ -304,6 +310,13 @@ class TcpProxy:
         self.accepted += 1
         if self._refusing:
             _reset(writer)
+            return
+        if self._canned is not None:
+            with contextlib.suppress(ConnectionError, OSError):
+                await reader.read(65536)
+                writer.write(self._canned)
+                await writer.drain()
+            writer.close()
             return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
