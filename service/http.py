@@ -14,9 +14,12 @@ Its timeouts are part of one rule with the database's: see "Timeouts" in ``servi
 from __future__ import annotations
 
 from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any
 from urllib.request import Request
 
 import httpx
+
+from service.limits import json_depth
 
 USER_AGENT = "elicitd"
 # Each phase of an outbound call (connect, write, read, waiting for a pooled connection) is given
@@ -24,6 +27,11 @@ USER_AGENT = "elicitd"
 # whose claim must outlive it) adds an overall deadline of the same length.
 TIMEOUT_SECONDS = 15.0
 CONNECT_TIMEOUT_SECONDS = 5.0
+# What elicitd reads of a provider's or issuer's JSON answer: tokens, metadata and keys are a few
+# kilobytes; anything far larger or deeper is garbage, and a deep document would exhaust the
+# decoder's stack (a ``RecursionError``, not the ``ValueError`` callers expect).
+MAX_ANSWER_BYTES = 1024 * 1024
+MAX_ANSWER_DEPTH = 64
 
 
 class _NoCookies(DefaultCookiePolicy):
@@ -36,8 +44,10 @@ class _NoCookies(DefaultCookiePolicy):
         return False
 
 
-def make_http_client() -> httpx.AsyncClient:
-    timeout = httpx.Timeout(TIMEOUT_SECONDS, connect=CONNECT_TIMEOUT_SECONDS)
+def make_http_client(timeout_seconds: float = TIMEOUT_SECONDS) -> httpx.AsyncClient:
+    """``timeout_seconds`` is ``ELICITD_OUTBOUND_TIMEOUT_SECONDS``: each phase of a call; connecting
+    gets at most ``CONNECT_TIMEOUT_SECONDS`` of it."""
+    timeout = httpx.Timeout(timeout_seconds, connect=min(CONNECT_TIMEOUT_SECONDS, timeout_seconds))
     return httpx.AsyncClient(
         timeout=timeout,
         follow_redirects=False,
@@ -45,3 +55,14 @@ def make_http_client() -> httpx.AsyncClient:
         cookies=CookieJar(policy=_NoCookies()),
         limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
     )
+
+
+def read_json(response: httpx.Response) -> Any:
+    """The JSON document of an outbound call's answer, or ``ValueError`` for anything else: not
+    JSON, larger than ``MAX_ANSWER_BYTES``, or nested deeper than ``MAX_ANSWER_DEPTH``."""
+    body = response.content
+    if len(body) > MAX_ANSWER_BYTES:
+        raise ValueError("answer too large")
+    if json_depth(body, stop_after=MAX_ANSWER_DEPTH) > MAX_ANSWER_DEPTH:
+        raise ValueError("answer nested too deeply")
+    return response.json()

@@ -127,7 +127,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
     engine = make_engine(settings)
     sessions = make_sessionmaker(engine)
     read_sessions = make_read_sessionmaker(engine)
-    http = make_http_client()
+    http = make_http_client(settings.outbound_timeout_seconds)
     vault = Vault(settings.keys)
     direct = DirectStatements(engine)
 
@@ -170,7 +170,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         read_sessions=read_sessions,
         direct=direct,
         vault=vault,
-        metadata=MetadataCache(http=http, clock=clock),
+        metadata=MetadataCache(http=http, clock=clock, timeout=settings.outbound_timeout_seconds),
         http=http,
         clock=clock,
         on_refresh=metrics.record_refresh,

@@ -127,6 +127,8 @@ class Settings:
     # Issuers (and providers) declared in a TOML/YAML file, applied at startup.
     config_file: str | None = None
     browser_session_seconds: int = 8 * 3600
+    # Each phase of a call to an issuer, provider, API-key check or Stripe (service/http.py).
+    outbound_timeout_seconds: float = 15.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -210,6 +212,7 @@ class Settings:
             "sweep_interval_seconds": "SWEEP_INTERVAL_SECONDS",
             "api_key_cache_seconds": "API_KEY_CACHE_SECONDS",
             "db_pool_timeout_seconds": "DB_POOL_TIMEOUT_SECONDS",
+            "outbound_timeout_seconds": "OUTBOUND_TIMEOUT_SECONDS",
         }
         for attr, name in floats.items():
             if (raw := get(name)) is not None:

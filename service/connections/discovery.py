@@ -21,7 +21,7 @@ import httpx
 
 from service.clock import Clock, SystemClock
 from service.errors import UpstreamError
-from service.http import make_http_client
+from service.http import make_http_client, read_json
 
 logger = logging.getLogger("elicitd.connections.discovery")
 
@@ -92,7 +92,7 @@ class MetadataCache:
             if response.status_code != 200:
                 continue
             try:
-                document = response.json()
+                document = read_json(response)
             except ValueError:
                 continue
             if not isinstance(document, dict):

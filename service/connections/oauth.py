@@ -30,7 +30,7 @@ from authlib.oauth2.rfc7636 import create_s256_code_challenge
 
 from service.connections.catalog import dig
 from service.connections.providers import ResolvedProvider
-from service.http import TIMEOUT_SECONDS
+from service.http import TIMEOUT_SECONDS, read_json
 
 logger = logging.getLogger("elicitd.connections.oauth")
 
@@ -140,7 +140,7 @@ def _token_answer(response: httpx.Response) -> dict[str, Any]:
     if response.status_code >= 500:
         raise ProviderError(f"http_{response.status_code}")
     try:
-        document = response.json()
+        document = read_json(response)
     except ValueError:
         document = None
     if not isinstance(document, dict):
@@ -207,9 +207,12 @@ async def fetch_account(
         if response.status_code != 200:
             raise ProviderError("account_lookup_failed")
         try:
-            document = response.json()
+            document = read_json(response)
         except ValueError:
             raise ProviderError("account_lookup_failed") from None
+        if not isinstance(document, dict) or dig(document, provider.account_id_field) in (None, ""):
+            # The endpoint is there to name the account: an answer that names none is garbage.
+            raise ProviderError("account_lookup_failed")
     account = dig(document, provider.account_id_field)
     login = dig(document, provider.account_login_field) if provider.account_login_field else None
     account_id = "" if account is None or isinstance(account, dict | list) else str(account)[:255]

@@ -25,6 +25,7 @@ from service.crypto.aead import SealError
 from service.crypto.vault import Vault
 from service.db.unit import unit_of_work
 from service.errors import ConfigurationError, ElicitdError, InvalidRequest
+from service.http import read_json
 from service.identity import sessions as browser_sessions
 from service.identity.models import Issuer
 from service.text import display_text_problem
@@ -433,7 +434,7 @@ class IssuerDirectory:
         if response.status_code != 200:
             raise IssuerUnavailable(f"The sign-in service's metadata answered HTTP {response.status_code}.")
         try:
-            metadata = response.json()
+            metadata = read_json(response)
         except ValueError as exc:
             raise IssuerUnavailable("The sign-in service's metadata is not JSON.") from exc
         if not isinstance(metadata, dict) or metadata.get("issuer") != issuer:
@@ -451,7 +452,7 @@ class IssuerDirectory:
                 return cached_keys
         try:
             response = await self.http.get(issuer.jwks_uri, headers={"Accept": "application/json"})
-            loaded: Any = response.json() if response.status_code == 200 else None
+            loaded: Any = read_json(response) if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError) as exc:
             raise IssuerUnavailable("The sign-in service's keys could not be fetched.") from exc
         if not isinstance(loaded, dict) or not isinstance(loaded.get("keys"), list):

@@ -27,7 +27,8 @@ from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
 from service.errors import ElicitdError
-from service.identity.issuers import HTTP_TIMEOUT_SECONDS, IssuerDirectory, ResolvedIssuer
+from service.http import read_json
+from service.identity.issuers import IssuerDirectory, ResolvedIssuer
 
 logger = logging.getLogger("elicitd.identity")
 
@@ -85,7 +86,7 @@ def _token_answer(response: httpx.Response) -> dict[str, Any]:
     if response.status_code >= 500:
         raise ValueError("server error")
     try:
-        document = response.json()
+        document = read_json(response)
     except ValueError:
         document = None
     if not isinstance(document, dict):
@@ -105,7 +106,7 @@ async def exchange_code(
     auth = ClientAuth(issuer.client_id, issuer.client_secret, issuer.token_auth_method)
     url, headers, body = auth.prepare("POST", issuer.token_endpoint, dict(_TOKEN_HEADERS), body)
     try:
-        response = await http.post(url, content=body.encode(), headers=headers, timeout=HTTP_TIMEOUT_SECONDS)
+        response = await http.post(url, content=body.encode(), headers=headers)
         return _token_answer(response)
     except _Refused as refused:
         # ``error`` is a registered OAuth error code; the description is provider text: dropped.

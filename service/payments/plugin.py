@@ -17,7 +17,12 @@ def provider_for(settings: Settings) -> PaymentProvider | None:
     # Imported here: the Stripe SDK is ~5 MB of modules that an instance without payments never uses.
     from service.payments.stripe_provider import StripeProvider
 
-    return StripeProvider(settings.stripe_secret_key, settings.stripe_webhook_secret, api_base=settings.stripe_api_base)
+    return StripeProvider(
+        settings.stripe_secret_key,
+        settings.stripe_webhook_secret,
+        api_base=settings.stripe_api_base,
+        timeout=settings.outbound_timeout_seconds,
+    )
 
 
 def plugin(settings: Settings) -> KindPlugin:
