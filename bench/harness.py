@@ -122,23 +122,25 @@ async def _admin(url: str, sql: str) -> None:
 
 
 # ---- servers -------------------------------------------------------------------------------------
-# ``--loop``/``--http`` for every server process: what ``elicitd serve`` uses (uvloop + httptools when
-# installed), or ``stdlib`` (asyncio + h11) to measure the difference with ``--server-impl stdlib``.
+# How every server process is served (``bench/serve.py --impl``): ``auto`` is what ``elicitd serve``
+# uses (uvloop + httptools when installed); ``stdlib`` (asyncio + h11) measures the difference.
 SERVER_IMPL = {"mode": "auto"}
 
 
 def server_impl_args() -> list[str]:
+    """What the servers run on, for the report."""
     if SERVER_IMPL["mode"] == "stdlib":
-        return ["--loop", "asyncio", "--http", "h11"]
-    from service.serving import uvicorn_options
+        return ["asyncio", "h11"]
+    from service.serving import server_options
 
-    options = uvicorn_options()
-    return ["--loop", options["loop"], "--http", options["http"]]
+    options = server_options()
+    http = options["http"]
+    return [str(options["loop"]), http if isinstance(http, str) else f"httptools ({http.__name__})"]
 
 
 @dataclass
 class Server:
-    """One ``python -m uvicorn --factory`` process (with ``--workers N`` its supervisor and workers)."""
+    """One ``bench/serve.py`` process (with ``--workers N`` its supervisor and workers)."""
 
     name: str
     factory: str
@@ -157,24 +159,14 @@ class Server:
         log = (DATA / "logs" / f"{self.name}.log").open("wb")
         cmd = [
             sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
+            str(BENCH_DIR / "serve.py"),
             self.factory,
-            "--app-dir",
-            str(BENCH_DIR),
-            "--host",
-            "127.0.0.1",
             "--port",
             str(self.port),
             "--workers",
             str(self.workers),
-            "--no-access-log",
-            "--log-level",
-            "warning",
-            "--timeout-graceful-shutdown",
-            "2",
-            *server_impl_args(),
+            "--impl",
+            SERVER_IMPL["mode"],
         ]
         self.process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
         deadline = time.monotonic() + 60

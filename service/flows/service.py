@@ -265,23 +265,32 @@ class FlowService:
         With ``owner``, a flow of another server client is None, decided on the first read: a
         status long-poll then costs one read before it parks, not an ownership read and another.
         """
-        deadline = self._deadline(seconds)
         with self.hub.register(flow_id) as waiter:
-            flow = await self.snapshot(flow_id)
-            if flow is not None and owner is not None and flow.server_client_id != owner:
-                return None
-            return await self._park(waiter, flow, deadline)
+            return await self._park(waiter, flow_id, self._deadline(seconds), owner=owner)
 
-    async def _park(self, waiter: Waiter, flow: FlowFields | None, deadline: float) -> FlowFields | None:
-        """Until ``flow`` (read after ``waiter`` registered) is terminal or the deadline passes."""
+    async def _park(
+        self,
+        waiter: Waiter,
+        flow_id: uuid.UUID,
+        deadline: float,
+        *,
+        owner: uuid.UUID | None = None,
+        first: FlowFields | None = None,
+    ) -> FlowFields | None:
+        """Until the flow is terminal or the deadline passes; ``waiter`` is registered already.
+
+        The flow is read here (or given as ``first``, read after registering) and dropped before
+        every wait: a parked request holds no row, only its waiter (a process parks thousands).
+        """
+        flow = first if first is not None else await self.snapshot(flow_id)
+        if flow is not None and owner is not None and flow.server_client_id != owner:
+            return None
         clock = self.clock
         while flow is not None and not is_terminal(FlowStatus(flow.status)):
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 break
             until_expiry = flow.expires_at.timestamp() - clock.time() + 0.05
-            flow_id = flow.id
-            # Every wake re-reads, so hold no row while parked (a process parks thousands of these).
             flow = None
             await waiter.wait(max(0.0, min(waiter.tick(remaining), until_expiry)))
             flow = await self.snapshot(flow_id)
@@ -457,7 +466,7 @@ class FlowService:
                 if state.asked:
                     # The client did not answer the URL request it was given: ask again.
                     return self._resolved(flow, Outcome.INPUT_REQUIRED, ask=True)
-                flow = await self._park(waiter, flow, deadline) or flow
+                flow = await self._park(waiter, flow.id, deadline, first=flow) or flow
                 return self._resolved(flow, outcome_for_action(Action.ACCEPT, FlowStatus(flow.status)))
 
             action = Action(answer.action)
@@ -468,7 +477,7 @@ class FlowService:
                 return self._resolved(flow, Outcome.CANCELLED)
             if state.asked:
                 await self._client_event(flow.id, "client_accepted")
-            flow = await self._park(waiter, flow, deadline) or flow
+            flow = await self._park(waiter, flow.id, deadline, first=flow) or flow
             return self._resolved(flow, outcome_for_action(action, FlowStatus(flow.status)))
 
     async def _client_event(self, flow_id: uuid.UUID, event_type: str) -> None:
@@ -502,7 +511,11 @@ class FlowService:
         else:
             # The waiter's own first read is the ownership check (and answers a finished flow at once).
             flow_id = FLOW_ID.parse(flow_ref)
-            waited = None if flow_id is None else await self.wait(flow_id, wait_seconds, owner=client.id)
+            waited = None
+            if flow_id is not None:
+                # ``wait``'s body inline: one coroutine frame fewer held by every parked long-poll.
+                with self.hub.register(flow_id) as waiter:
+                    waited = await self._park(waiter, flow_id, self._deadline(wait_seconds), owner=client.id)
             if waited is None:
                 raise FlowNotFound("No flow with this id belongs to this server client.")
             flow = waited

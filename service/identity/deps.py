@@ -19,8 +19,20 @@ if TYPE_CHECKING:
     from service.services import Services
 
 
+def _authorization(request: Request) -> str | None:  # type: ignore[type-arg]
+    """The ``Authorization`` header, read from the ASGI scope (names are lower case there).
+
+    ``request.headers`` would build Litestar's ``Headers`` (a decoded copy of every header in a
+    case-insensitive multidict): ~2 KB that a long-poll then holds for as long as it waits.
+    """
+    for name, value in request.scope["headers"]:
+        if name == b"authorization":
+            return value.decode("latin-1")
+    return None
+
+
 async def _server_client(request: Request, services: Services) -> AuthenticatedClient:  # type: ignore[type-arg]
-    return await services.authenticator.authenticate(request.headers.get("authorization"))
+    return await services.authenticator.authenticate(_authorization(request))
 
 
 provide_server_client = Provide(_server_client)
