@@ -66,5 +66,5 @@ def test_commands_run_without_a_web_app(make_settings: Callable[..., Settings]) 
         assert json.loads(stdout) is not None
     # A command whose service is not configured fails with its one line, still without a web app.
     report, _, messages = _probe(settings, "payments", "reconcile", "--json")
-    assert report == {"web_app_module_loaded": False, "code": 2}
+    assert report == {"web_app_module_loaded": False, "code": 1}
     assert messages == "elicitd: Payments are not configured on this elicitd."
