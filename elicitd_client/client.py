@@ -14,14 +14,16 @@ retried: a long-poll that timed out already spent the caller's waiting budget.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import httpx
 
 from elicitd_client.errors import ElicitdError, ElicitdUnavailable, FlowNotPending, error_from_problem
+from elicitd_client.events import EventStream
 from elicitd_client.types import CreatedFlow, FlowStatus, Resolution, Subject, Token
 
 # Statuses that may pass by themselves; 503 only with ``Retry-After`` (see ``_transient``).
@@ -281,6 +283,34 @@ class ElicitdClient:
                 return current
             raise
         return FlowStatus.from_json(data)
+
+    # ---- events ------------------------------------------------------------------------------------
+    def events(
+        self,
+        *,
+        last_event_id: int | None = None,
+        on_connected: Callable[[int], None] | None = None,
+        restart_when_expired: bool = False,
+    ) -> EventStream:
+        """This server client's event stream (``GET /v1/events``): ``async for event in ...``.
+
+        Starts after ``last_event_id`` (resume) or at the stream's current end; reconnects and
+        resumes by itself. ``on_connected(position)`` is called on each (re)connection once elicitd
+        told the position. ``restart_when_expired`` resumes from the current end, instead of
+        raising ``EventsExpired``, when the events after the position are past elicitd's retention."""
+        return EventStream(
+            self, last_event_id=last_event_id, on_connected=on_connected, restart_when_expired=restart_when_expired
+        )
+
+    @contextlib.asynccontextmanager
+    async def stream_get(
+        self, path: str, *, headers: Mapping[str, str], timeout: httpx.Timeout
+    ) -> AsyncIterator[httpx.Response]:
+        """A streamed GET with this client's credentials (no retries: the caller resumes)."""
+        async with self._http.stream(
+            "GET", self.base_url + path, headers={**self._headers, **headers}, timeout=timeout
+        ) as response:
+            yield response
 
     # ---- connections -------------------------------------------------------------------------------
     async def token(

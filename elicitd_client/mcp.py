@@ -22,8 +22,10 @@ How a call unfolds:
   SDK client's default cap is 10) waiting; then the tool gets ``ElicitationPending``.
 * 2025-11-25: push style. The helper sends ``elicitation/create`` (URL mode) mid-call, tells
   elicitd the client's answer and waits within the same budget; when the user is still busy it
-  raises the SDK's ``UrlElicitationRequiredError`` (-32042), and ``notify_completed`` (fed by
-  elicitd's completion webhook) later sends ``notifications/elicitation/complete``. With
+  raises the SDK's ``UrlElicitationRequiredError`` (-32042), and ``notify_completed`` later sends
+  ``notifications/elicitation/complete``. It is fed by elicitd's event stream: each MCP-server
+  process runs one consumer (started with the first such session), so whichever replica holds a
+  session tells it — or by a completion webhook route calling ``notify_completed``. With
   ``legacy="error"`` it raises -32042 at once instead of asking mid-call.
 
 ``requestState``: the value elicitd mints is AEAD-sealed and bound to the flow, this server
@@ -36,6 +38,7 @@ not complete ``deploy(staging)``); the price is that replicas share the SDK keys
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import functools
@@ -207,6 +210,7 @@ class Elicitd:
         max_rounds: int = 10,
         legacy: Literal["push", "error"] = "push",
         subject: Callable[[Context[Any, Any]], Subject] = verified_subject,
+        events: bool = True,
     ) -> None:
         self.client = client
         self.wait_seconds = wait_seconds
@@ -219,6 +223,11 @@ class Elicitd:
         # outlives the request) and dropped after ``notify_ttl_seconds``.
         self.notify_ttl_seconds = 3600.0
         self._sessions: dict[str, list[tuple[float, Any]]] = {}
+        # One consumer of elicitd's event stream per process, for those notifications.
+        self.events = events
+        self.events_ready_seconds = 5.0
+        self._events_task: asyncio.Task[None] | None = None
+        self._events_ready: asyncio.Event | None = None
 
     # ---- wiring ------------------------------------------------------------------------------------
     def install(self, server: MCPServer[Any]) -> None:
@@ -511,6 +520,7 @@ class Elicitd:
         elicitation = created.elicitation or {}
         flow_id = created.flow.id
         self._remember_session(flow_id, ctx.session)
+        await self.start_events()
         params = ElicitRequestURLParams(
             message=str(elicitation.get("message", "")), url=created.flow.url, elicitation_id=flow_id
         )
@@ -552,9 +562,48 @@ class Elicitd:
         held[:] = [(t, s) for t, s in held if getattr(s, "_connection", s) is not connection]
         held.append((now, session))
 
+    # ---- completion notifications (2025-11-25) ------------------------------------------------------
+    async def start_events(self) -> None:
+        """Start this process's consumer of elicitd's event stream (once; later calls return at
+        once) and wait, up to ``events_ready_seconds``, until it is connected, so a completion
+        after this call is seen. Called by the helpers before a 2025-11-25 session is shown a URL."""
+        if not self.events:
+            return
+        if self._events_task is None or self._events_task.done():
+            self._events_ready = asyncio.Event()
+            self._events_task = asyncio.get_running_loop().create_task(
+                self._consume_events(self._events_ready), name="elicitd-events"
+            )
+        if self._events_ready is not None and not self._events_ready.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._events_ready.wait()), self.events_ready_seconds)
+
+    async def _consume_events(self, ready: asyncio.Event) -> None:
+        stream = self.client.events(on_connected=lambda _position: ready.set(), restart_when_expired=True)
+        try:
+            async for event in stream:
+                flow_id = event.data.get("flow_id")
+                if event.type.startswith("flow.") and isinstance(flow_id, str):
+                    await self.notify_completed(flow_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # an elicitd without the stream, or a key it refuses: webhooks still work
+            logger.warning("elicitd event stream stopped", extra={"error_type": type(exc).__name__})
+        finally:
+            ready.set()
+
+    async def aclose(self) -> None:
+        """Stop the event-stream consumer (on shutdown)."""
+        task, self._events_task = self._events_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def notify_completed(self, flow_id: str) -> int:
         """Send ``notifications/elicitation/complete`` for ``flow_id`` to the 2025-11-25 sessions
-        that were shown it (call it from elicitd's completion webhook). Returns how many got it."""
+        of this process that were shown it. The event-stream consumer calls it; a completion
+        webhook route may too (a second call finds nobody left). Returns how many got it."""
         sent = 0
         for _, session in self._sessions.pop(flow_id, []):
             try:

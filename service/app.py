@@ -27,6 +27,7 @@ from service.api_docs import OfflineSwaggerRenderPlugin
 from service.connections.api import ConnectionController
 from service.domains import display_origin
 from service.errors import EXCEPTION_HANDLERS
+from service.events.api import EventController
 from service.flows.api import FlowController
 from service.flows.pages import open_flow
 from service.grants.pages import ROUTES as GRANT_ROUTES
@@ -96,6 +97,7 @@ def create_app(services: Services) -> Litestar:
             admin_router(services.sessions),
             metrics_endpoint,
             FlowController,
+            EventController,
             open_flow,
             healthz,
             readyz,

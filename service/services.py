@@ -36,6 +36,7 @@ from service.consent.service import ConsentService
 from service.crypto.vault import Vault
 from service.db.direct import DirectStatements
 from service.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker
+from service.events.hub import EventHub, EventSettings
 from service.flows import repository as flow_repo
 from service.flows.plugins import KindPlugin
 from service.flows.request_state import RequestStateCodec
@@ -80,6 +81,7 @@ class Services:
     stalls: StallMonitor
     tracing: Tracing
     webhooks: WebhookWorker
+    events: EventHub
     authenticator: ApiKeyAuthenticator
     issuers: IssuerDirectory
     kinds: Mapping[str, KindPlugin]
@@ -105,7 +107,7 @@ class Services:
 
     def background(self) -> list[Coroutine[Any, Any, None]]:
         """The upkeep a serving replica runs: expiry sweeps and chores, webhook delivery."""
-        chores = [purge_expired_logins, purge_oauth_states]
+        chores = [purge_expired_logins, purge_oauth_states, self.events.purge]
         return [
             run_sweeper(self.flows, self.settings.sweep_interval_seconds, chores),
             self.webhooks.run(),
@@ -114,6 +116,7 @@ class Services:
     async def aclose(self) -> None:
         """Release everything, in reverse order of need; safe to call once after ``start``."""
         await self.stalls.stop()
+        await self.events.aclose()
         await self.hub.stop()
         self.tracing.shutdown()
         await self.issuers.close()
@@ -144,6 +147,14 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         clock=clock,
     )
     metrics = Metrics(hub)
+    events = EventHub(
+        settings=EventSettings.from_settings(settings),
+        read_sessions=read_sessions,
+        sessions=sessions,
+        hub=hub,
+        vault=vault,
+        clock=clock,
+    )
     webhooks = WebhookWorker(
         settings=WebhookSettings.from_settings(settings),
         sessions=sessions,
@@ -160,7 +171,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         hub=hub,
         codec=RequestStateCodec(settings.keys, clock=clock),
         handlers={name: plugin.handler for name, plugin in kinds.items()},
-        listeners=(metrics.flow_finished, webhooks.wake),
+        listeners=(metrics.flow_finished, webhooks.wake, events.on_transition),
         rate_limiter=FlowRateLimiter(on_limited=metrics.limited),
         clock=clock,
     )
@@ -174,6 +185,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         http=http,
         clock=clock,
         on_refresh=metrics.record_refresh,
+        on_events=events.announce,
     )
     authenticator = ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds, clock=clock)
     subjects = SubjectProver(issuers, read_sessions, http=http, clock=clock)
@@ -200,6 +212,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         stalls=StallMonitor(metrics.registry),
         tracing=build_tracing(settings),
         webhooks=webhooks,
+        events=events,
         authenticator=authenticator,
         issuers=issuers,
         kinds=kinds,
@@ -210,7 +223,13 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         connect=ConnectService(
             connections=connections, flows=flows, read_sessions=read_sessions, http=http, public_url=settings.public_url
         ),
-        grants=GrantService(sessions=sessions, read_sessions=read_sessions, flows=flows, connections=connections),
+        grants=GrantService(
+            sessions=sessions,
+            read_sessions=read_sessions,
+            flows=flows,
+            connections=connections,
+            on_events=events.announce,
+        ),
         consent=ConsentService(flows, signer, settings.public_url, clock=clock),
         payments=PaymentService(flows, provider_for(settings), settings.public_url, clock=clock),
         apikeys=ApiKeyService(flows, vault, http=http),

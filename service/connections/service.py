@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -58,6 +58,7 @@ from service.errors import (
     ServiceUnavailable,
     UpstreamError,
 )
+from service.events import repository as events_repo
 from service.flows.kinds import check_issuer_trusted, check_provider_allowed
 from service.grants import repository as grant_repo
 from service.identity.keys import AuthenticatedClient
@@ -154,6 +155,7 @@ class ConnectionService:
         clock: Clock | None = None,
         refresh_margin_seconds: float = REFRESH_MARGIN_SECONDS,
         on_refresh: Callable[[str, str], None] | None = None,
+        on_events: Callable[[list[uuid.UUID]], Awaitable[None]] | None = None,
     ) -> None:
         self.sessions = sessions
         self.read_sessions = read_sessions
@@ -166,8 +168,14 @@ class ConnectionService:
         self.margin = refresh_margin_seconds
         # ``(provider, outcome)`` after each refresh attempt (the metrics' refresh counter).
         self.on_refresh = on_refresh
+        # After a commit that appended stream events: wake those server clients' streams.
+        self.on_events = on_events
         # The refresh in flight per (connection, forced) in this process: later callers await it.
         self._flights: dict[tuple[uuid.UUID, bool], asyncio.Task[TokenResponse]] = {}
+
+    async def _announce(self, server_client_ids: list[uuid.UUID]) -> None:
+        if server_client_ids and self.on_events is not None:
+            await self.on_events(server_client_ids)
 
     def _refreshed(self, provider: str, outcome: str) -> None:
         if self.on_refresh is not None:
@@ -532,7 +540,9 @@ class ConnectionService:
         with _database_busy():
             async with self.sessions() as session:
                 revoked = await repo.mark_revoked(session, [c.id for c in found])
+                told = await events_repo.connections_revoked(session, revoked)
                 await session.commit()
+        await self._announce(told)
         for cid in revoked:
             logger.info(
                 "connection revoked", extra={"connection_id": CONNECTION_ID.format(cid), "provider": provider_name}
@@ -550,7 +560,9 @@ class ConnectionService:
         at_provider = await self._revoke_at_provider(conn.provider, found)
         async with self.sessions() as session:
             revoked = await repo.mark_revoked(session, [c.id for c in found])
+            told = await events_repo.connections_revoked(session, revoked)
             await session.commit()
+        await self._announce(told)
         for cid in revoked:
             logger.info(
                 "connection revoked", extra={"connection_id": CONNECTION_ID.format(cid), "provider": conn.provider}

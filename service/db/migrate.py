@@ -68,6 +68,7 @@ MODEL_MODULES = (
     "service.payments.models",
     "service.consent.models",
     "service.admin.models",
+    "service.events.models",
     "service.grants.models",
 )
 

@@ -1,9 +1,9 @@
 """SQL for flows. Repositories never commit; the service owns the unit of work.
 
 Every state change is one statement: a data-modifying CTE that updates the flow only while it is
-still ``pending`` and, in the same statement, appends the audit event and (for server clients
-with a webhook) the outbox row. Two racing completers cannot both win, and a transition can never
-exist without its event.
+still ``pending`` and, in the same statement, appends the audit event, (for server clients
+with a webhook) the outbox row and the event-stream row (``service.events``). Two racing completers
+cannot both win, and a transition can never exist without its events.
 """
 
 from __future__ import annotations
@@ -19,17 +19,19 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.base import FLOW_ID
 from service.db.direct import Statement
+from service.events.repository import stream_tail
 from service.flows.models import Flow
 from service.flows.states import Actor, FlowStatus, can_transition
 
-# Shared tail of every transition: the audit event and the completion-webhook outbox row.
+# Shared tail of every transition: the audit event, then one event per moved flow (``pl``, built
+# once so the webhook and the stream carry the same id and payload) for the completion-webhook
+# outbox and the server client's event stream.
 _TRANSITION_TAIL = f"""
 , ev AS (
     INSERT INTO flow_events (flow_id, type, actor, from_status, to_status, detail)
     SELECT t.id, 'transition', :actor, 'pending', t.status, CAST(:detail AS jsonb) FROM t
-), ob AS (
-    INSERT INTO webhook_outbox (id, server_client_id, flow_id, event_type, payload)
-    SELECT gen_random_uuid(), t.server_client_id, t.id, 'flow.' || t.status,
+), pl AS (
+    SELECT t.id AS flow_id, t.server_client_id, gen_random_uuid() AS event_id, 'flow.' || t.status AS type,
            jsonb_build_object(
                'type', 'flow.' || t.status,
                'flow_id', {FLOW_ID.sql("t.id")},
@@ -39,10 +41,14 @@ _TRANSITION_TAIL = f"""
                'provider', t.provider,
                'subject', jsonb_build_object('iss', t.subject_iss, 'sub', t.subject_sub),
                'error_code', t.error_code,
-               'occurred_at', t.completed_at)
-    FROM t JOIN server_clients sc ON sc.id = t.server_client_id
+               'occurred_at', t.completed_at) AS payload
+    FROM t
+), ob AS (
+    INSERT INTO webhook_outbox (id, server_client_id, flow_id, event_type, payload)
+    SELECT pl.event_id, pl.server_client_id, pl.flow_id, pl.type, pl.payload
+    FROM pl JOIN server_clients sc ON sc.id = pl.server_client_id
     WHERE sc.webhook_url IS NOT NULL
-)
+){stream_tail("pl")}
 SELECT t.* FROM t
 """
 

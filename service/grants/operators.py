@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.admin.pagination import decode_cursor, encode_cursor
 from service.db.base import CLIENT_ID, CONNECTION_ID, FLOW_ID
 from service.errors import ConnectionNotFound, InvalidRequest, NotFound
+from service.events import repository as events_repo
 from service.grants import groups
 from service.grants import repository as repo
 from service.grants.models import GRANT_ID, GROUP_ID, ORIGIN_ADMIN
@@ -201,7 +202,9 @@ async def give_grant(session: AsyncSession, connection: str, grantee: str, scope
 
 async def revoke_grant(session: AsyncSession, grant: str) -> GrantView:
     grant_id = _grant(grant)
-    await repo.revoke(session, grant_id, by="admin")
+    if await repo.revoke(session, grant_id, by="admin"):
+        # In the same transaction; streams learn of it at their next read (their poll interval).
+        await events_repo.grants_revoked(session, [grant_id])
     row = await repo.get_grant(session, grant_id)
     if row is None:
         raise GrantNotFound("No grant with this id.")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.connections.service import ConnectionService
 from service.db.base import CONNECTION_ID, FLOW_ID
+from service.events import repository as events_repo
 from service.flows.models import Flow
 from service.flows.repository import Transition
 from service.flows.service import FlowService
@@ -146,11 +147,14 @@ class GrantService:
         read_sessions: async_sessionmaker[AsyncSession],
         flows: FlowService,
         connections: ConnectionService,
+        on_events: Callable[[list[uuid.UUID]], Awaitable[None]] | None = None,
     ) -> None:
         self.sessions = sessions
         self.read_sessions = read_sessions
         self.flows = flows
         self.connections = connections
+        # After a commit that appended stream events (grant.revoked): wake those clients' streams.
+        self.on_events = on_events
 
     # ---- who asks --------------------------------------------------------------------------------
     async def asking_party(self, server_client_id: uuid.UUID) -> repo.AskingParty:
@@ -291,6 +295,8 @@ class GrantService:
             return False
         async with self.flows.unit_of_work() as uow:
             connection_id = await repo.revoke_for_subject(uow.session, grant_id, iss=iss, sub=sub, by="subject")
+            told = await events_repo.grants_revoked(uow.session, [grant_id]) if connection_id is not None else []
+        await self._announce(told)
         if connection_id is None:
             return False
         logger.info(
@@ -311,4 +317,10 @@ class GrantService:
         await self.connections.revoke_by_id(connection_id)
         async with self.flows.unit_of_work() as uow:
             await repo.revoke_on_connections(uow.session, [connection_id], by="disconnect")
+            told = await events_repo.grants_revoked_on(uow.session, [connection_id])
+        await self._announce(told)
         return True
+
+    async def _announce(self, server_client_ids: list[uuid.UUID]) -> None:
+        if server_client_ids and self.on_events is not None:
+            await self.on_events(server_client_ids)

@@ -79,6 +79,7 @@ async def example_server(
         async with serve(mcp, port):
             yield ExampleServer(url=f"http://127.0.0.1:{port}/mcp", port=port, mcp=mcp, elicitd=helper, config=config)
     finally:
+        await helper.aclose()
         await client.aclose()
 
 

@@ -1,0 +1,100 @@
+"""``connection.revoked`` and ``grant.revoked`` on the stream: written in the revoking transaction,
+to the server clients that were granted the connection, and to nobody else."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from sqlalchemy import text
+
+from service.connections.providers import ProviderSpec, upsert_provider
+from service.db.base import CONNECTION_ID, uuid7
+from service.grants.models import GRANT_ID
+from service.settings import Settings
+from tests.events.test_stream import FAST, reading
+from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
+from tests.support.waiting import until
+
+ISS = "https://id.example.com"
+
+
+async def connection_granted_to(
+    app: RunningApp, provider: str, sub: str, account: str, *clients: ServerClientHandle
+) -> uuid.UUID:
+    """A connection of ``sub`` (rows as a completed connect leaves them) granted to ``clients``."""
+    connection_id = uuid7()
+    async with app.state.sessions() as session:
+        await session.execute(
+            text(
+                "INSERT INTO connections (id, subject_iss, subject_sub, provider, account_id, scopes) "
+                "VALUES (:id, :iss, :sub, :provider, :account, '{files:read}')"
+            ),
+            {"id": connection_id, "iss": ISS, "sub": sub, "provider": provider, "account": account},
+        )
+        for client in clients:
+            await session.execute(
+                text(
+                    "INSERT INTO grants (id, connection_id, server_client_id, scopes, origin) "
+                    "VALUES (:id, :connection, :client, '{files:read}', 'admin')"
+                ),
+                {"id": uuid7(), "connection": connection_id, "client": client.id},
+            )
+        await session.commit()
+    return connection_id
+
+
+async def grant_of(app: RunningApp, connection_id: uuid.UUID, client: ServerClientHandle) -> uuid.UUID:
+    async with app.state.sessions() as session:
+        found = await session.execute(
+            text("SELECT id FROM grants WHERE connection_id = :c AND server_client_id = :s"),
+            {"c": connection_id, "s": client.id},
+        )
+        return uuid.UUID(str(found.scalar_one()))
+
+
+async def test_revocations_reach_the_granted_clients_only(make_settings: Callable[..., Settings]) -> None:
+    async with running_app(make_settings(extra=FAST)) as app:
+        provider = f"files-{uuid.uuid4().hex[:8]}"
+        async with app.state.sessions() as session:
+            await upsert_provider(
+                session,
+                ProviderSpec(
+                    name=provider,
+                    catalog="oauth2",
+                    display_name="Files",
+                    authorization_endpoint="https://files.example.com/authorize",
+                    token_endpoint="https://files.example.com/token",
+                    client_id="elicitd",
+                    client_secret="secret",
+                ),
+                app.state.vault,
+            )
+            await session.commit()
+        one, two, stranger = [await new_server_client(app) for _ in range(3)]
+        sub = f"u{uuid.uuid4().hex[:8]}"
+        first = await connection_granted_to(app, provider, sub, "work", one, two)
+        second = await connection_granted_to(app, provider, sub, "home", one)
+        async with reading(app, one) as to_one, reading(app, two) as to_two, reading(app, stranger) as to_stranger:
+            # The subject takes back one client's access on /me: only that grantee hears of it.
+            grant = await grant_of(app, first, two)
+            assert await app.state.grants.revoke_for_subject(GRANT_ID.format(grant), iss=ISS, sub=sub) is True
+            await until(lambda: len(to_two.events) == 1, what="grant.revoked")
+            # The subject disconnects the other connection: its grantee hears of both.
+            assert await app.state.grants.disconnect(CONNECTION_ID.format(second), iss=ISS, sub=sub) is True
+            await until(lambda: len(to_one.events) == 2, what="connection.revoked and grant.revoked")
+        assert to_stranger.events == []
+    revoked = to_two.events[0]
+    assert revoked.type == "grant.revoked"
+    assert revoked.data["grant_id"] == GRANT_ID.format(grant)
+    assert revoked.data["connection_id"] == CONNECTION_ID.format(first)
+    assert (revoked.data["provider"], revoked.data["account_id"]) == (provider, "work")
+    assert revoked.data["subject"] == {"iss": ISS, "sub": sub}
+    assert (revoked.data["revoked_by"], revoked.data["scopes"]) == ("subject", ["files:read"])
+    gone, ended = to_one.events
+    assert (gone.type, gone.data["connection_id"]) == ("connection.revoked", CONNECTION_ID.format(second))
+    assert (ended.type, ended.data["connection_id"], ended.data["revoked_by"]) == (
+        "grant.revoked",
+        CONNECTION_ID.format(second),
+        "disconnect",
+    )
