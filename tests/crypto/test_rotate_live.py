@@ -251,7 +251,13 @@ async def fill_vault(app: RunningApp, oauth: OAuthServer, *, connections: int) -
                 session,
                 app.state.vault,
                 IssuerConfig(
-                    issuer=f"https://id{n}.rot.example", client_id=f"c{n}", client_secret=f"issuer-secret-{n}"
+                    issuer=f"https://id{n}.rot.example",
+                    client_id=f"c{n}",
+                    client_secret=f"issuer-secret-{n}",
+                    # RFC 7662 credentials are a vault value too: rotation must re-key them.
+                    introspection_endpoint=f"https://id{n}.rot.example/introspect",
+                    introspection_client_id=f"introspect-{n}",
+                    introspection_client_secret=f"introspection-secret-{n}",
                 ),
             )
         for name in ("github", "slack", "notion"):
