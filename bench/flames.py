@@ -1,4 +1,4 @@
-"""Flame graphs of elicitd's hot path under load: ``python bench/profile.py [--seconds 10]``.
+"""Flame graphs of elicitd's hot path under load: ``python bench/flames.py [--seconds 10]``.
 
 Starts one elicitd server (as ``bench/run.py`` does, same backends and setup), drives one target at
 a time with wrk (32 connections) and records the server process with ``py-spy record`` meanwhile.
@@ -71,8 +71,8 @@ def main() -> None:
     (DATA / "logs").mkdir(parents=True, exist_ok=True)
     keys = KeyRing.generate_entry("bench1")
     with backends() as found:
-        api_key, _ = asyncio.run(make_client(found.database_url))
-        asyncio.run(make_connection(found.database_url, keys))
+        api_key, client_id = asyncio.run(make_client(found.database_url))
+        asyncio.run(make_connection(found.database_url, keys, client_id))
         env = server_env(found, keys, "elicitd:bench:" + secrets.token_hex(4))
         app = Server("elicitd-profile", "elicitd_factory:create", env).start()
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import psutil
 import redis
+import redis.asyncio as aioredis
 
 from bench.harness import (
     DATA,
@@ -92,9 +94,10 @@ TOKEN_PROVIDER = "benchhub"
 TOKEN_SUB = "token-user"
 
 
-async def make_connection(database_url: str, keys: str) -> str:
+async def make_connection(database_url: str, keys: str, client_id: uuid.UUID) -> str:
     """Setup only: a provider and one active connection whose access token the vault sealed, valid
-    for an hour (so the token endpoint answers from the stored token, never refreshing)."""
+    for an hour (so the token endpoint answers from the stored token, never refreshing), granted
+    to the bench's server client as a completed ``oauth_connect`` flow grants it."""
     import asyncpg
 
     from service.crypto.vault import Vault
@@ -122,6 +125,13 @@ async def make_connection(database_url: str, keys: str) -> str:
             TOKEN_PROVIDER,
             sealed,
             key_id,
+        )
+        await conn.execute(
+            "INSERT INTO grants (id, connection_id, server_client_id, scopes, origin) "
+            "VALUES ($1, $2, $3, '{repo}', 'admin')",
+            uuid7(),
+            connection_id,
+            client_id,
         )
     finally:
         await conn.close()
@@ -282,6 +292,36 @@ def throughput(
 
 
 # ---- 2. wake latency -----------------------------------------------------------------------------
+class MessageClock:
+    """A third subscriber on the run's channel (in this process) noting when each wake-up message
+    arrives: commit -> message is A's publish and Redis; message -> answer is B and the client."""
+
+    def __init__(self, client: aioredis.Redis, pubsub: Any) -> None:
+        self.client = client
+        self.pubsub = pubsub
+        self.seen: dict[str, float] = {}
+        self.task = asyncio.create_task(self._note())
+
+    @classmethod
+    async def start(cls, redis_url: str, channel: str) -> MessageClock:
+        client = aioredis.Redis.from_url(redis_url)
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe(channel)
+        return cls(client, pubsub)
+
+    async def _note(self) -> None:
+        async for message in self.pubsub.listen():
+            if message.get("type") == "message":
+                self.seen[message["data"].decode()] = time.perf_counter()
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        await self.pubsub.aclose()
+        await self.client.aclose()
+
+
 async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: str) -> dict[str, Any]:
     stats_env = dict(env, ELICITD_BENCH_STATS="1")
     a = Server("elicitd-A", "elicitd_factory:create", stats_env, workers=1).start()
@@ -290,6 +330,8 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
     samples: dict[str, list[float]] = {"status": [], "resolve": []}
     complete_ms: list[float] = []
     commit_ms: list[float] = []
+    published_ms: list[float] = []
+    heard = await MessageClock.start(env["ELICITD_REDIS_URL"], env["ELICITD_REDIS_CHANNEL"])
     try:
         async with (
             httpx.AsyncClient(base_url=a.url, headers=headers, timeout=30) as on_a,
@@ -340,6 +382,8 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
                 mark = (await on_a.get(f"/_bench/committed/{flow_id}")).json()["at"]
                 assert mark is not None, "instance A announced no transition of the flow"
                 commit_ms.append((t1 - mark) * 1000)
+                if (at := heard.seen.get(flow_id.removeprefix("fl_"))) is not None:
+                    published_ms.append((at - mark) * 1000)
                 assert done.status_code == 200, done.text
                 body = answer.json()
                 state = body["flow"]["status"] if mode == "status" else body["outcome"]
@@ -349,6 +393,7 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
                 complete_ms.append((t_complete - t0) * 1000)
             received = (await on_b.get("/_bench/stats")).json()["received"] - received_before
     finally:
+        await heard.stop()
         a.stop()
         b.stop()
     every = samples["status"] + samples["resolve"]
@@ -366,6 +411,9 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
         # From A's commit (its announce, before the publish) to B's answer reaching the client.
         "wake_commit_p50_ms": round(percentile(commit_ms, 50), 2),
         "wake_commit_p99_ms": round(percentile(commit_ms, 99), 2),
+        # commit -> the wake-up message reaching a third subscriber (A's publish and Redis).
+        "wake_publish_p50_ms": round(percentile(published_ms, 50), 2) if published_ms else None,
+        "wake_publish_p99_ms": round(percentile(published_ms, 99), 2) if published_ms else None,
         "wake_redis_messages_on_b": received,
     }
 
@@ -574,7 +622,7 @@ def main() -> None:
     with backends() as found:
         say(f"[bench] {found.description}; database {found.database}")
         api_key, client_id = asyncio.run(make_client(found.database_url))
-        connection_id = asyncio.run(make_connection(found.database_url, keys))
+        connection_id = asyncio.run(make_connection(found.database_url, keys, client_id))
         env = server_env(found, keys, channel)
         results: dict[str, Any] = {}
         if "throughput" in phases:

@@ -107,6 +107,8 @@ class LimitedRequest(Request[Any, Any, Any]):
             media_type, _ = self.content_type
             if not is_json_media_type(media_type):
                 raise UnsupportedMediaType
-            if json_depth(body) > MAX_JSON_DEPTH:
+            # Nesting needs an opening bracket per level: a body with few brackets (every body the
+            # API expects) cannot be too deep, and skips the scan (~2% of a resolve's CPU).
+            if body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH and json_depth(body) > MAX_JSON_DEPTH:
                 raise JsonTooDeep
         return await super().json()
