@@ -7,13 +7,15 @@ refresh is taking long" for a dropped connection). Code that catches a database 
 
 PostgreSQL names every error with a five-character SQLSTATE (Appendix A of its manual); asyncpg
 puts it on the exception (``sqlstate``), and SQLAlchemy keeps asyncpg's exception as ``orig``.
-Errors with no SQLSTATE are a lost connection when the socket or pool says so.
+Errors with no SQLSTATE are a lost connection when the socket or pool says so, or when asyncpg
+finds the connection in a state no statement can start from (``InternalClientError``).
 """
 
 from __future__ import annotations
 
 import enum
 
+from asyncpg.exceptions import InternalClientError
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -77,6 +79,24 @@ def sqlstate(exc: BaseException) -> str | None:
     return None
 
 
+def _unusable_connection(exc: BaseException) -> bool:
+    """asyncpg's ``InternalClientError`` in ``exc`` or the driver error it wraps.
+
+    Seen when PostgreSQL shuts down: an idle pooled connection receives the server's FATAL
+    "terminating connection" message, which puts its protocol in an error state; until the socket
+    closes a moment later the connection still looks open, and a request that takes it fails with
+    "cannot switch to state …; another operation is in progress" before its statement is sent."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, InternalClientError):
+            return True
+        orig = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else current.__cause__
+    return False
+
+
 def classify(exc: BaseException) -> DbError | None:
     """What kind of database error ``exc`` is; None when it is not a database error at all."""
     if isinstance(exc, PoolTimeout):
@@ -84,12 +104,12 @@ def classify(exc: BaseException) -> DbError | None:
     code = sqlstate(exc)
     if code is not None:
         return _EXACT.get(code) or _CLASSES.get(code[:2], DbError.OTHER)
-    if isinstance(exc, DBAPIError):
-        if exc.connection_invalidated or isinstance(exc.orig, OSError):
-            return DbError.CONNECTION
-        return DbError.OTHER
-    if isinstance(exc, OSError):  # refused, reset, unreachable: before PostgreSQL said anything
+    # OSError: refused, reset, unreachable, timed out, before PostgreSQL said anything.
+    if isinstance(exc, OSError) or _unusable_connection(exc):
         return DbError.CONNECTION
+    if isinstance(exc, DBAPIError):
+        lost = exc.connection_invalidated or isinstance(exc.orig, OSError)
+        return DbError.CONNECTION if lost else DbError.OTHER
     return None
 
 

@@ -30,6 +30,12 @@ def _db(orig: BaseException) -> DBAPIError:
         (_db(asyncpg.exceptions.TooManyConnectionsError("too many")), DbError.TOO_MANY_CONNECTIONS),
         (_db(asyncpg.exceptions.LockNotAvailableError("lock")), DbError.LOCK_NOT_AVAILABLE),
         (PoolTimeout("QueuePool limit"), DbError.POOL_TIMEOUT),
+        # A pooled connection that took the server's FATAL shutdown message while idle.
+        (
+            asyncpg.exceptions.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
+            DbError.CONNECTION,
+        ),
+        (_db(asyncpg.exceptions.InternalClientError("cannot switch to state 12")), DbError.CONNECTION),
     ],
 )
 def test_passing_database_conditions_are_transient(exc: BaseException, kind: DbError) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 import os
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -59,7 +60,10 @@ class ErrorRecords(logging.Handler):
             exc: BaseException | None = record.exc_info[1]
             chain = []
             while exc is not None:
-                chain.append(f"{type(exc).__name__}: {str(exc)[:120]}")
+                # Where it was raised in elicitd's code: enough to find the path without a stack.
+                ours = [f for f in traceback.extract_tb(exc.__traceback__) if "/service/" in f.filename]
+                where = f" at {ours[-1].filename.rsplit('/service/', 1)[1]}:{ours[-1].lineno}" if ours else ""
+                chain.append(f"{type(exc).__name__}: {str(exc)[:120]}{where}")
                 exc = exc.__cause__ or exc.__context__
             self.unhandled.append(" <- ".join(chain))
         if record.getMessage() == "database unavailable":
