@@ -129,6 +129,12 @@ class Settings:
     browser_session_seconds: int = 8 * 3600
     # Each phase of a call to an issuer, provider, API-key check or Stripe (service/http.py).
     outbound_timeout_seconds: float = 15.0
+    # Retention (service/flows/retention.py): how long terminal flows keep their result payload,
+    # how long terminal flows, delivered webhook events and admin audit rows are kept. None: kept.
+    result_retention_seconds: float | None = 7 * 86400.0
+    flow_retention_seconds: float | None = 90 * 86400.0
+    outbox_retention_seconds: float | None = 7 * 86400.0
+    audit_retention_seconds: float | None = 365 * 86400.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -219,6 +225,15 @@ class Settings:
                 values[attr] = _non_negative_float(raw, _PREFIX + name)
         if raw := get("CONFIG_FILE"):
             values["config_file"] = raw
+        retention = {
+            "result_retention_seconds": "RESULT_RETENTION",
+            "flow_retention_seconds": "FLOW_RETENTION",
+            "outbox_retention_seconds": "OUTBOX_RETENTION",
+            "audit_retention_seconds": "AUDIT_RETENTION",
+        }
+        for attr, name in retention.items():
+            if (raw := get(name)) is not None:
+                values[attr] = _retention(raw, _PREFIX + name)
         if (raw := get("REDIS_CHANNEL")) is not None:
             values["redis_channel"] = raw
         if (raw := get("LOG_LEVEL")) is not None:
@@ -309,6 +324,25 @@ def _positive_int(raw: str, name: str) -> int:
         raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
     if value <= 0:
         raise ConfigurationError(f"{name} must be positive, got {value}")
+    return value
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _retention(raw: str, name: str) -> float | None:
+    """A retention window: seconds, or a number with ``s``/``m``/``h``/``d``; ``off`` keeps forever."""
+    text = raw.strip().lower()
+    if text in {"off", "never", "forever"}:
+        return None
+    unit = _DURATION_UNITS.get(text[-1:], 0)
+    number = text[:-1] if unit else text
+    try:
+        value = float(number) * (unit or 1)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be a duration like 604800, 7d or 12h, or off; got {raw!r}") from exc
+    if not 0 < value < float("inf"):
+        raise ConfigurationError(f"{name} must be positive (or off), got {raw!r}")
     return value
 
 

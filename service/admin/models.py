@@ -33,7 +33,10 @@ class AdminAuditEntry(Base):
     """One admin call (API or CLI): who (token id, never the token), what, on which target, result."""
 
     __tablename__ = "admin_audit_log"
-    __table_args__ = (Index("ix_admin_audit_log_admin_token_id", "admin_token_id", "id"),)
+    __table_args__ = (
+        Index("ix_admin_audit_log_admin_token_id", "admin_token_id", "id"),
+        Index("ix_admin_audit_log_at", "at"),  # retention (migration 0011)
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

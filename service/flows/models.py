@@ -56,6 +56,8 @@ class Flow(Timestamps, Base):
         Index("ix_flows_provider_id", "provider", "id"),
         Index("ix_flows_created_at", "created_at"),
         Index("ix_flows_expires_at", "expires_at"),
+        # Retention (migration 0011): only flows still holding a result, so it shrinks as they are cleared.
+        Index("ix_flows_result_held", "completed_at", postgresql_where=text("result IS NOT NULL")),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)

@@ -1,8 +1,9 @@
 """Background upkeep every replica runs: expire overdue flows, then the other domains' chores.
 
 ``SKIP LOCKED`` keeps replicas apart, so running this on every replica is safe and needs no leader.
-Chores (dropping dead login attempts, OAuth states, browser sessions) run less often than expiry:
-they only reclaim space, while expiry decides outcomes.
+Chores (dropping dead login attempts, OAuth states, browser sessions) and retention
+(``service.flows.retention``) run less often than expiry: they only reclaim space, while expiry
+decides outcomes.
 
 The pauses run on the flow service's clock; *what* is overdue is decided by the database clock in
 the sweep's own statement, so a replica with a skewed clock sweeps at odd moments but never early.
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.unit import unit_of_work
+from service.flows.retention import run_retention
 from service.flows.service import FlowService
 
 logger = logging.getLogger("elicitd.sweeper")
@@ -52,4 +54,5 @@ async def run_sweeper(flows: FlowService, interval: float, chores: Sequence[Chor
         if chores and (last_chores is None or clock.monotonic() - last_chores >= CHORE_INTERVAL_SECONDS):
             last_chores = clock.monotonic()
             await run_chores(flows, chores)
+            await run_retention(flows.sessions, flows.settings)
         await clock.sleep(interval)

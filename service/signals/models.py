@@ -23,6 +23,8 @@ class WebhookDelivery(Timestamps, Base):
         ),
         # Admin listing by client (keyset on id); it also serves the foreign key (migration 0006).
         Index("ix_webhook_outbox_client_id", "server_client_id", "id"),
+        # Retention (migration 0011): delivered rows by when, the only ones it deletes.
+        Index("ix_webhook_outbox_delivered", "delivered_at", postgresql_where=text("delivered_at IS NOT NULL")),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)

@@ -1,0 +1,125 @@
+"""Retention: what has outlived its window is cleared or deleted, in small batches, on every replica.
+
+Each step is one statement that picks up to ``batch`` rows with ``FOR UPDATE SKIP LOCKED`` and
+clears or deletes them, in its own transaction: replicas running the same step at once take
+different rows, and no transaction holds more than one batch of locks. A pass stops when every step
+has drained or its time budget is spent, so a year of backlog after retention is first switched on
+is worked off over many ticks instead of in one long pass that would compete with requests.
+
+What is never touched, whatever the settings:
+
+- a pending flow (every flow step requires a terminal status, rechecked under the row lock);
+- a webhook event not yet delivered: only delivered outbox rows are deleted, and a flow that still
+  has an undelivered (or abandoned) outbox row keeps its row, since deleting it would cascade;
+- consent receipts (their own table, signed and self-contained, no foreign key to the flow);
+- payment records: a flow with a ``payments`` row keeps its row (the payment and its flow's
+  subject, client and outcome are the audit trail of money taken), only its ``result`` is cleared;
+  ``payment_events`` are never deleted here.
+
+Flow events go with their flow (``ON DELETE CASCADE``). Windows are compared with the database
+clock, so a replica with a skewed clock never deletes early.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.db.unit import unit_of_work
+from service.settings import Settings
+
+logger = logging.getLogger("elicitd.retention")
+
+BATCH_SIZE = 1000
+# Wall time one pass may spend per replica; the rest waits for the next chore tick.
+PASS_BUDGET_SECONDS = 2.0
+
+_CLEAR_RESULTS = text(
+    "UPDATE flows f SET result = NULL FROM ("
+    " SELECT id FROM flows WHERE result IS NOT NULL AND status <> 'pending'"
+    " AND completed_at < now() - make_interval(secs => :keep)"
+    " ORDER BY completed_at LIMIT :batch FOR UPDATE SKIP LOCKED) old "
+    "WHERE f.id = old.id"
+)
+_DELETE_FLOWS = text(
+    "DELETE FROM flows f USING ("
+    " SELECT c.id FROM flows c WHERE c.created_at < now() - make_interval(secs => :keep)"
+    " AND c.status <> 'pending' AND c.completed_at < now() - make_interval(secs => :keep)"
+    " AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.flow_id = c.id)"
+    " AND NOT EXISTS (SELECT 1 FROM webhook_outbox w WHERE w.flow_id = c.id AND w.delivered_at IS NULL)"
+    " ORDER BY c.created_at LIMIT :batch FOR UPDATE OF c SKIP LOCKED) old "
+    "WHERE f.id = old.id"
+)
+_DELETE_DELIVERED = text(
+    "DELETE FROM webhook_outbox w USING ("
+    " SELECT id FROM webhook_outbox WHERE delivered_at IS NOT NULL"
+    " AND delivered_at < now() - make_interval(secs => :keep)"
+    " ORDER BY delivered_at LIMIT :batch FOR UPDATE SKIP LOCKED) old "
+    "WHERE w.id = old.id"
+)
+_DELETE_AUDIT = text(
+    "DELETE FROM admin_audit_log a USING ("
+    " SELECT id FROM admin_audit_log WHERE at < now() - make_interval(secs => :keep)"
+    " ORDER BY at LIMIT :batch FOR UPDATE SKIP LOCKED) old "
+    "WHERE a.id = old.id"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionStep:
+    name: str
+    statement: TextClause
+    keep_seconds: float
+
+
+def steps(settings: Settings) -> list[RetentionStep]:
+    """The steps the settings switch on, in the order a pass runs them."""
+    wanted = (
+        ("flow_results", _CLEAR_RESULTS, settings.result_retention_seconds),
+        ("flows", _DELETE_FLOWS, settings.flow_retention_seconds),
+        ("webhook_outbox", _DELETE_DELIVERED, settings.outbox_retention_seconds),
+        ("admin_audit_log", _DELETE_AUDIT, settings.audit_retention_seconds),
+    )
+    return [RetentionStep(name, statement, keep) for name, statement, keep in wanted if keep is not None]
+
+
+async def run_step(session: AsyncSession, step: RetentionStep, batch: int = BATCH_SIZE) -> int:
+    """One batch of one step; the caller's unit of work commits it."""
+    result = await session.execute(step.statement, {"keep": step.keep_seconds, "batch": batch})
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def run_retention(
+    sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    *,
+    batch: int = BATCH_SIZE,
+    budget_seconds: float = PASS_BUDGET_SECONDS,
+) -> dict[str, int]:
+    """One pass: each step in batches until it drains or the pass's budget is spent.
+
+    Returns the rows each step cleared or deleted. A failing step is logged and skipped, so one
+    table's trouble never stops the others' retention or the sweeper."""
+    done: dict[str, int] = {}
+    chosen = steps(settings)
+    for step in chosen:
+        # Each step gets its share, so a deep backlog in one table never starves the others.
+        started = time.monotonic()
+        done[step.name] = 0
+        while time.monotonic() - started < budget_seconds / len(chosen):
+            try:
+                async with unit_of_work(sessions) as session:
+                    count = await run_step(session, step, batch)
+            except Exception as exc:  # upkeep must never stop the sweeper
+                logger.warning("retention step failed", extra={"step": step.name, "error_type": type(exc).__name__})
+                break
+            done[step.name] += count
+            if count < batch:
+                break
+    if any(done.values()):
+        logger.info("retention pass", extra={"rows": done})
+    return done
