@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.flows.schemas import Subject
 from service.settings import Settings
@@ -116,6 +117,24 @@ async def _readiness(http: httpx.AsyncClient) -> tuple[str, str, float]:
     return ready["redis"], ready["wakeups"], fallback
 
 
+async def _completions_timed(http: httpx.AsyncClient) -> tuple[float, float]:
+    """``b``'s own timing of its completion calls (``elicitd_http_request_duration_seconds``): how
+    many took at most 100 ms, and how many there were. Measured by the server, it leaves out time
+    this test's event loop spends elsewhere (on ``a`` and its waiters, which share it)."""
+    within = total = 0.0
+    for family in text_string_to_metric_families((await http.get("/metrics")).text):
+        for sample in family.samples:
+            if sample.name != "elicitd_http_request_duration_seconds_bucket":
+                continue
+            if sample.labels.get("method") != "POST" or not sample.labels.get("route", "").endswith("/complete"):
+                continue
+            if sample.labels["le"] == "0.1":
+                within += sample.value
+            elif sample.labels["le"] == "+Inf":
+                total += sample.value
+    return within, total
+
+
 async def _when(condition: Callable[[], bool | Awaitable[bool]]) -> float:
     """The event loop's time at which ``condition`` first held (checked every 10 ms)."""
     await until(condition, timeout=30, what="the condition")
@@ -148,11 +167,14 @@ async def _outage(run: Pair, break_redis: Callable[[], object], mend_redis: Call
     completed: dict[str, float] = {}
     tasks = await _park(run, flows, answered)
     hub = run.a.state.hub
+    within_before, total_before = await _completions_timed(run.http_b)
 
     broken = loop.time()
     break_redis()
     a_noticed = asyncio.create_task(_when(lambda: not hub.healthy))
     durations = await _complete(run, [*flows, *others], completed)
+    within, total = await _completions_timed(run.http_b)
+    within, total = within - within_before, total - total_before
     responses = await asyncio.wait_for(asyncio.gather(*tasks), 2 * POLL_SECONDS + 10)
     noticed_at = await a_noticed
     await until(lambda: _not(run.b_on_redis), what="b polling")
@@ -175,6 +197,7 @@ async def _outage(run: Pair, break_redis: Callable[[], object], mend_redis: Call
             "completion_ms_p99": round(p99 * 1000, 1),
             "completion_ms_max": round(max(durations) * 1000, 1),
             "completion_ms_p99_redis_fine": round(base_p99 * 1000, 1),
+            "completions_within_100ms_by_b": f"{within:g}/{total:g}",
             "waiters_learned_s_max": round(max(learned), 2),
             "waiters_learned_s_p50": round(percentile(learned, 0.5), 2),
             "a_polling_after_s": round(noticed_at - broken, 2),
@@ -188,8 +211,9 @@ async def _outage(run: Pair, break_redis: Callable[[], object], mend_redis: Call
         },
     )
     assert [r.json()["flow"]["status"] for r in responses] == ["completed"] * WAITERS
-    # p99 < 100 ms; a machine too busy for that even with Redis fine is judged against itself.
-    assert p99 < max(0.1, 2 * base_p99), (p99, base_p99)
+    # p99 < 100 ms as b measures them (99 of 100 calls within 100 ms).
+    assert total == COMPLETIONS
+    assert within >= 0.99 * COMPLETIONS, (within, total, p99, base_p99)
     assert max(learned) <= POLL_SECONDS + 1.0
     assert noticed_at - broken <= POLL_SECONDS + 0.5
     assert during == [("down", "polling", 1.0)] * 2
