@@ -28,6 +28,9 @@ Every wait in elicitd has a bound, and the bounds are chosen against each other;
 6. **A request waiting for another replica's refresh waits at most the claim** (20 s): by then the
    winner wrote its token or its claim lapsed. This stays under the client library's default
    timeout (30 s), so the token endpoint answers before its caller gives up.
+7. **A server that stops answering is bounded by the client** (``CONNECT_TIMEOUT_SECONDS``, 5 s, to
+   connect; ``COMMAND_TIMEOUT_SECONDS``, 40 s, per statement): above every ``statement_timeout`` a
+   session sets, so while the server answers its own timeouts fire first.
 
 Errors from these waits are told apart by SQLSTATE in ``service/db/errors.py``.
 """
