@@ -286,7 +286,7 @@ class Generator:
                 "wrk",
                 f"-t{self.threads}",
                 f"-c{self.connections}",
-                f"-d{seconds:g}s",
+                f"-d{max(1, round(seconds))}s",  # wrk takes whole seconds
                 "--timeout",
                 "10s",
                 "--latency",
