@@ -150,6 +150,9 @@ def _compare(connection: Connection) -> list[Any]:
     return list(compare_metadata(context, target_metadata()))
 
 
+LOCK_POLL_SECONDS = 0.2
+
+
 async def _locked(database_url: str, timeouts: MigrationTimeouts, action: Callable[[Config], None]) -> tuple[str, ...]:
     config = alembic_config(database_url)
     ran: list[str] = []
@@ -159,7 +162,13 @@ async def _locked(database_url: str, timeouts: MigrationTimeouts, action: Callab
     engine = create_async_engine(database_url, poolclass=pool.NullPool, connect_args={"server_settings": settings})
     try:
         async with engine.connect() as connection:
-            await connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            # Polled, with no transaction open between tries: a migrator blocked inside
+            # pg_advisory_lock holds a snapshot, which the other's CREATE INDEX CONCURRENTLY waits
+            # for while holding the lock the first waits for — a deadlock.
+            lock = text("SELECT pg_try_advisory_lock(:key)")
+            while not (await connection.execute(lock, {"key": MIGRATION_LOCK_KEY})).scalar():
+                await connection.commit()
+                await asyncio.sleep(LOCK_POLL_SECONDS)
             await connection.execute(_SET_TIMEOUTS, {"lock": timeouts.lock, "statement": timeouts.statement})
             await connection.commit()
             await connection.run_sync(_run_alembic, config, action)

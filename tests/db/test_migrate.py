@@ -31,6 +31,15 @@ WHERE datname = current_database() AND application_name = 'elicitd-migrate'
   AND wait_event_type = 'Lock' AND clock_timestamp() - query_start > make_interval(secs => $1)
 """
 
+# Queued for the migration lock: it is polled with no transaction open (a migrator blocked inside
+# pg_advisory_lock would hold a snapshot that the other's CREATE INDEX CONCURRENTLY waits for), so
+# a queued migrator is a connected one that has not got the lock yet.
+_QUEUED_MIGRATORS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = 'elicitd-migrate'
+  AND clock_timestamp() - backend_start > make_interval(secs => $1)
+"""
+
 
 async def _connect(url: str) -> asyncpg.Connection:
     return await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://", 1))
@@ -59,10 +68,12 @@ async def _read_outbox_and_stay(traffic: asyncpg.Connection) -> asyncpg.transact
     return transaction
 
 
-async def _until_waiting(observer: asyncpg.Connection, migrators: list[asyncio.Task[Any]], seconds: float) -> None:
+async def _until_waiting(
+    observer: asyncpg.Connection, migrators: list[asyncio.Task[Any]], seconds: float, query: str = _WAITING_MIGRATORS
+) -> None:
     """Until every migrator has waited on a lock for ``seconds``; fails as soon as one stops."""
     deadline = time.monotonic() + 60
-    while await observer.fetchval(_WAITING_MIGRATORS, seconds) != len(migrators):
+    while await observer.fetchval(query, seconds) != len(migrators):
         assert not any(m.done() for m in migrators), [m.result() for m in migrators if m.done()]
         assert time.monotonic() < deadline, f"the migrators never all waited {seconds} s on a lock"
         await asyncio.sleep(0.05)
@@ -80,7 +91,7 @@ async def test_two_migrators_at_once_apply_each_migration_exactly_once(
     short = MigrationTimeouts(lock="1s", statement="1s")
     migrators = [asyncio.create_task(upgrade_async(empty_database, timeouts=short)) for _ in range(2)]
     # Longer than both timeouts: queueing for the lock is not bounded by them.
-    await _until_waiting(observer, migrators, 1.5)
+    await _until_waiting(observer, migrators, 1.5, _QUEUED_MIGRATORS)
     await observer.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
 
     applied = await asyncio.gather(*migrators)
