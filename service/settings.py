@@ -114,6 +114,9 @@ class Settings:
     db_pool_size: int = 10
     # How long a request waits for a pooled connection before it is answered 503 + Retry-After.
     db_pool_timeout_seconds: float = 30.0
+    # False behind a transaction-mode pooler that cannot track named prepared statements
+    # (PgBouncer before 1.21): every statement is then prepared unnamed, per use (docs/scaling.md).
+    db_statement_cache: bool = True
     log_level: str = "INFO"
     log_json: bool = True
     background_tasks: bool = True
@@ -240,6 +243,8 @@ class Settings:
             values["log_level"] = raw.upper()
         if (raw := get("LOG_JSON")) is not None:
             values["log_json"] = _bool(raw, "ELICITD_LOG_JSON")
+        if (raw := get("DB_STATEMENT_CACHE")) is not None:
+            values["db_statement_cache"] = _bool(raw, "ELICITD_DB_STATEMENT_CACHE")
         values.update(_kind_settings(get))
         values["extra"] = {k[len(_PREFIX) :]: v for k, v in env.items() if k.startswith(_PREFIX)}
         values.update(overrides)

@@ -37,6 +37,7 @@ Errors from these waits are told apart by SQLSTATE in ``service/db/errors.py``.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import msgspec
@@ -62,6 +63,16 @@ STATEMENT_TIMEOUT_MS = 15_000
 # keep the pool full until TCP gives up (about 15 minutes on Linux).
 CONNECT_TIMEOUT_SECONDS = 5
 COMMAND_TIMEOUT_SECONDS = 40
+
+
+# Behind PgBouncer < 1.21 in transaction mode, consecutive transactions may run on different server
+# connections, so a statement prepared by name on one is missing (or already taken) on the next:
+# no statement cache in asyncpg or SQLAlchemy, and a fresh name for each prepared statement.
+_UNCACHED_STATEMENTS: dict[str, Any] = {
+    "statement_cache_size": 0,
+    "prepared_statement_cache_size": 0,
+    "prepared_statement_name_func": lambda: f"__elicitd_{uuid.uuid4().hex}__",
+}
 
 
 def make_engine(settings: Settings) -> AsyncEngine:
@@ -92,6 +103,7 @@ def make_engine(settings: Settings) -> AsyncEngine:
                 "lock_timeout": str(LOCK_TIMEOUT_MS),
                 "application_name": "elicitd",
             },
+            **({} if settings.db_statement_cache else _UNCACHED_STATEMENTS),
         },
     )
     event.listen(engine.sync_engine, "checkout", _discard_closed)
