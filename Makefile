@@ -54,7 +54,7 @@ types: $(STAMP)
 check: format lint types test
 
 bench: $(STAMP)
-	$(PY) bench/run.py
+	$(PY) bench/run.py $(if $(PHASES),--phases $(PHASES))
 
 # Re-resolve every dependency to the newest versions pyproject.toml allows, in a scratch venv, and
 # pin them in constraints.txt (review the diff, then run the checks).

@@ -672,6 +672,11 @@ def main() -> None:
                 f"[waiters] {results['waiters_registered_in_hub']} waiting: RSS {results['waiters_10k_rss_mb']} MB, "
                 f"{results['redis_subscriber_connections_of_process']} Redis subscription connection(s)"
             )
+        if "scale" in phases:  # not in the default run: loading a million flows takes minutes
+            from bench.scale import scale_phase
+
+            gen = Generator.choose(args.generator, args.connections)
+            results.update(scale_phase(gen, found, keys, channel, api_key, client_id, args.duration))
     results["targets"] = TARGETS
     results["targets_missed"] = missed_targets(results, phases)
     results["targets_met"] = not results["targets_missed"]

@@ -3,6 +3,17 @@
 Run on its own (``python bench/scale.py``) or from ``bench/run.py`` with ``--phases scale``; it is
 not part of the default run, because loading a million flows takes minutes.
 
+Scale part (``scale_phase``, what ``--phases scale`` runs): 10,000 flows (9,000 terminal, 1,000
+pending) are loaded with ``COPY`` across 200 server clients and 50,000 subjects, and status,
+resolve and create are measured at 32 connections; then the table is brought to 1,000,000 flows
+(900,000 terminal created over 100 days, 100,000 pending) and the same three are measured again,
+giving ``scale_*_ratio`` (1M ÷ 10k throughput) and both p99s. Then every pending flow is given an
+expiry within the next minute and a second replica is started: ``sweep_100k_seconds`` is how long
+after the start of that minute the last one was expired (``sweep_lag_p99_seconds``: expiry to
+sweep), with status p99 meanwhile. Last, retention runs over the backlog (results older than
+7 days, flows older than 90) while status is measured, with table and index sizes before and after.
+The measuring servers run with retention off, so only the measured pass deletes.
+
 Retention part: a backlog of terminal flows past the 90-day window, each with five flow events
 (one million ``flow_events`` rows), is loaded with ``COPY``; then
 
@@ -24,6 +35,7 @@ import itertools
 import json
 import random
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -34,13 +46,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg
+import httpx
 
-from bench.harness import DATA, backends, percentile
+from bench.harness import DATA, Backends, Generator, Server, Target, backends, percentile, server_env
 from service.db.unit import unit_of_work
 from service.flows.retention import BATCH_SIZE, steps
 from service.settings import KeyRing, Settings, normalize_database_url
 
 EVENTS_PER_FLOW = 5
+SUBJECT = {"iss": "https://id.bench.example", "sub": "bench-user"}
 READERS = 8
 
 
@@ -326,13 +340,251 @@ async def partition_part(conn: asyncpg.Connection, rows: int) -> dict[str, Any]:
     }
 
 
+# ---- the scale phase: one million flows -----------------------------------------------------------
+SMALL, LARGE, PENDING = 10_000, 1_000_000, 100_000
+_STILL_PENDING = "SELECT count(*) AS n FROM flows WHERE status = 'pending' AND subject_iss = 'https://id.scale.example'"
+OFF = {"ELICITD_RESULT_RETENTION": "off", "ELICITD_FLOW_RETENTION": "off"}
+
+
+async def _load(database_url: str, clients: list[uuid.UUID], total: int, pending: int) -> None:
+    """``total`` flows: ``pending`` of them pending (expiring within a day), the rest terminal and
+    created over the last 100 days (so a tenth is past the 90-day window), in COPY chunks."""
+    conn = await asyncpg.connect(_plain(database_url))
+    try:
+        terminal, chunk = total - pending, 100_000
+        for start in range(0, terminal, chunk):
+            count = min(chunk, terminal - start)
+            newest = 100 * (1 - (start + count) / terminal)
+            await copy_flows(conn, clients, count=count, oldest_days=100 * (1 - start / terminal), newest_days=newest)
+        for start in range(0, pending, chunk):
+            await copy_flows(
+                conn, clients, count=min(chunk, pending - start), oldest_days=0.01, newest_days=0, pending=True
+            )
+        await conn.execute("VACUUM ANALYZE flows")
+    finally:
+        await conn.close()
+
+
+async def _more_clients(database_url: str, count: int) -> list[uuid.UUID]:
+    conn = await asyncpg.connect(_plain(database_url))
+    try:
+        return await server_clients(conn, count)
+    finally:
+        await conn.close()
+
+
+async def _sql(database_url: str, sql: str, *args: Any) -> Any:
+    conn = await asyncpg.connect(_plain(database_url))
+    try:
+        return await conn.fetchrow(sql, *args)
+    finally:
+        await conn.close()
+
+
+def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
+    generator: Generator, found: Backends, keys: str, channel: str, api_key: str, client_id: uuid.UUID, seconds: float
+) -> dict[str, Any]:
+    """Status, resolve and create at 10,000 and at 1,000,000 flows in the same run; then 100,000
+    expiries within one minute under two sweepers; then retention over the backlog."""
+    from bench.run import create_external
+
+    url = found.database_url
+    clients = [client_id, *asyncio.run(_more_clients(url, 199))]
+    asyncio.run(_load(url, clients, SMALL, SMALL // 10))
+    env = server_env(found, keys, channel, **OFF)
+    app = Server("elicitd-scale", "elicitd_factory:create", env).start()
+    second: Server | None = None
+    out: dict[str, Any] = {}
+    try:
+        auth = f"Bearer {api_key}"
+        with httpx.Client(base_url=app.url, headers={"Authorization": auth}, timeout=30) as http:
+            created = create_external(http, "scale")
+            flow_id = created["flow"]["id"]
+            done = http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"ok": True}})
+            assert done.status_code == 200, done.text
+        json_type = "Content-Type: application/json"
+        resolve_body = json.dumps(
+            {
+                "subject": SUBJECT | {"sub": "scale"},
+                "request_state": created["mcp"]["requestState"],
+                "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}},
+            }
+        )
+        create_body = json.dumps(
+            {
+                "subject": {"iss": SUBJECT["iss"], "sub": "s-{n}"},
+                "kind": "external",
+                "url": "https://mcp.bench.example/step",
+            }
+        )
+        targets = [
+            Target("status", f"{app.url}/v1/flows/{flow_id}", headers=(f"Authorization: {auth}",)),
+            Target(
+                "resolve",
+                f"{app.url}/v1/flows/resolve",
+                method="POST",
+                body=resolve_body,
+                headers=(f"Authorization: {auth}", json_type),
+            ),
+            Target(
+                "create",
+                f"{app.url}/v1/flows",
+                method="POST",
+                body=create_body,
+                headers=(f"Authorization: {auth}", json_type),
+                unique=True,
+            ),
+        ]
+
+        def measure(label: str) -> dict[str, dict[str, float]]:
+            figures = {}
+            for target in targets:
+                generator.run(target, 1.0)
+                figures[target.name] = generator.run(target, seconds)
+                say(
+                    f"[scale] {label} {target.name}: {figures[target.name]['rps']:.0f} req/s, "
+                    f"p99 {figures[target.name]['p99_ms']} ms"
+                )
+            return figures
+
+        small = measure("10k flows")
+        say(f"[scale] loading {LARGE - SMALL} more flows with COPY")
+        started = time.perf_counter()
+        asyncio.run(_load(url, clients, LARGE - SMALL, PENDING - SMALL // 10))
+        out["scale_load_seconds"] = round(time.perf_counter() - started, 1)
+        large = measure("1M flows")
+        for name in ("status", "resolve", "create"):
+            out[f"scale_{name}_ratio"] = round(large[name]["rps"] / small[name]["rps"], 3)
+            out[f"scale_{name}_p99_ms_10k"] = small[name]["p99_ms"]
+            out[f"scale_{name}_p99_ms_1m"] = large[name]["p99_ms"]
+            out[f"scale_{name}_rps_10k"] = round(small[name]["rps"], 1)
+            out[f"scale_{name}_rps_1m"] = round(large[name]["rps"], 1)
+        out["scale_flows"] = int((asyncio.run(_sql(url, "SELECT count(*) AS n FROM flows")))["n"])
+
+        # 100,000 expiries within one minute, two replicas sweeping.
+        second = Server("elicitd-scale-b", "elicitd_factory:create", env).start()
+        row = asyncio.run(
+            _sql(
+                url,
+                "WITH due AS (SELECT id FROM flows WHERE status = 'pending' AND kind = 'external'"
+                " AND subject_iss = 'https://id.scale.example' LIMIT $1)"
+                " UPDATE flows f SET expires_at = now() + random() * interval '60 seconds'"
+                " FROM due WHERE f.id = due.id RETURNING now() AS t0",
+                PENDING,
+            )
+        )
+        t0 = row["t0"]
+        during: list[float] = []
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            during.append(generator.run(targets[0], 5.0)["p99_ms"])
+            left = asyncio.run(_sql(url, _STILL_PENDING))
+            if left["n"] == 0:
+                break
+        swept = asyncio.run(
+            _sql(
+                url,
+                "SELECT count(*) AS n, extract(epoch FROM max(completed_at) - $1) AS span,"
+                " extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY completed_at - expires_at)) AS lag99"
+                " FROM flows WHERE status = 'expired' AND completed_at >= $1",
+                t0,
+            )
+        )
+        out["sweep_100k_expired"] = int(swept["n"])
+        out["sweep_100k_seconds"] = round(float(swept["span"] or 0), 1)
+        out["sweep_lag_p99_seconds"] = round(float(swept["lag99"] or 0), 2)
+        out["sweep_status_p99_ms"] = max(during)
+        out["sweep_status_p99_ratio"] = round(max(during) / large["status"]["p99_ms"], 2)
+        say(
+            f"[scale] sweep: {out['sweep_100k_expired']} expired, "
+            f"the last {out['sweep_100k_seconds']} s after the minute began"
+        )
+
+        # Retention over the backlog, run as the replicas' sweepers run it, status measured meanwhile.
+        sizes_before = asyncio.run(_sizes(url))
+        box: dict[str, Any] = {}
+        worker = threading.Thread(target=lambda: box.update(asyncio.run(_retention_drain(url))))
+        worker.start()
+        retention_p99: list[float] = []
+        while worker.is_alive():
+            retention_p99.append(generator.run(targets[0], 5.0)["p99_ms"])
+        worker.join()
+        out["retention_rows"] = box
+        out["retention_status_p99_ms"] = max(retention_p99)
+        out["retention_status_p99_ratio"] = round(max(retention_p99) / large["status"]["p99_ms"], 2)
+        out["retention_sizes_before"] = sizes_before
+        out["retention_sizes_after"] = asyncio.run(_sizes(url))
+    finally:
+        app.stop()
+        if second is not None:
+            second.stop()
+    return out
+
+
+async def _sizes(database_url: str) -> dict[str, dict[str, float]]:
+    conn = await asyncpg.connect(_plain(database_url))
+    try:
+        await conn.execute("VACUUM ANALYZE flows")
+        return await sizes(conn, ("flows", "flow_events", "webhook_outbox"))
+    finally:
+        await conn.close()
+
+
+async def _retention_drain(database_url: str) -> dict[str, Any]:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from service.db.engine import make_sessionmaker
+    from service.flows.retention import run_retention
+
+    settings = Settings(
+        database_url=normalize_database_url(database_url),
+        redis_url=None,
+        public_url="http://127.0.0.1:0",
+        keys=KeyRing.parse(KeyRing.generate_entry("scale"), name="keys"),
+    )
+    engine = create_async_engine(settings.database_url, pool_size=2)
+    totals: dict[str, int] = {}
+    started = time.perf_counter()
+    try:
+        while True:
+            done = await run_retention(make_sessionmaker(engine), settings, budget_seconds=8.0)
+            for name, count in done.items():
+                totals[name] = totals.get(name, 0) + count
+            if not any(done.values()):
+                break
+    finally:
+        await engine.dispose()
+    return {**totals, "seconds": round(time.perf_counter() - started, 1)}
+
+
+def run_scale(found: Backends, seconds: float, generator: str = "auto", connections: int = 32) -> dict[str, Any]:
+    """The scale phase on its own database, with its own server client, keys and channel."""
+    from bench.run import make_client
+
+    api_key, client_id = asyncio.run(make_client(found.database_url))
+    keys = KeyRing.generate_entry("scale1")
+    channel = "elicitd:scale:" + uuid.uuid4().hex[:8]
+    (DATA / "logs").mkdir(parents=True, exist_ok=True)
+    return scale_phase(Generator.choose(generator, connections), found, keys, channel, api_key, client_id, seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backlog-flows", type=int, default=200_000, help="old flows (5 flow events each) to delete")
+    parser.add_argument(
+        "--parts", default="retention,scale", help="retention (batches vs partitions), scale (1M flows)"
+    )
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per throughput measurement")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    results: dict[str, Any] = {}
     with backends() as found:
         say(f"[scale] {found.description}; database {found.database}")
-        results = asyncio.run(retention_part(found.database_url, args.backlog_flows))
+        if "retention" in parts:
+            results.update(asyncio.run(retention_part(found.database_url, args.backlog_flows)))
+    if "scale" in parts:
+        with backends() as found:
+            results.update(run_scale(found, args.duration))
     (DATA / "scale.json").parent.mkdir(parents=True, exist_ok=True)
     (DATA / "scale.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, separators=(",", ":")), flush=True)
