@@ -100,9 +100,10 @@ class PrivatePostgres:
         self._run("initdb", "-D", str(self.data), "--auth=trust", "-U", "postgres", "--encoding=utf8", "-N")
         return self
 
-    def start(self) -> None:
+    def start(self) -> PrivatePostgres:
         options = f"-h 127.0.0.1 -p {self.port} -k '' -c fsync=off -c full_page_writes=off"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
+        return self
 
     def stop(self, mode: str = "fast") -> None:
         """``fast``: sessions are ended (57P01) and the server exits; ``immediate``: it is killed,
@@ -160,9 +161,9 @@ class PrivatePostgres:
 
 @contextlib.contextmanager
 def private_postgres(name: str) -> Iterator[PrivatePostgres]:
-    server = PrivatePostgres(FAULTS_DATA / f"{name}-{uuid.uuid4().hex[:6]}").init()
+    server = PrivatePostgres(FAULTS_DATA / f"{name}-{uuid.uuid4().hex[:6]}")
     try:
-        server.start()
+        server.init().start()
         yield server
     finally:
         server.teardown()
