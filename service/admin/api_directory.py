@@ -114,8 +114,7 @@ class AdminProvidersController(Controller):
         summary="Fetch the provider's metadata now and show the endpoints a connect would use",
     )
     async def test_discovery(self, request: Request[Any, Any, Any], services: Services, name: str) -> DiscoveryReport:
-        async with unit(services) as session:
-            return await directory.check_provider_discovery(session, services.vault, name)
+        return await directory.check_provider_discovery(services.read_sessions, services.vault, services.http, name)
 
 
 async def _set_provider(request: Request[Any, Any, Any], services: Services, name: str, enabled: bool) -> ProviderView:
@@ -183,8 +182,7 @@ class AdminIssuersController(Controller):
     async def test_discovery(
         self, request: Request[Any, Any, Any], services: Services, data: IssuerRef
     ) -> DiscoveryReport:
-        async with unit(services) as session:
-            return await directory.check_issuer_discovery(session, services.issuers, data.issuer)
+        return await directory.check_issuer_discovery(services.read_sessions, services.issuers, data.issuer)
 
 
 async def _set_issuer(

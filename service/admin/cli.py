@@ -200,6 +200,8 @@ def _clients(op: str) -> Handler:
                         "trusted_issuers": args.issuer or [],
                         "flows_per_minute": args.flows_per_minute,
                         "pending_per_subject": args.pending_per_subject,
+                        "subject_proof": args.subject_proof,
+                        "resource_uris": args.resource_uri or [],
                     },
                     CreateServerClient,
                 )
@@ -380,6 +382,15 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
     made.add_argument("--issuer", action="append")
     made.add_argument("--flows-per-minute", type=int)
     made.add_argument("--pending-per-subject", type=int)
+    made.add_argument(
+        "--subject-proof",
+        choices=["required", "none"],
+        default="required",
+        help="require the user's access token in Elicitd-Subject-Token on calls naming a user (default: required)",
+    )
+    made.add_argument(
+        "--resource-uri", action="append", help="a resource URI the user's tokens are issued for (RFC 8707)"
+    )
     leaf(
         clients, "list", "adminListServerClients", _command(_clients("list"), _CLIENT_COLUMNS, rows=_items), paged=True
     )

@@ -86,13 +86,13 @@ def _providers(op: str) -> Any:
         from service.admin import directory
         from service.connections import providers
 
+        if op == "test-discovery":  # an outbound fetch: no transaction open around it
+            return await directory.check_provider_discovery(state.read_sessions, state.vault, state.http, args.target)
         async with unit_of_work(state.sessions) as session:
             if op == "list":
                 return [directory.provider_view(p) for p in await providers.list_providers(session)]
             if op == "show":
                 return directory.provider_view(await directory.get_provider(session, args.target))
-            if op == "test-discovery":
-                return await directory.check_provider_discovery(session, state.vault, args.target)
             if op == "create":
                 body = {**_body(args, _PROVIDER_OPTIONS, "default_scopes"), "name": args.target}
                 result: Any = await directory.create_provider(
@@ -121,11 +121,11 @@ def _issuers(op: str) -> Any:
         from service.admin import directory
         from service.identity import issuers
 
+        if op == "test-discovery":  # an outbound fetch: no transaction open around it
+            return await directory.check_issuer_discovery(state.read_sessions, state.issuers, args.target)
         async with unit_of_work(state.sessions) as session:
             if op == "list":
                 return [directory.issuer_view(i) for i in await issuers.list_issuers(session)]
-            if op == "test-discovery":
-                return await directory.check_issuer_discovery(session, state.issuers, args.target)
             if op == "create":
                 body = {**_body(args, _ISSUER_OPTIONS, "scopes"), "issuer": args.target}
                 result: Any = await directory.create_issuer(

@@ -14,11 +14,12 @@ import dataclasses
 from datetime import datetime
 from typing import Annotated, Any
 
+import httpx
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.connections import providers
 from service.connections.discovery import DiscoveryFailed, MetadataCache
@@ -272,11 +273,17 @@ async def update_provider(session: AsyncSession, vault: Vault, name: str, data: 
     return provider_view(await providers.upsert_provider(session, spec, vault))
 
 
-async def check_provider_discovery(session: AsyncSession, vault: Vault, name: str) -> DiscoveryReport:
-    """Fetch the metadata afresh (a new cache: nothing stale answers) and resolve as a connect would."""
-    row = await get_provider(session, name)
+async def check_provider_discovery(
+    sessions: async_sessionmaker[AsyncSession], vault: Vault, http: httpx.AsyncClient, name: str
+) -> DiscoveryReport:
+    """Fetch the metadata afresh (a new cache: nothing stale answers) and resolve as a connect would.
+
+    The row is read in its own short session; the fetch runs on the shared client with no
+    connection held, like every other outbound call."""
+    async with sessions() as session:
+        row = await get_provider(session, name)
     try:
-        resolved = await providers.resolve(row, vault, MetadataCache(ttl=0))
+        resolved = await providers.resolve(row, vault, MetadataCache(http=http, ttl=0))
     except DiscoveryFailed as exc:
         return DiscoveryReport(
             ok=False, discovered=bool(row.issuer), error_code=exc.problem_code, error=exc.detail, issuer=row.issuer
@@ -350,10 +357,12 @@ async def update_issuer(session: AsyncSession, vault: Vault, data: UpdateIssuer)
 
 
 async def check_issuer_discovery(
-    session: AsyncSession, directory: issuers.IssuerDirectory, issuer: str
+    sessions: async_sessionmaker[AsyncSession], directory: issuers.IssuerDirectory, issuer: str
 ) -> DiscoveryReport:
-    """Fetch ``/.well-known/openid-configuration`` now; explicit endpoints in the row still win."""
-    row = await get_issuer(session, issuer)
+    """Fetch ``/.well-known/openid-configuration`` now; explicit endpoints in the row still win.
+    The row is read in its own short session; the fetch holds no connection."""
+    async with sessions() as session:
+        row = await get_issuer(session, issuer)
     try:
         metadata = await directory.discover(row.issuer)
     except issuers.IssuerUnavailable as exc:

@@ -152,7 +152,9 @@ async def test_cli_parity(elicitd: RunningApp, database_url: str, backend: Any) 
         whoami = (await http.get("/admin/v1/whoami")).json()
     assert whoami == {"admin_token_id": made["id"], "name": "cli-ops", "role": "operator"}
 
-    code, out, _ = await _cli(env, "clients", "create", f"cli-{uuid.uuid4().hex[:8]}", "--flows-per-minute", "7")
+    code, out, _ = await _cli(
+        env, "clients", "create", f"cli-{uuid.uuid4().hex[:8]}", "--flows-per-minute", "7", "--subject-proof", "none"
+    )
     assert code == 0
     assert "API key (shown once, store it now): elk_" in out
     api_key = out.split("store it now): ")[1].strip()
