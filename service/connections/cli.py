@@ -23,15 +23,14 @@ from service.errors import ConfigurationError, NotFound
 
 async def _with_db(work: Callable[[AsyncSession, Vault], Awaitable[Any]]) -> Any:
     from service.db.engine import make_engine, make_sessionmaker
+    from service.db.unit import unit_of_work
     from service.settings import Settings
 
     settings = Settings.from_env()
     engine = make_engine(settings)
     try:
-        async with make_sessionmaker(engine)() as session:
-            result = await work(session, Vault(settings.keys))
-            await session.commit()
-            return result
+        async with unit_of_work(make_sessionmaker(engine)) as session:
+            return await work(session, Vault(settings.keys))
     finally:
         await engine.dispose()
 

@@ -51,6 +51,7 @@ from service.crypto.vault import Vault
 from service.db.base import CONNECTION_ID
 from service.db.direct import DirectStatements
 from service.db.errors import TRANSIENT, classify
+from service.db.unit import unit_of_work
 from service.errors import (
     Conflict,
     NotConnected,
@@ -421,7 +422,7 @@ class ConnectionService:
             if not view.claimed:
                 # Discovery may fetch metadata: before the claim, so the claim covers only the call.
                 provider = provider or await self.provider(conn.provider)
-                async with self.sessions() as session:
+                async with unit_of_work(self.sessions) as session:
                     claimed = await repo.claim_refresh(
                         session,
                         connection_id,
@@ -430,7 +431,6 @@ class ConnectionService:
                         margin_seconds=self.margin,
                         force=force,
                     )
-                    await session.commit()
                 if claimed is not None:
                     answer = await self._refresh_claimed(claimed[0], claim, provider, expired=claimed[1], force=force)
                     if answer is not None:
@@ -459,9 +459,8 @@ class ConnectionService:
             )
         if not expired:
             return self._answer(conn)
-        async with self.sessions() as session:
+        async with unit_of_work(self.sessions) as session:
             await repo.mark_reauthorization_required(session, conn.id)
-            await session.commit()
         raise self._reauth(conn)
 
     async def _refresh_claimed(
@@ -479,9 +478,8 @@ class ConnectionService:
                 tokens = await oauth.refresh(self.http, provider, refresh_token)
             except oauth.ProviderError as exc:
                 if exc.error == "invalid_grant":
-                    async with self.sessions() as session:
+                    async with unit_of_work(self.sessions) as session:
                         await repo.mark_reauthorization_required(session, conn.id, claim=claim)
-                        await session.commit()
                     settled = True
                     self._refreshed(conn.provider, "reauthorization_required")
                     logger.info(
@@ -501,9 +499,8 @@ class ConnectionService:
             values = self._seal_tokens(conn.id, token_binding(conn), tokens)
             # Omitted means unchanged (RFC 6749 §6); present, it is read as the code exchange reads it.
             values["scopes"] = oauth.split_scopes(tokens.scope, provider.scope_separator) if tokens.scope else None
-            async with self.sessions() as session:
+            async with unit_of_work(self.sessions) as session:
                 updated = await repo.store_refreshed(session, conn.id, claim, values)
-                await session.commit()
             settled = True
             if updated is None:
                 self._refreshed(conn.provider, "discarded")
@@ -522,9 +519,8 @@ class ConnectionService:
     async def _release(self, connection_id: uuid.UUID, claim: uuid.UUID) -> None:
         """End a claim early so the next caller need not wait for it to lapse (best effort)."""
         try:
-            async with self.sessions() as session:
+            async with unit_of_work(self.sessions) as session:
                 await repo.release_refresh_claim(session, connection_id, claim)
-                await session.commit()
         except (DBAPIError, OSError) as exc:
             logger.warning(
                 "refresh claim not released; it lapses by itself",
@@ -538,10 +534,9 @@ class ConnectionService:
         found = [conn for conn, _ in await self._live(client, provider_name, iss, sub, account)]
         at_provider = await self._revoke_at_provider(provider_name, found)
         with _database_busy():
-            async with self.sessions() as session:
+            async with unit_of_work(self.sessions) as session:
                 revoked = await repo.mark_revoked(session, [c.id for c in found])
                 told = await events_repo.connections_revoked(session, revoked)
-                await session.commit()
         await self._announce(told)
         for cid in revoked:
             logger.info(
@@ -558,10 +553,9 @@ class ConnectionService:
             return None
         found = [conn] if conn.status != REVOKED else []
         at_provider = await self._revoke_at_provider(conn.provider, found)
-        async with self.sessions() as session:
+        async with unit_of_work(self.sessions) as session:
             revoked = await repo.mark_revoked(session, [c.id for c in found])
             told = await events_repo.connections_revoked(session, revoked)
-            await session.commit()
         await self._announce(told)
         for cid in revoked:
             logger.info(

@@ -36,6 +36,7 @@ from service.crypto.aead import SealError
 from service.crypto.columns import ENCRYPTED_COLUMNS, EncryptedColumn
 from service.crypto.vault import Vault
 from service.db.errors import DbError, classify
+from service.db.unit import unit_of_work
 
 DEFAULT_BATCH = 200
 # Longest wait for a row a request holds. Requests hold rows for milliseconds (no provider call
@@ -56,6 +57,10 @@ class RotationReport:
     @property
     def ok(self) -> bool:
         return not any(self.failed.values()) and not any(self.remaining.values())
+
+
+class _StillHeld(Exception):
+    """A row a request holds was still held after ``LOCK_WAIT``; it is reported as remaining."""
 
 
 async def rotate(
@@ -113,49 +118,52 @@ async def _rotate_column(
     rotated = 0
     waiting = False
     while True:
-        async with sessions() as session:
-            params = {
-                "current": vault.current_key_id,
-                "skip": failed,
-                "batch": 1 if waiting else batch,
-            }
-            if waiting:
-                await session.execute(text(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'"))
-                await session.execute(text(f"SET LOCAL statement_timeout = '{LOCK_WAIT_STATEMENT}'"))
-            try:
-                rows = (await session.execute(wait_locked if waiting else skip_locked, params)).all()
-            except DBAPIError as exc:
-                if classify(exc) is not DbError.LOCK_NOT_AVAILABLE:
-                    raise
-                break  # still held after LOCK_WAIT: reported as remaining
-            if not rows:
+        try:
+            async with unit_of_work(sessions) as session:
+                params = {
+                    "current": vault.current_key_id,
+                    "skip": failed,
+                    "batch": 1 if waiting else batch,
+                }
                 if waiting:
-                    break
-                waiting = True
-                continue
-            waiting = False
-            for row in rows:
-                bound = _bound(c, row)
+                    await session.execute(text(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'"))
+                    await session.execute(text(f"SET LOCAL statement_timeout = '{LOCK_WAIT_STATEMENT}'"))
                 try:
-                    plaintext = vault.decrypt(
-                        row.key_id, row.blob, owner=row.owner, purpose=c.purpose, bound=bound, unbound_ok=True
-                    )
-                except SealError:
-                    failed.append(row.id)
+                    rows = (await session.execute(wait_locked if waiting else skip_locked, params)).all()
+                except DBAPIError as exc:
+                    if classify(exc) is not DbError.LOCK_NOT_AVAILABLE:
+                        raise
+                    # The transaction is aborted: leave the unit without committing it.
+                    raise _StillHeld from None
+                if not rows:
+                    if waiting:
+                        break
+                    waiting = True
                     continue
-                new_key_id, new_blob = vault.encrypt(plaintext, owner=row.owner, purpose=c.purpose, bound=bound)
-                result = await session.execute(
-                    update_sql,
-                    {
-                        "id": row.id,
-                        "new_key_id": new_key_id,
-                        "new_blob": new_blob,
-                        "old_key_id": row.key_id,
-                        "old_blob": row.blob,
-                    },
-                )
-                rotated += int(result.rowcount or 0)  # type: ignore[attr-defined]
-            await session.commit()
+                waiting = False
+                for row in rows:
+                    bound = _bound(c, row)
+                    try:
+                        plaintext = vault.decrypt(
+                            row.key_id, row.blob, owner=row.owner, purpose=c.purpose, bound=bound, unbound_ok=True
+                        )
+                    except SealError:
+                        failed.append(row.id)
+                        continue
+                    new_key_id, new_blob = vault.encrypt(plaintext, owner=row.owner, purpose=c.purpose, bound=bound)
+                    result = await session.execute(
+                        update_sql,
+                        {
+                            "id": row.id,
+                            "new_key_id": new_key_id,
+                            "new_blob": new_blob,
+                            "old_key_id": row.key_id,
+                            "old_blob": row.blob,
+                        },
+                    )
+                    rotated += int(result.rowcount or 0)  # type: ignore[attr-defined]
+        except _StillHeld:
+            break  # still held after LOCK_WAIT: reported as remaining
     async with sessions() as session:
         remaining = (
             await session.execute(
@@ -204,7 +212,7 @@ async def _rebind_column(
     rebound = 0
     failed = report.failed.setdefault(c.label, [])
     while True:
-        async with sessions() as session:
+        async with unit_of_work(sessions) as session:
             params: dict[str, Any] = {"current": vault.current_key_id, "batch": batch}
             if after is not None:
                 params["after"] = after
@@ -229,7 +237,6 @@ async def _rebind_column(
                 )
                 rebound += int(result.rowcount or 0)  # type: ignore[attr-defined]
             after = rows[-1].id
-            await session.commit()
     report.rebound[c.label] = rebound
 
 
