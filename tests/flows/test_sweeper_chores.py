@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -11,13 +12,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.connections.repository import purge_states
 from service.flows.sweeper import run_chores
 from service.identity.sessions import purge_expired
-from tests.support.apps import RunningApp
+from service.services import Services
+from service.settings import Settings
+from tests.support.apps import running_app
 
 
-async def test_chores_drop_only_dead_rows_and_survive_a_failing_one(elicitd: RunningApp) -> None:
+async def test_chores_drop_only_dead_rows_and_survive_a_failing_one(make_settings: Callable[..., Settings]) -> None:
+    # No background upkeep on this instance: nothing but the call below removes the dead row here,
+    # so the count is exact.
+    async with running_app(make_settings(background_tasks=False)) as elicitd:
+        await _chores_case(elicitd.state)
+
+
+async def _chores_case(services: Services) -> None:
     issuer_id = uuid.uuid4()
     dead, live = os.urandom(32), os.urandom(32)
-    async with elicitd.state.sessions() as session:
+    async with services.sessions() as session:
         await session.execute(
             text("INSERT INTO issuers (id, issuer, display_name, client_id) VALUES (:id, :iss, 'Chores', 'c')"),
             {"id": issuer_id, "iss": f"https://chores-{issuer_id.hex}.example"},
@@ -35,8 +45,8 @@ async def test_chores_drop_only_dead_rows_and_survive_a_failing_one(elicitd: Run
     async def broken(session: AsyncSession) -> int:
         raise RuntimeError("boom")
 
-    removed = await run_chores(elicitd.state.flows, [broken, purge_expired, purge_states])
-    async with elicitd.state.sessions() as session:
+    removed = await run_chores(services.flows, [broken, purge_expired, purge_states])
+    async with services.sessions() as session:
         left = (
             (await session.execute(text("SELECT id FROM browser_sessions WHERE issuer_id = :i"), {"i": issuer_id}))
             .scalars()
