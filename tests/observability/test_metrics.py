@@ -15,6 +15,7 @@ from sqlalchemy import text
 from service.db.base import CONNECTION_ID
 from service.settings import Settings
 from tests.admin.conftest import complete_flow, create_flow, hooked_client, make_connection, make_provider
+from tests.connections.conftest import grant
 from tests.support.apps import LogCapture, RunningApp, new_server_client, running_app
 from tests.support.oauth_server import OAuthServer
 from tests.support.waiting import parked
@@ -170,6 +171,8 @@ async def test_real_token_refreshes_are_counted_by_outcome(
         client = await new_server_client(app)
         fresh = await make_connection(app, oauth, provider)
         revoked = await make_connection(app, oauth, provider)
+        for connection in (fresh, revoked):  # as the client's own connect flows would have left them
+            await grant(app, connection, client, ["files:read"])
         async with app.http(client.api_key) as http:
             iss, sub = await _connection_subject(app, fresh)
             before = oauth.token_calls("refresh_token")
