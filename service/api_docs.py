@@ -16,6 +16,7 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.response import File
 
 from service.errors import NotFound
+from service.openapi import DescribedRender
 
 # Only what the page loads; the bundle's source maps and ES modules are not served.
 ASSETS: dict[str, str] = {
@@ -34,8 +35,9 @@ def swagger_ui_dist() -> Path:
     return Path(str(swagger_ui_path))
 
 
-class OfflineSwaggerRenderPlugin(SwaggerRenderPlugin):
-    """``SwaggerRenderPlugin`` whose page loads only elicitd's own URLs."""
+class OfflineSwaggerRenderPlugin(DescribedRender, SwaggerRenderPlugin):
+    """``SwaggerRenderPlugin`` whose page loads only elicitd's own URLs and shows the described
+    document (``service.openapi``)."""
 
     def __init__(self, schema_path: str = "/schema") -> None:
         self.dist = swagger_ui_dist()

@@ -36,6 +36,7 @@ from service.limits import LimitedRequest
 from service.oauth.api import OAUTH_ROUTES
 from service.observability.metrics import metrics_endpoint
 from service.observability.requests import RequestObserver
+from service.openapi import AllowHeaderMiddleware, DescribedJsonRenderPlugin
 from service.services import Services
 from service.serving import freeze_startup_heap
 from service.signin.routes import IDENTITY_ROUTES
@@ -113,6 +114,7 @@ def create_app(services: Services) -> Litestar:
         signature_namespace={"Services": Services},
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
+        middleware=[AllowHeaderMiddleware],
         request_max_body_size=settings.max_body_bytes,
         # JSON bodies: Content-Type and nesting checked before decoding (service/limits.py).
         request_class=LimitedRequest,
@@ -124,7 +126,7 @@ def create_app(services: Services) -> Litestar:
             version="0.1.0",
             description="Durable state for MCP URL-mode elicitation.",
             path="/schema",
-            render_plugins=[OfflineSwaggerRenderPlugin("/schema")],
+            render_plugins=[OfflineSwaggerRenderPlugin("/schema"), DescribedJsonRenderPlugin()],
             components=Components(
                 security_schemes={
                     "apiKey": SecurityScheme(type="http", scheme="bearer", description="A server client's API key"),

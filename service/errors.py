@@ -59,7 +59,9 @@ _PROBLEM_TEXT = {
 def problem_responses(*statuses: int) -> dict[int, ResponseSpec]:
     """OpenAPI entries for the problem+json answers a route can give."""
     return {
-        status: ResponseSpec(data_container=Problem, description=_PROBLEM_TEXT[status], media_type=PROBLEM_JSON)
+        status: ResponseSpec(
+            data_container=Problem, description=_PROBLEM_TEXT[status], media_type=PROBLEM_JSON, generate_examples=False
+        )
         for status in statuses
     }
 
@@ -225,9 +227,17 @@ _LITESTAR_CODES: dict[int, tuple[str, str]] = {
 }
 
 
+_BROWSER_PREFIXES = ("/f/", "/auth/", "/connect/", "/consent/", "/pay/", "/me/")
+
+
+def is_browser_path(path: str) -> bool:
+    """Browser pages live under /f/, /auth/, /connect/, /me … and answer errors with an HTML page;
+    everything else is an API (problem+json). The OpenAPI document follows the same rule."""
+    return path == "/me" or path.startswith(_BROWSER_PREFIXES)
+
+
 def _wants_html(request: Request[Any, Any, Any]) -> bool:
-    """Browser pages live under /f/ and /oauth/ etc.; everything else is an API."""
-    return request.url.path.startswith(("/f/", "/auth/", "/connect/", "/consent/", "/pay/")) or (
+    return is_browser_path(request.url.path) or (
         request.url.path == "/" and "text/html" in request.headers.get("accept", "")
     )
 

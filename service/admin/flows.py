@@ -143,7 +143,10 @@ async def finish_flow(flows: FlowService, flow_ref: str, to: FlowStatus, *, admi
     current = await flows.read(flow_id)
     if current is None:
         raise FlowNotFound("No flow with this id.")
-    raise FlowNotPending(f"The flow is {current.status}; it cannot change again.", extra={"status": current.status})
+    # ``flow_status``: a problem's own ``status`` is the HTTP status (RFC 9457), never the flow's.
+    raise FlowNotPending(
+        f"The flow is {current.status}; it cannot change again.", extra={"flow_status": current.status}
+    )
 
 
 def parse_window(raw: str | None) -> timedelta:

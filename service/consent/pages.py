@@ -42,6 +42,7 @@ async def consent_page(request: Req, flow: Flow, services: Services) -> Response
     "/.well-known/jwks.json",
     operation_id="getJwks",
     tags=["keys"],
+    media_type="application/jwk-set+json",
     cache=False,
     summary="Public keys that verify consent receipts",
     description="A JWK Set of the ES256 keys elicitd signs consent receipts with (RFC 7517). "

@@ -81,6 +81,46 @@ class FlowView(msgspec.Struct, omit_defaults=True):
     error: FlowError | None = None
 
 
+class UrlElicitationParams(msgspec.Struct):
+    mode: Literal["url"]
+    message: str
+    url: str
+
+
+class ElicitationRequest(msgspec.Struct):
+    method: Literal["elicitation/create"]
+    params: UrlElicitationParams
+
+
+class InputRequiredResult(msgspec.Struct, omit_defaults=True, rename="camel"):
+    """The 2026-07-28 MCP ``InputRequiredResult`` that ``mcp`` holds: a tool returns it as is.
+    Without ``inputRequests`` it is state-only: the client retries at once, nobody is asked."""
+
+    result_type: Literal["input_required"]
+    request_state: str
+    input_requests: dict[str, ElicitationRequest] | None = None
+
+
+class LegacyUrlElicitation(msgspec.Struct, rename="camel"):
+    mode: Literal["url"]
+    elicitation_id: str
+    message: str
+    url: str
+
+
+class LegacyElicitations(msgspec.Struct):
+    elicitations: list[LegacyUrlElicitation]
+
+
+class LegacyUrlElicitationRequired(msgspec.Struct):
+    """The 2025-11-25 equivalent: the ``-32042`` JSON-RPC error that carries the URL elicitation."""
+
+    code: Literal[-32042]
+    message: str
+    elicitation: LegacyUrlElicitation
+    data: LegacyElicitations
+
+
 class CreateFlowResponse(msgspec.Struct, omit_defaults=True):
     status: str
     flow: FlowView

@@ -102,6 +102,8 @@ async def test_show_has_the_full_history(elicitd: RunningApp, tokens: dict[str, 
     assert cancelled.json()["status"] == "cancelled"
     assert again.status_code == 409
     assert again.json()["code"] == "flow_not_pending"
+    # RFC 9457: the problem's ``status`` is the HTTP status; the flow's is ``flow_status``.
+    assert (again.json()["status"], again.json()["flow_status"]) == (409, "cancelled")
     assert missing.status_code == 404
     events = shown.json()["events"]
     assert [(e["type"], e["actor"], e["to_status"]) for e in events] == [
