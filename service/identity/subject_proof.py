@@ -51,6 +51,7 @@ from service.clock import Clock, SystemClock
 from service.db.base import CLIENT_ID
 from service.errors import ElicitdError, InvalidRequest
 from service.flows.kinds import check_issuer_trusted
+from service.http import read_json
 from service.identity.issuers import HTTP_TIMEOUT_SECONDS, IssuerDirectory, IssuerUnavailable, ResolvedIssuer
 from service.identity.keys import AuthenticatedClient
 from service.identity.models import SUBJECT_PROOF_POLICIES, SUBJECT_PROOF_REQUIRED, Issuer
@@ -346,7 +347,7 @@ class SubjectProver:
         url, headers, body = auth.prepare("POST", resolved.introspection_endpoint, dict(_INTROSPECTION_HEADERS), body)
         try:
             response = await self._http.post(url, content=body.encode(), headers=headers, timeout=HTTP_TIMEOUT_SECONDS)
-            answer: Any = response.json() if response.status_code == 200 else None
+            answer: Any = read_json(response) if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError) as exc:
             raise IssuerUnavailable("The issuer's introspection endpoint could not be reached.") from exc
         if not isinstance(answer, dict) or not isinstance(answer.get("active"), bool):
