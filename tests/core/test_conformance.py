@@ -167,7 +167,8 @@ def test_schemathesis_finds_no_server_error_and_no_contradiction(live: Live, tmp
         "1",
         "--no-color",
     ]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False)
+    # In the test's own directory: schemathesis keeps a cache (.schemathesis/) where it runs.
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False, cwd=tmp_path)
     output = run.stdout + run.stderr
     operations = len(
         [
