@@ -23,12 +23,12 @@ clock, so a replica with a skewed clock never deletes early.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.clock import Clock, SystemClock
 from service.db.unit import unit_of_work
 from service.settings import Settings
 
@@ -99,18 +99,20 @@ async def run_retention(
     *,
     batch: int = BATCH_SIZE,
     budget_seconds: float = PASS_BUDGET_SECONDS,
+    clock: Clock | None = None,
 ) -> dict[str, int]:
     """One pass: each step in batches until it drains or the pass's budget is spent.
 
     Returns the rows each step cleared or deleted. A failing step is logged and skipped, so one
     table's trouble never stops the others' retention or the sweeper."""
+    clock = clock or SystemClock()
     done: dict[str, int] = {}
     chosen = steps(settings)
     for step in chosen:
         # Each step gets its share, so a deep backlog in one table never starves the others.
-        started = time.monotonic()
+        started = clock.monotonic()
         done[step.name] = 0
-        while time.monotonic() - started < budget_seconds / len(chosen):
+        while clock.monotonic() - started < budget_seconds / len(chosen):
             try:
                 async with unit_of_work(sessions) as session:
                     count = await run_step(session, step, batch)

@@ -54,5 +54,5 @@ async def run_sweeper(flows: FlowService, interval: float, chores: Sequence[Chor
         if chores and (last_chores is None or clock.monotonic() - last_chores >= CHORE_INTERVAL_SECONDS):
             last_chores = clock.monotonic()
             await run_chores(flows, chores)
-            await run_retention(flows.sessions, flows.settings)
+            await run_retention(flows.sessions, flows.settings, clock=clock)
         await clock.sleep(interval)
