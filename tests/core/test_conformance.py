@@ -27,7 +27,9 @@ import httpx
 import pytest
 
 from service.admin.tokens import Role, create_token, parse_lifetime
-from service.settings import Settings
+from service.db.migrate import upgrade_async
+from service.settings import Settings, normalize_database_url
+from tests.support import backends
 from tests.support.apps import new_server_client, running_app
 from tests.support.stripe_double import API_KEY, WEBHOOK_SECRET, StripeDouble
 
@@ -45,8 +47,10 @@ class Live:
 
 
 @pytest.fixture(scope="module")
-def live(make_settings: Callable[..., Settings]) -> Iterator[Live]:
-    """An instance on its own thread and event loop, with a server client and an admin token."""
+def live(make_settings: Callable[..., Settings], backend: backends.Backends) -> Iterator[Live]:
+    """An instance on its own thread and event loop, with a server client and an admin token, on a
+    database of its own: rows other tests left behind (connections to providers that are gone,
+    payments at a double that stopped) are not this run's to find."""
     started = threading.Event()
     found: list[Live | BaseException] = []
     stop = threading.Event()
@@ -62,8 +66,10 @@ def live(make_settings: Callable[..., Settings]) -> Iterator[Live]:
         )
 
         async def serve() -> None:
+            database = await backends.create_database(backend.server_url)
             try:
-                async with running_app(settings) as app:
+                await upgrade_async(normalize_database_url(database))
+                async with running_app(settings.with_(database_url=normalize_database_url(database))) as app:
                     client = await new_server_client(app)
                     async with app.state.sessions() as session:
                         token = await create_token(
@@ -78,6 +84,8 @@ def live(make_settings: Callable[..., Settings]) -> Iterator[Live]:
                 found.append(exc)
                 started.set()
                 raise
+            finally:
+                await backends.drop_database(backend.server_url, database)
 
         thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
         thread.start()
