@@ -13,7 +13,6 @@ flow service.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import uuid
@@ -254,7 +253,3 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         yield services
     finally:
         await services.aclose()
-
-
-async def run_background(services: Services) -> list[asyncio.Task[None]]:
-    return [asyncio.create_task(job) for job in services.background()]
