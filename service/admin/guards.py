@@ -64,6 +64,13 @@ def principal_of(connection: ASGIConnection[Any, Any, Any, Any]) -> AdminPrincip
     return principal
 
 
+_INSERT = text(
+    "INSERT INTO admin_audit_log (id, admin_token_id, actor, role, operation, method, route, target, "
+    "status, detail) VALUES (:id, :token, :actor, :role, :op, :method, :route, :target, :status, "
+    "CAST(:detail AS jsonb))"
+)
+
+
 async def write_audit(
     session: AsyncSession,
     *,
@@ -77,11 +84,7 @@ async def write_audit(
     detail: dict[str, Any] | None = None,
 ) -> None:
     await session.execute(
-        text(
-            "INSERT INTO admin_audit_log (id, admin_token_id, actor, role, operation, method, route, target, "
-            "status, detail) VALUES (:id, :token, :actor, :role, :op, :method, :route, :target, :status, "
-            "CAST(:detail AS jsonb))"
-        ),
+        _INSERT,
         {
             "id": uuid7(),
             "token": None if principal is None else principal.token_id,
@@ -132,13 +135,6 @@ def _audit_values(scope: Any, status: int | None) -> dict[str, Any] | None:
         "status": status,
         "detail": "{}",
     }
-
-
-_INSERT = text(
-    "INSERT INTO admin_audit_log (id, admin_token_id, actor, role, operation, method, route, target, "
-    "status, detail) VALUES (:id, :token, :actor, :role, :op, :method, :route, :target, :status, "
-    "CAST(:detail AS jsonb))"
-)
 
 
 def _write_in_commit(session: Session) -> None:
