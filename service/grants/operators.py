@@ -15,7 +15,7 @@ from typing import Annotated
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.admin.pagination import decode_cursor, encode_cursor
+from service.admin.pagination import MAX_LIMIT, decode_cursor, page
 from service.db.base import CLIENT_ID, CONNECTION_ID, FLOW_ID
 from service.errors import ConnectionNotFound, InvalidRequest, NotFound
 from service.events import repository as events_repo
@@ -162,8 +162,8 @@ async def list_grants(
     cursor: str | None = None,
     limit: int = 50,
 ) -> GrantPage:
-    if not 1 <= limit <= 500:
-        raise InvalidRequest("limit must be between 1 and 500.")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}.")
     client_id = None
     if server_client is not None:
         (client_id,) = await groups.resolve_clients(session, [server_client])
@@ -177,11 +177,8 @@ async def list_grants(
         after=decode_cursor(cursor),
         limit=limit + 1,
     )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return GrantPage(
-        items=[grant_view(r) for r in rows], next_cursor=encode_cursor(rows[-1].id) if more and rows else None
-    )
+    items, next_cursor = page(rows, limit, lambda r: r.id)
+    return GrantPage(items=[grant_view(r) for r in items], next_cursor=next_cursor)
 
 
 async def give_grant(session: AsyncSession, connection: str, grantee: str, scopes: list[str]) -> GrantView:
