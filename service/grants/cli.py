@@ -143,6 +143,14 @@ def _groups(result: Any) -> list[dict[str, Any]]:
     return [_group_row(v) for v in (result if isinstance(result, list) else [result])]
 
 
+def _group_command(work: Work) -> Any:
+    return _command(work, rows=_groups, columns=_GROUP_COLUMNS)
+
+
+def _grant_command(work: Work) -> Any:
+    return _command(work, rows=_items, columns=_GRANT_COLUMNS)
+
+
 def register(subparsers: Any) -> None:
     def leaf(group: Any, name: str, operation: str, run: Any, help_text: str, target: str | None = None) -> Any:
         parser = group.add_parser(name, help=help_text)
@@ -155,27 +163,14 @@ def register(subparsers: Any) -> None:
     groups = subparsers.add_parser(
         "groups", help="trust groups: server clients the pages name as one party, sharing what users grant"
     ).add_subparsers(dest="groups_command", required=True)
-    group_cmd = _command(_groups_list, rows=_groups, columns=_GROUP_COLUMNS)
-    leaf(groups, "list", "cliListTrustGroups", group_cmd, "list trust groups and their members")
-    leaf(
-        groups,
-        "show",
-        "cliGetTrustGroup",
-        _command(_groups_show, rows=_groups, columns=_GROUP_COLUMNS),
-        "one trust group",
-        target="GROUP",
-    )
+    leaf(groups, "list", "cliListTrustGroups", _group_command(_groups_list), "list trust groups and their members")
+    leaf(groups, "show", "cliGetTrustGroup", _group_command(_groups_show), "one trust group", target="GROUP")
     made = leaf(
-        groups,
-        "create",
-        "cliCreateTrustGroup",
-        _command(_groups_create, rows=_groups, columns=_GROUP_COLUMNS),
-        "create a trust group",
-        target="NAME",
+        groups, "create", "cliCreateTrustGroup", _group_command(_groups_create), "create a trust group", target="NAME"
     )
     made.add_argument("--display-name", help="the party's name as pages show it (Example Corp)")
     made.add_argument("--member", action="append", help="a server client's name or sc_… id (repeatable)")
-    change = _command(_groups_change, rows=_groups, columns=_GROUP_COLUMNS)
+    change = _group_command(_groups_change)
     for action, help_text in (
         ("set-members", "make these the only members"),
         ("add-members", "add members (a client is in one group at most)"),
@@ -193,13 +188,7 @@ def register(subparsers: Any) -> None:
     grants = subparsers.add_parser(
         "grants", help="which server clients (or trust groups) may use which connection"
     ).add_subparsers(dest="grants_command", required=True)
-    lister = leaf(
-        grants,
-        "list",
-        "cliListGrants",
-        _command(_grants_list, rows=_items, columns=_GRANT_COLUMNS),
-        "list grants, oldest first",
-    )
+    lister = leaf(grants, "list", "cliListGrants", _grant_command(_grants_list), "list grants, oldest first")
     lister.add_argument("--connection", help="cn_… id")
     lister.add_argument("--client", help="server client name or sc_… id (its own grants)")
     lister.add_argument("--group", help="trust group name or tg_… id")
@@ -210,7 +199,7 @@ def register(subparsers: Any) -> None:
         grants,
         "give",
         "cliGiveGrant",
-        _command(_grants_give, rows=_items, columns=_GRANT_COLUMNS),
+        _grant_command(_grants_give),
         "let a server client or trust group use a connection (audited)",
     )
     give.add_argument("connection_id", metavar="CONNECTION_ID")
@@ -220,7 +209,7 @@ def register(subparsers: Any) -> None:
         grants,
         "revoke",
         "cliRevokeGrant",
-        _command(_grants_revoke, rows=_items, columns=_GRANT_COLUMNS),
+        _grant_command(_grants_revoke),
         "revoke a grant: the grantee's next token request gets 404 not_connected",
         target="GRANT_ID",
     )
