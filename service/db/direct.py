@@ -24,6 +24,9 @@ from typing import Any
 import asyncpg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.pool import PoolProxiedConnection
+
+from service.db.errors import SERVER_LOST, classify
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -75,7 +78,7 @@ class DirectStatements:
         try:
             return await pooled.driver_connection.fetchrow(sql, *args)  # type: ignore[union-attr]
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-            raise _wrapped(sql, exc, pooled.driver_connection) from exc
+            raise self._failed(pooled, sql, exc) from exc
         finally:
             pooled.close()
 
@@ -84,7 +87,7 @@ class DirectStatements:
         try:
             return await pooled.driver_connection.fetch(sql, *args)  # type: ignore[no-any-return,union-attr]
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-            raise _wrapped(sql, exc, pooled.driver_connection) from exc
+            raise self._failed(pooled, sql, exc) from exc
         finally:
             pooled.close()
 
@@ -93,13 +96,24 @@ class DirectStatements:
         try:
             await pooled.driver_connection.execute(sql, *args)  # type: ignore[union-attr]
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-            raise _wrapped(sql, exc, pooled.driver_connection) from exc
+            raise self._failed(pooled, sql, exc) from exc
         finally:
             pooled.close()
 
+    def _failed(self, pooled: PoolProxiedConnection, sql: str, exc: Exception) -> DBAPIError:
+        """The driver's error as SQLAlchemy raises it: ``orig`` is the driver's exception (its
+        SQLSTATE is what ``classify`` reads).
 
-def _wrapped(sql: str, exc: Exception, driver: Any) -> DBAPIError:
-    """The driver's error as SQLAlchemy raises it: ``orig`` is the driver's exception (its SQLSTATE
-    is what ``classify`` reads), and a connection the error closed is reported invalidated."""
-    closed = bool(driver is not None and driver.is_closed())
-    return DBAPIError(sql, None, exc, connection_invalidated=closed)
+        A connection whose server is lost, shutting down or read-only is discarded, not returned
+        (the ``finally`` then returns nothing), and the pool's older connections are replaced at
+        their next checkout, as the engine does for the ORM's statements (``_drop_lost_server``):
+        after a failover a demoted primary keeps its connections open, and each would otherwise
+        fail one more request before ``POOL_RECYCLE_SECONDS`` retired it.
+        """
+        driver = pooled.driver_connection
+        lost = classify(exc) in SERVER_LOST or bool(driver is not None and driver.is_closed())
+        if lost:
+            # What SQLAlchemy's own disconnect handling calls: this connection is invalidated,
+            # every connection opened before it is recycled at checkout.
+            self._engine.sync_engine.pool._invalidate(pooled, exc)
+        return DBAPIError(sql, None, exc, connection_invalidated=lost)

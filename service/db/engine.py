@@ -46,7 +46,7 @@ from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from service.db.errors import DbError, classify
+from service.db.errors import SERVER_LOST, classify
 from service.settings import Settings
 
 # Connections older than this are replaced at checkout: below the idle timeouts of common NATs and
@@ -111,10 +111,6 @@ def make_engine(settings: Settings) -> AsyncEngine:
     return engine
 
 
-# The server behind the connection is gone, shutting down, or no longer the primary.
-_SERVER_LOST = frozenset({DbError.CONNECTION, DbError.SHUTDOWN, DbError.READ_ONLY})
-
-
 def _drop_lost_server(context: ExceptionContext) -> None:
     """Treat these errors as a disconnect: SQLAlchemy then closes the connection and replaces every
     other pooled one at its next checkout.
@@ -123,7 +119,7 @@ def _drop_lost_server(context: ExceptionContext) -> None:
     open, and without this the pool would keep sending writes to it until they were recycled
     (``POOL_RECYCLE_SECONDS``) — a failover would cost minutes of 503s instead of one.
     """
-    if classify(context.original_exception) in _SERVER_LOST:
+    if classify(context.original_exception) in SERVER_LOST:
         context.is_disconnect = True
 
 

@@ -64,6 +64,10 @@ TRANSIENT = frozenset(
     }
 )
 
+# The server behind the connection is gone, shutting down, or no longer the primary: the connection
+# must not go back to the pool, and the pool's other connections (same server) are suspect too.
+SERVER_LOST = frozenset({DbError.CONNECTION, DbError.SHUTDOWN, DbError.READ_ONLY})
+
 
 def sqlstate(exc: BaseException) -> str | None:
     """The SQLSTATE of ``exc`` or of the driver error it wraps, if there is one."""
