@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.connections import providers
 from service.connections.discovery import DiscoveryFailed, MetadataCache
 from service.connections.models import Provider
+from service.crypto.aead import SealError
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError, Conflict, InvalidRequest, IssuerNotFound, ProviderNotFound
 from service.flows.schemas import ProviderName
@@ -258,16 +259,30 @@ async def create_provider(session: AsyncSession, vault: Vault, data: CreateProvi
     return provider_view(row)
 
 
+def _kept_secret(vault: Vault, key_id: str | None, sealed: bytes | None, *, owner: str, purpose: str) -> str | None:
+    """A stored secret an update does not replace, opened to be written back as it is. One the key
+    ring can no longer open is the operator's to fix by giving it again, not a crash (500)."""
+    if key_id is None or sealed is None:
+        return None
+    try:
+        return vault.decrypt_text(key_id, sealed, owner=owner, purpose=purpose)
+    except SealError as exc:
+        raise ConfigurationError(
+            "A stored secret cannot be decrypted with the key ring; give it again in this update."
+        ) from exc
+
+
 async def update_provider(session: AsyncSession, vault: Vault, name: str, data: UpdateProvider) -> ProviderView:
     row = await get_provider(session, name, lock=True)
     current: dict[str, Any] = {
         f.name: getattr(row, f.name) for f in dataclasses.fields(providers.ProviderSpec) if f.name != "client_secret"
     }
-    if row.client_secret_enc is not None and row.client_secret_key_id is not None:
-        current["client_secret"] = vault.decrypt_text(
-            row.client_secret_key_id, row.client_secret_enc, owner=row.name, purpose=providers.CLIENT_SECRET
+    given = _fields(data)
+    if "client_secret" not in given:
+        current["client_secret"] = _kept_secret(
+            vault, row.client_secret_key_id, row.client_secret_enc, owner=row.name, purpose=providers.CLIENT_SECRET
         )
-    current.update(_fields(data))
+    current.update(given)
     spec = _spec(current)
     _checked(spec, vault)
     return provider_view(await providers.upsert_provider(session, spec, vault))
@@ -335,23 +350,23 @@ async def update_issuer(session: AsyncSession, vault: Vault, data: UpdateIssuer)
         "token_endpoint": row.token_endpoint,
         "jwks_uri": row.jwks_uri,
         "enabled": row.enabled,
-        "client_secret": None,
         "introspection_endpoint": row.introspection_endpoint,
         "introspection_client_id": row.introspection_client_id,
-        "introspection_client_secret": None,
     }
-    if row.client_secret_enc is not None and row.client_secret_key_id is not None:
-        current["client_secret"] = vault.decrypt_text(
-            row.client_secret_key_id, row.client_secret_enc, owner=str(row.id), purpose=issuers.SECRET_PURPOSE
+    given = _fields(data)
+    if "client_secret" not in given:
+        current["client_secret"] = _kept_secret(
+            vault, row.client_secret_key_id, row.client_secret_enc, owner=str(row.id), purpose=issuers.SECRET_PURPOSE
         )
-    if row.introspection_secret_enc is not None and row.introspection_secret_key_id is not None:
-        current["introspection_client_secret"] = vault.decrypt_text(
+    if "introspection_client_secret" not in given:
+        current["introspection_client_secret"] = _kept_secret(
+            vault,
             row.introspection_secret_key_id,
             row.introspection_secret_enc,
             owner=str(row.id),
             purpose=issuers.INTROSPECTION_SECRET_PURPOSE,
         )
-    current.update(_fields(data))
+    current.update(given)
     await issuers.upsert_issuer(session, vault, _issuer_config(current))
     return issuer_view(await get_issuer(session, data.issuer))
 
