@@ -22,28 +22,11 @@ from service.identity import sessions as store
 from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.settings import KeyRing, Settings
 from tests.support.apps import RunningApp, new_server_client, running_app
-from tests.support.hostile import (
-    DEEP_JSON,
-    GARBAGE,
-    NOT_JSON_BUT_SAYS_SO,
-    SERVER_ERROR,
-    Answer,
-    Behavior,
-    Hang,
-    HostileServer,
-    Reset,
-    closed_port,
-    hostile,
-)
+from tests.support.hostile import FAILURES, Answer, Behavior, HostileServer, closed_port, hostile
 
 TIMEOUT = 1.0
-FAILURES: dict[str, Behavior] = {
-    "/hang": Hang(),
-    "/reset": Reset(),
-    "/html": GARBAGE,
-    "/broken": NOT_JSON_BUT_SAYS_SO,
-    "/deep": DEEP_JSON,
-    "/down": SERVER_ERROR,
+ROUTES: dict[str, Behavior] = {
+    **FAILURES,
     "/array": Answer.json(["not", "an", "object"]),
     "/no-token": Answer.json({"token_type": "Bearer"}),
 }
@@ -52,7 +35,7 @@ VAULT = Vault(KeyRing.parse(KeyRing.generate_entry("k1"), name="k"))
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[HostileServer]:
-    with hostile(FAILURES) as found:
+    with hostile(ROUTES) as found:
         yield found
 
 
@@ -65,8 +48,8 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 def endpoints(server: HostileServer) -> list[str]:
     return [
         f"http://127.0.0.1:{closed_port()}/x",
-        server.tls_url + "/html",
-        *(server.url + path for path in FAILURES),
+        server.tls_url + "/garbage",
+        *(server.url + path for path in ROUTES),
     ]
 
 
@@ -115,7 +98,7 @@ async def test_a_failing_account_endpoint_is_account_lookup_failed(
         assert failed.value.error == "account_lookup_failed"
 
 
-@pytest.mark.parametrize("behavior", [Hang(), Reset(), GARBAGE, NOT_JSON_BUT_SAYS_SO, DEEP_JSON, SERVER_ERROR])
+@pytest.mark.parametrize("behavior", FAILURES.values())
 async def test_failing_discovery_is_discovery_failed(http: httpx.AsyncClient, behavior: Behavior) -> None:
     with hostile(default=behavior) as idp:
         cache = MetadataCache(http=http, timeout=TIMEOUT)
@@ -239,7 +222,7 @@ async def connect_until_callback(app: RunningApp, server: HostileServer, token_e
         return await browser.get("/connect/callback", params={"code": "c0de", "state": state})
 
 
-@pytest.mark.parametrize("path", ["/hang", "/reset", "/html", "/deep", "/down", "/no-token", "closed", "tls"])
+@pytest.mark.parametrize("path", ["/hang", "/reset", "/garbage", "/deep", "/down", "/no-token", "closed", "tls"])
 async def test_the_connect_callback_shows_a_page_when_the_provider_fails(
     app: RunningApp, server: HostileServer, path: str
 ) -> None:

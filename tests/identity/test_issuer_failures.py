@@ -20,28 +20,11 @@ from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.settings import Settings
 from tests.identity.conftest import make_flow, new_sub
 from tests.support.apps import RunningApp, new_server_client, running_app
-from tests.support.hostile import (
-    DEEP_JSON,
-    GARBAGE,
-    NOT_JSON_BUT_SAYS_SO,
-    SERVER_ERROR,
-    Answer,
-    Behavior,
-    Hang,
-    HostileServer,
-    Reset,
-    closed_port,
-    hostile,
-)
+from tests.support.hostile import FAILURES, Answer, Behavior, HostileServer, closed_port, hostile
 
 TIMEOUT = 1.0
 ROUTES: dict[str, Behavior] = {
-    "/hang": Hang(),
-    "/reset": Reset(),
-    "/garbage": GARBAGE,
-    "/notjson": NOT_JSON_BUT_SAYS_SO,
-    "/deep": DEEP_JSON,
-    "/down": SERVER_ERROR,
+    **FAILURES,
     "/array": Answer.json([1, 2, 3]),
     "/no-id-token": Answer.json({"access_token": "a", "token_type": "Bearer"}),
     "/bad-id-token": Answer.json({"access_token": "a", "token_type": "Bearer", "id_token": "not.a.jwt"}),
@@ -156,7 +139,7 @@ async def test_failing_keys_give_a_page(app: RunningApp, server: HostileServer, 
     assert "Something went wrong on our side" not in response.text
 
 
-@pytest.mark.parametrize("behavior", [Hang(), Reset(), GARBAGE, NOT_JSON_BUT_SAYS_SO, DEEP_JSON, SERVER_ERROR])
+@pytest.mark.parametrize("behavior", FAILURES.values())
 async def test_failing_discovery_gives_a_page(app: RunningApp, behavior: Behavior) -> None:
     """An issuer registered by URL alone: its metadata is fetched when a flow page needs it."""
     with hostile(default=behavior) as idp:

@@ -48,6 +48,16 @@ GARBAGE = Answer(200, b"<html><body>Service temporarily unavailable</body></html
 NOT_JSON_BUT_SAYS_SO = Answer(200, b"{not json at all", "application/json")
 DEEP_JSON = Answer(200, b"[" * 100_000 + b"]" * 100_000, "application/json")
 SERVER_ERROR = Answer(503, b"upstream down", "text/plain")
+# The ways any outbound endpoint can fail, by the path a ``HostileServer`` serves each on: every
+# outbound-failure test puts its endpoint through all of them (and adds its own bad answers).
+FAILURES: Mapping[str, Behavior] = {
+    "/hang": Hang(),
+    "/reset": Reset(),
+    "/garbage": GARBAGE,
+    "/notjson": NOT_JSON_BUT_SAYS_SO,
+    "/deep": DEEP_JSON,
+    "/down": SERVER_ERROR,
+}
 
 
 def closed_port() -> int:
