@@ -24,22 +24,16 @@ from litestar.handlers import HTTPRouteHandler
 from service.devtools.issuer import USER_COOKIE
 from service.devtools.keys import DevSecrets
 from service.devtools.oauth import (
-    CODE_TTL_SECONDS,
     NO_STORE,
-    PENDING_TTL_SECONDS,
     AuthorizationRequest,
-    Expiring,
-    Grant,
+    AuthorizationServer,
     PageError,
     RedirectError,
     RegisteredClient,
-    authenticate_client,
     bearer_error,
     bearer_token,
+    invalid_client,
     normalize_user,
-    parse_authorization_request,
-    pkce_matches,
-    redirect_back,
     token_error,
 )
 from service.devtools.pages import DEMO_FILES_LOOK, problem_page, render
@@ -61,16 +55,12 @@ def files_of(account: str) -> list[dict[str, Any]]:
     ]
 
 
-class DemoFiles:
-    """Demo Files' state: registered clients, consent screens waiting, unused codes, and which
-    refresh tokens were used (rotation) or whose grants were revoked."""
+class DemoFiles(AuthorizationServer):
+    """Demo Files: an authorization server that also remembers which refresh tokens were used
+    (rotation) and whose grants were revoked."""
 
     def __init__(self, issuer: str, keys: DevSecrets, clients: Mapping[str, RegisteredClient]) -> None:
-        self.issuer = issuer
-        self.keys = keys
-        self.clients = clients
-        self.pending: Expiring[AuthorizationRequest] = Expiring(PENDING_TTL_SECONDS)
-        self.codes: Expiring[Grant] = Expiring(CODE_TTL_SECONDS)
+        super().__init__(issuer, keys, clients)
         self.used_refresh_tokens: set[str] = set()
         self.revoked_grants: set[str] = set()
 
@@ -127,13 +117,8 @@ class DemoFiles:
         )
 
     def exchange_code(self, client: RegisteredClient, form: Mapping[str, str]) -> Response[Any]:
-        grant = self.codes.pop(form.get("code", ""))
-        if (
-            grant is None
-            or grant.client_id != client.client_id
-            or grant.redirect_uri != form.get("redirect_uri")
-            or not pkce_matches(form.get("code_verifier", ""), grant.code_challenge)
-        ):
+        grant = self.redeem_code(client, form)
+        if grant is None:
             return token_error("invalid_grant", "The code is unknown, used, expired or not yours.")
         return self.token_response(grant.user, " ".join(grant.scopes), client.client_id, secrets.token_urlsafe(12))
 
@@ -176,19 +161,14 @@ def files_routes(files: DemoFiles) -> list[HTTPRouteHandler]:
 
     @get(f"{FILES_PATH}/authorize", include_in_schema=False)
     async def authorize(request: Request[Any, Any, Any]) -> Response[Any]:
-        params = {key: str(value) for key, value in request.query_params.items()}
         try:
-            checked = parse_authorization_request(
-                params,
-                files.clients,
-                allowed_scopes=tuple(SCOPE_WORDS),
-                default_scopes=DEFAULT_SCOPES,
-                require_nonce=False,
+            checked = files.check_authorization(
+                request, allowed_scopes=tuple(SCOPE_WORDS), default_scopes=DEFAULT_SCOPES
             )
         except PageError as exc:
             return problem_page(DEMO_FILES_LOOK, exc.message)
         except RedirectError as exc:
-            return redirect_back(exc.request, files.issuer, error=exc.error, error_description=exc.description)
+            return files.refuse(exc)
         signed_in = normalize_user(request.cookies.get(USER_COOKIE))
         account = signed_in or checked.login_hint or ""
         return consent_page(files.pending.put(checked), checked, account, signed_in=signed_in is not None)
@@ -202,29 +182,19 @@ def files_routes(files: DemoFiles) -> list[HTTPRouteHandler]:
             return problem_page(DEMO_FILES_LOOK, "This page has expired. Go back to the application and start again.")
         if form.get("decision") != "allow":
             files.pending.pop(request_id)
-            return redirect_back(waiting, files.issuer, error="access_denied", error_description="Access denied.")
+            return files.send_back(waiting, error="access_denied", error_description="Access denied.")
         account = normalize_user(str(form.get("account", "")))
         if account is None:
             problem = "An account name is 1-64 letters, digits, '.', '_' or '-'."
             return consent_page(request_id, waiting, str(form.get("account", "")), signed_in=False, problem=problem)
         files.pending.pop(request_id)
-        grant = Grant(
-            client_id=waiting.client.client_id,
-            redirect_uri=waiting.redirect_uri,
-            code_challenge=waiting.code_challenge,
-            user=account,
-            scopes=waiting.scopes,
-            nonce=None,
-            auth_time=int(time.time()),
-        )
-        return redirect_back(waiting, files.issuer, code=files.codes.put(grant))
+        return files.issue_code(waiting, account)
 
     @post(f"{FILES_PATH}/token", include_in_schema=False, status_code=200)
     async def token(request: Request[Any, Any, Any]) -> Response[Any]:
-        form = {key: str(value) for key, value in (await request.form()).items()}
-        client = authenticate_client(request, form, files.clients)
+        form, client = await files.client_request(request)
         if client is None:
-            return token_error("invalid_client", "Client authentication failed.", 401)
+            return invalid_client()
         if form.get("grant_type") == "authorization_code":
             return files.exchange_code(client, form)
         if form.get("grant_type") == "refresh_token":
@@ -234,10 +204,9 @@ def files_routes(files: DemoFiles) -> list[HTTPRouteHandler]:
     @post(f"{FILES_PATH}/revoke", include_in_schema=False, status_code=200)
     async def revoke(request: Request[Any, Any, Any]) -> Response[Any]:
         """RFC 7009: revoking either token ends its grant; an unknown token is not an error."""
-        form = {key: str(value) for key, value in (await request.form()).items()}
-        client = authenticate_client(request, form, files.clients)
+        form, client = await files.client_request(request)
         if client is None:
-            return token_error("invalid_client", "Client authentication failed.", 401)
+            return invalid_client()
         value = form.get("token", "")
         claims = files.read_token(value, "refresh") or files.read_token(value, "access")
         if claims is not None and claims.get("client_id") == client.client_id:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,24 +19,17 @@ from joserfc.errors import JoseError
 from litestar import Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 
-from service.devtools.keys import DevSecrets
 from service.devtools.oauth import (
-    CODE_TTL_SECONDS,
     NO_STORE,
-    PENDING_TTL_SECONDS,
     AuthorizationRequest,
-    Expiring,
+    AuthorizationServer,
     Grant,
     PageError,
     RedirectError,
-    RegisteredClient,
-    authenticate_client,
     bearer_error,
     bearer_token,
+    invalid_client,
     normalize_user,
-    parse_authorization_request,
-    pkce_matches,
-    redirect_back,
     token_error,
 )
 from service.devtools.pages import DEV_ID_LOOK, problem_page, render
@@ -51,15 +43,8 @@ ACCESS_TOKEN_TTL_SECONDS = 3600
 MAX_MINTED_TTL_SECONDS = 86400
 
 
-class DevIssuer:
-    """Dev ID's state: registered clients, requests waiting on the page, unused codes."""
-
-    def __init__(self, issuer: str, keys: DevSecrets, clients: Mapping[str, RegisteredClient]) -> None:
-        self.issuer = issuer
-        self.keys = keys
-        self.clients = clients
-        self.pending: Expiring[AuthorizationRequest] = Expiring(PENDING_TTL_SECONDS)
-        self.codes: Expiring[Grant] = Expiring(CODE_TTL_SECONDS)
+class DevIssuer(AuthorizationServer):
+    """Dev ID: an authorization server that signs ES256 ID and access tokens."""
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -156,17 +141,14 @@ def issuer_routes(dev: DevIssuer) -> list[HTTPRouteHandler]:
 
     @get(f"{ID_PATH}/authorize", include_in_schema=False)
     async def authorize(request: Request[Any, Any, Any]) -> Response[Any]:
-        params = {key: str(value) for key, value in request.query_params.items()}
         try:
-            checked = parse_authorization_request(
-                params, dev.clients, allowed_scopes=SCOPES, default_scopes=("openid",), require_nonce=False
-            )
+            checked = dev.check_authorization(request, allowed_scopes=SCOPES, default_scopes=("openid",))
         except PageError as exc:
             return problem_page(DEV_ID_LOOK, exc.message)
         except RedirectError as exc:
-            return redirect_back(exc.request, dev.issuer, error=exc.error, error_description=exc.description)
+            return dev.refuse(exc)
         if "openid" not in checked.scopes:
-            return redirect_back(checked, dev.issuer, error="invalid_scope", error_description="openid is required.")
+            return dev.send_back(checked, error="invalid_scope", error_description="openid is required.")
         return sign_in_page(dev.pending.put(checked), checked)
 
     @post(f"{ID_PATH}/authorize", include_in_schema=False, status_code=303)
@@ -180,39 +162,24 @@ def issuer_routes(dev: DevIssuer) -> list[HTTPRouteHandler]:
             )
         if form.get("cancel"):
             dev.pending.pop(request_id)
-            return redirect_back(waiting, dev.issuer, error="access_denied", error_description="Sign-in cancelled.")
+            return dev.send_back(waiting, error="access_denied", error_description="Sign-in cancelled.")
         user = normalize_user(str(form.get("username", "")))
         if user is None:
             return sign_in_page(request_id, waiting, "A user name is 1-64 letters, digits, '.', '_' or '-'.")
         dev.pending.pop(request_id)
-        grant = Grant(
-            client_id=waiting.client.client_id,
-            redirect_uri=waiting.redirect_uri,
-            code_challenge=waiting.code_challenge,
-            user=user,
-            scopes=waiting.scopes,
-            nonce=waiting.nonce,
-            auth_time=int(time.time()),
-        )
-        response = redirect_back(waiting, dev.issuer, code=dev.codes.put(grant))
+        response = dev.issue_code(waiting, user)
         response.set_cookie(USER_COOKIE, user, path="/dev", httponly=True, samesite="lax")
         return response
 
     @post(f"{ID_PATH}/token", include_in_schema=False, status_code=200)
     async def token(request: Request[Any, Any, Any]) -> Response[Any]:
-        form = {key: str(value) for key, value in (await request.form()).items()}
-        client = authenticate_client(request, form, dev.clients)
+        form, client = await dev.client_request(request)
         if client is None:
-            return token_error("invalid_client", "Client authentication failed.", 401)
+            return invalid_client()
         if form.get("grant_type") != "authorization_code":
             return token_error("unsupported_grant_type", "Only authorization_code is supported here.")
-        grant = dev.codes.pop(form.get("code", ""))
-        if (
-            grant is None
-            or grant.client_id != client.client_id
-            or grant.redirect_uri != form.get("redirect_uri")
-            or not pkce_matches(form.get("code_verifier", ""), grant.code_challenge)
-        ):
+        grant = dev.redeem_code(client, form)
+        if grant is None:
             return token_error("invalid_grant", "The code is unknown, used, expired or not yours.")
         scope = " ".join(grant.scopes)
         return Response(

@@ -23,6 +23,8 @@ from urllib.parse import unquote, urlencode, urlsplit
 from litestar import Request, Response
 from litestar.response import Redirect
 
+from service.devtools.keys import DevSecrets
+
 CODE_TTL_SECONDS = 60.0
 # A person picks a name and clicks; ten minutes is plenty, and stale requests are dropped.
 PENDING_TTL_SECONDS = 600.0
@@ -102,7 +104,6 @@ def parse_authorization_request(
     *,
     allowed_scopes: tuple[str, ...],
     default_scopes: tuple[str, ...],
-    require_nonce: bool,
 ) -> AuthorizationRequest:
     """Check an authorization request in the order RFC 6749 asks: client and redirect URI first
     (errors on a page), then everything else (errors sent back to the client)."""
@@ -129,8 +130,6 @@ def parse_authorization_request(
     unknown = [scope for scope in scopes if scope not in allowed_scopes]
     if unknown:
         raise RedirectError(request, "invalid_scope", f"Unknown scope: {' '.join(unknown)}.")
-    if require_nonce and not request.nonce:
-        raise RedirectError(request, "invalid_request", "A nonce is required.")
     if params.get("prompt") == "none":
         raise RedirectError(request, "login_required", "Signing in needs the page.")
     return request
@@ -177,6 +176,10 @@ def authenticate_client(
     return client
 
 
+def invalid_client() -> Response[Any]:
+    return token_error("invalid_client", "Client authentication failed.", 401)
+
+
 def token_error(error: str, description: str, status: int = 400) -> Response[Any]:
     headers = dict(NO_STORE)
     if error == "invalid_client":
@@ -219,3 +222,62 @@ class Expiring(Generic[V]):
     def pop(self, key: str) -> V | None:
         item = self._items.pop(key, None)
         return item[1] if item is not None and item[0] > self._clock() else None
+
+
+class AuthorizationServer:
+    """What Dev ID and Demo Files both keep and do: their issuer URL, keys and registered clients,
+    the requests waiting for the person on a page, and the codes not yet traded for tokens."""
+
+    def __init__(self, issuer: str, keys: DevSecrets, clients: Mapping[str, RegisteredClient]) -> None:
+        self.issuer = issuer
+        self.keys = keys
+        self.clients = clients
+        self.pending: Expiring[AuthorizationRequest] = Expiring(PENDING_TTL_SECONDS)
+        self.codes: Expiring[Grant] = Expiring(CODE_TTL_SECONDS)
+
+    def check_authorization(
+        self, request: Request[Any, Any, Any], *, allowed_scopes: tuple[str, ...], default_scopes: tuple[str, ...]
+    ) -> AuthorizationRequest:
+        """The checked request of a GET to ``/authorize`` (see :func:`parse_authorization_request`)."""
+        params = {key: str(value) for key, value in request.query_params.items()}
+        return parse_authorization_request(
+            params, self.clients, allowed_scopes=allowed_scopes, default_scopes=default_scopes
+        )
+
+    def send_back(self, request: AuthorizationRequest, **values: str) -> Response[Any]:
+        return redirect_back(request, self.issuer, **values)
+
+    def refuse(self, error: RedirectError) -> Response[Any]:
+        return self.send_back(error.request, error=error.error, error_description=error.description)
+
+    def issue_code(self, request: AuthorizationRequest, user: str) -> Response[Any]:
+        """The person said yes on the page: a code for ``user``, sent back to the client."""
+        grant = Grant(
+            client_id=request.client.client_id,
+            redirect_uri=request.redirect_uri,
+            code_challenge=request.code_challenge,
+            user=user,
+            scopes=request.scopes,
+            nonce=request.nonce,
+            auth_time=int(time.time()),
+        )
+        return self.send_back(request, code=self.codes.put(grant))
+
+    async def client_request(self, request: Request[Any, Any, Any]) -> tuple[dict[str, str], RegisteredClient | None]:
+        """The form of a token or revocation request, and the client it authenticates (None: answer
+        :func:`invalid_client`)."""
+        form = {key: str(value) for key, value in (await request.form()).items()}
+        return form, authenticate_client(request, form, self.clients)
+
+    def redeem_code(self, client: RegisteredClient, form: Mapping[str, str]) -> Grant | None:
+        """The grant of the form's code when it was issued to ``client`` for the form's redirect URI
+        and the verifier matches its challenge. The code is used up whatever the outcome."""
+        grant = self.codes.pop(form.get("code", ""))
+        if (
+            grant is None
+            or grant.client_id != client.client_id
+            or grant.redirect_uri != form.get("redirect_uri")
+            or not pkce_matches(form.get("code_verifier", ""), grant.code_challenge)
+        ):
+            return None
+        return grant
