@@ -322,6 +322,24 @@ def _bool(raw: str, name: str) -> bool:
     raise ConfigurationError(f"{name} must be true or false, got {raw!r}")
 
 
+def positive_extras(settings: Settings, prefix: str, kinds: Mapping[str, type[int] | type[float]]) -> dict[str, Any]:
+    """The tunables of one component: each ``ELICITD_<prefix><NAME>`` of ``kinds`` that is set, read
+    from ``settings.extra`` as a positive number of its kind, keyed by its lowercase name."""
+    values: dict[str, Any] = {}
+    for name, kind in kinds.items():
+        variable = prefix + name.upper()
+        raw = settings.extra.get(variable)
+        if raw is None:
+            continue
+        try:
+            values[name] = kind(raw)
+        except ValueError:
+            raise ConfigurationError(f"ELICITD_{variable} must be a number") from None
+        if values[name] <= 0:
+            raise ConfigurationError(f"ELICITD_{variable} must be positive")
+    return values
+
+
 def _positive_int(raw: str, name: str) -> int:
     try:
         value = int(raw)

@@ -25,16 +25,16 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.clock import Clock, SystemClock
 from service.crypto.vault import Vault
 from service.db.base import CLIENT_ID
-from service.errors import ConfigurationError, ElicitdError, InvalidRequest
+from service.errors import ElicitdError, InvalidRequest
 from service.events import repository as repo
-from service.settings import Settings
+from service.settings import Settings, positive_extras
 from service.signals.bus import WaiterHub
 from service.signals.webhooks import WEBHOOK_SECRET_PURPOSE
 
@@ -59,24 +59,14 @@ class EventSettings:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EventSettings:
-        values: dict[str, Any] = {}
-        for name, kind in (
-            ("heartbeat_seconds", float),
-            ("retention_seconds", float),
-            ("buffer_size", int),
-            ("poll_seconds", float),
-            ("page_size", int),
-        ):
-            raw = settings.extra.get("EVENTS_" + name.upper())
-            if raw is None:
-                continue
-            try:
-                values[name] = kind(raw)
-            except ValueError:
-                raise ConfigurationError(f"ELICITD_EVENTS_{name.upper()} must be a number") from None
-            if values[name] <= 0:
-                raise ConfigurationError(f"ELICITD_EVENTS_{name.upper()} must be positive")
-        return cls(**values)
+        kinds: dict[str, type[int] | type[float]] = {
+            "heartbeat_seconds": float,
+            "retention_seconds": float,
+            "buffer_size": int,
+            "poll_seconds": float,
+            "page_size": int,
+        }
+        return cls(**positive_extras(settings, "EVENTS_", kinds))
 
 
 class FlowLike(Protocol):

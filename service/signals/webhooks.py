@@ -38,8 +38,7 @@ from service.clock import Clock, SystemClock
 from service.crypto.vault import Vault
 from service.db.base import CLIENT_ID, PrefixedId
 from service.db.unit import unit_of_work
-from service.errors import ConfigurationError
-from service.settings import Settings
+from service.settings import Settings, positive_extras
 from service.signals.signing import LEGACY_SIGNATURE_HEADER, legacy_signature, standard_headers
 
 logger = logging.getLogger("elicitd.webhooks")
@@ -107,24 +106,14 @@ class WebhookSettings:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WebhookSettings:
-        values: dict[str, float] = {}
-        for name in (
+        names = (
             "backoff_seconds",
             "backoff_max_seconds",
             "give_up_seconds",
             "timeout_seconds",
             "poll_interval_seconds",
-        ):
-            raw = settings.extra.get("WEBHOOK_" + name.upper())
-            if raw is None:
-                continue
-            try:
-                values[name] = float(raw)
-            except ValueError:
-                raise ConfigurationError(f"ELICITD_WEBHOOK_{name.upper()} must be a number") from None
-            if values[name] <= 0:
-                raise ConfigurationError(f"ELICITD_WEBHOOK_{name.upper()} must be positive")
-        return cls(**values)
+        )
+        return cls(**positive_extras(settings, "WEBHOOK_", dict.fromkeys(names, float)))
 
 
 @dataclass(frozen=True, slots=True)
