@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -58,30 +59,46 @@ class JwtVerifier:
         self.timeout = timeout
         self._jwks_url = jwks_url
         self._keys: dict[str, jwt.PyJWK] = {}
-        self._fetched = 0.0
+        self._tried = -math.inf  # when keys were last asked for (monotonic), successfully or not
         self._lock = asyncio.Lock()
 
     async def _load_keys(self, *, force: bool) -> None:
         async with self._lock:
-            age = time.monotonic() - self._fetched
-            if self._keys and age < (REFRESH_MIN_SECONDS if force else self.cache_seconds):
+            since = time.monotonic() - self._tried
+            if since < (self.cache_seconds if self._keys and not force else REFRESH_MIN_SECONDS):
                 return
-            async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as http:
-                if self._jwks_url is None:
-                    discovery = f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
-                    meta = (await http.get(discovery)).raise_for_status().json()
-                    self._jwks_url = str(meta["jwks_uri"])
-                document = (await http.get(self._jwks_url)).raise_for_status().json()
-            keys: dict[str, jwt.PyJWK] = {}
-            for key in document.get("keys", []):
-                if key.get("use", "sig") != "sig":
-                    continue
-                try:
-                    keys[str(key.get("kid", ""))] = jwt.PyJWK.from_json(json.dumps(key))
-                except jwt.PyJWTError:
-                    continue  # a key type this PyJWT cannot use; the others still work
-            self._keys = keys
-            self._fetched = time.monotonic()
+            # A failed attempt counts too: while the issuer is down or answers nonsense, requests
+            # are refused at once instead of queueing on this lock behind one timeout after another.
+            self._tried = time.monotonic()
+            try:
+                self._keys = await self._fetch_keys()
+            except (httpx.HTTPError, ValueError, RecursionError) as exc:
+                logger.warning(
+                    "issuer keys not fetched; the ones known stay",
+                    extra={"issuer": self.issuer, "error_type": type(exc).__name__},
+                )
+
+    async def _fetch_keys(self) -> dict[str, jwt.PyJWK]:
+        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as http:
+            if self._jwks_url is None:
+                discovery = f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
+                meta = (await http.get(discovery)).raise_for_status().json()
+                if not isinstance(meta, dict) or not isinstance(meta.get("jwks_uri"), str):
+                    raise ValueError("the discovery document names no jwks_uri")
+                self._jwks_url = meta["jwks_uri"]
+            document = (await http.get(self._jwks_url)).raise_for_status().json()
+        entries = document.get("keys") if isinstance(document, dict) else None
+        if not isinstance(entries, list):
+            raise ValueError("the JWKS document has no list of keys")
+        keys: dict[str, jwt.PyJWK] = {}
+        for key in entries:
+            if not isinstance(key, dict) or key.get("use", "sig") != "sig":
+                continue
+            try:
+                keys[str(key.get("kid", ""))] = jwt.PyJWK.from_json(json.dumps(key))
+            except jwt.PyJWTError:
+                continue  # a key type this PyJWT cannot use; the others still work
+        return keys
 
     async def _key(self, kid: str) -> jwt.PyJWK | None:
         await self._load_keys(force=False)
@@ -105,7 +122,7 @@ class JwtVerifier:
                 leeway=self.leeway,
                 options={"require": ["exp", "iss", "sub", "aud"]},
             )
-        except (jwt.PyJWTError, httpx.HTTPError, KeyError, ValueError) as exc:
+        except (jwt.PyJWTError, KeyError, ValueError) as exc:
             logger.info("bearer token rejected", extra={"error_type": type(exc).__name__})
             return None
         scope = claims.get("scope")

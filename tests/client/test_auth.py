@@ -15,6 +15,7 @@ import pytest
 from elicitd_client.auth import JwtVerifier
 from service.devtools.mount import DevTools
 from tests.support.dev_tools import serving_dev_tools
+from tests.support.hostile import DEEP_JSON, FAILURES, Answer, Behavior, hostile
 
 AUDIENCE = "http://127.0.0.1:9000/mcp"
 
@@ -93,3 +94,24 @@ async def test_a_token_signed_by_a_key_the_issuer_never_published_is_refused(
         forged = stranger.issuer.sign(claims(dev_tools))  # right iss and aud, wrong key
     assert await verifier.verify_token(forged) is None
     assert await verifier.verify_token("not a jwt") is None
+
+
+async def test_a_broken_issuer_gets_tokens_refused_and_is_not_asked_again_at_once(dev_tools: DevTools) -> None:
+    token = dev_tools.issuer.sign(claims(dev_tools))
+    discovery = "/.well-known/openid-configuration"
+    broken_keys: dict[str, Behavior] = {
+        "/jwks-list": Answer.json([{"kty": "EC"}]),
+        "/jwks-deep": DEEP_JSON,
+        "/jwks-no-keys": Answer.json({"keys": "none"}),
+    }
+    with hostile(broken_keys) as keys:
+        routes: dict[str, Behavior] = {f"{name}{discovery}": behavior for name, behavior in FAILURES.items()}
+        routes[f"/list{discovery}"] = Answer.json(["jwks_uri"])
+        routes.update({f"{name}{discovery}": Answer.json({"jwks_uri": f"{keys.url}{name}"}) for name in broken_keys})
+        with hostile(routes) as server:
+            for name in [*FAILURES, "/list", *broken_keys]:
+                verifier = JwtVerifier(f"{server.url}{name}", audience=AUDIENCE, timeout=1)
+                asked = len(server.requests) + len(keys.requests)
+                assert [await verifier.verify_token(token) for _ in range(3)] == [None, None, None], name
+                # One attempt (discovery, then the key set it names), not one per token.
+                assert len(server.requests) + len(keys.requests) - asked == (2 if name in broken_keys else 1), name
