@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,6 +237,26 @@ class Target:
     headers: tuple[str, ...] = ()
     body: str = ""
     unique: bool = False
+
+
+def hot_targets(app_url: str, auth: str, flow_id: str, resolve_body: str, create_body: str) -> list[Target]:
+    """elicitd's status, resolve and create, as every phase measures them (``create_body`` has ``{n}``)."""
+    headers = (f"Authorization: {auth}",)
+    json_headers = (*headers, "Content-Type: application/json")
+    return [
+        Target("status", f"{app_url}/v1/flows/{flow_id}", headers=headers),
+        Target("resolve", f"{app_url}/v1/flows/resolve", method="POST", body=resolve_body, headers=json_headers),
+        Target("create", f"{app_url}/v1/flows", method="POST", body=create_body, headers=json_headers, unique=True),
+    ]
+
+
+def floor_targets(floor_url: str, raw_id: uuid.UUID, create_body: str) -> list[Target]:
+    """The floor's read of the same flow (``floor``) and its insert (``insert``, what create is over)."""
+    json_headers = ("Content-Type: application/json",)
+    return [
+        Target("floor", f"{floor_url}/flows/{raw_id}"),
+        Target("insert", f"{floor_url}/flows", method="POST", body=create_body, headers=json_headers, unique=True),
+    ]
 
 
 @dataclass

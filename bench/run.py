@@ -44,6 +44,8 @@ from bench.harness import (
     Server,
     Target,
     backends,
+    floor_targets,
+    hot_targets,
     percentile,
     raise_nofile,
     server_env,
@@ -225,7 +227,6 @@ def throughput(
         raw_id = uuid.UUID(hex=flow_id.removeprefix("fl_"))
         assert httpx.get(f"{floor.url}/flows/{raw_id}").json()["status"] == "completed"
         assert httpx.get(f"{base.url}/flows/{raw_id}").json()["status"] == "completed"
-        json_type = "Content-Type: application/json"
         create_body = json.dumps(
             {
                 "subject": {"iss": SUBJECT["iss"], "sub": "c-{n}"},
@@ -234,28 +235,11 @@ def throughput(
                 "context": {"bench": "create"},
             }
         )
-        targets = [
-            Target("floor", f"{floor.url}/flows/{raw_id}"),
-            Target("orm", f"{base.url}/flows/{raw_id}"),
-            Target("status", f"{app.url}/v1/flows/{flow_id}", headers=(f"Authorization: {auth}",)),
-            Target(
-                "resolve",
-                f"{app.url}/v1/flows/resolve",
-                method="POST",
-                body=resolve_body,
-                headers=(f"Authorization: {auth}", json_type),
-            ),
-            Target("token", f"{app.url}{token_path}", headers=(f"Authorization: {auth}",)),
-            Target("insert", f"{floor.url}/flows", method="POST", body=create_body, headers=(json_type,), unique=True),
-            Target(
-                "create",
-                f"{app.url}/v1/flows",
-                method="POST",
-                body=create_body,
-                headers=(f"Authorization: {auth}", json_type),
-                unique=True,
-            ),
-        ]
+        status, resolve, create = hot_targets(app.url, auth, flow_id, resolve_body, create_body)
+        floor_read, insert = floor_targets(floor.url, raw_id, create_body)
+        orm = Target("orm", f"{base.url}/flows/{raw_id}")
+        token_target = Target("token", f"{app.url}{token_path}", headers=(f"Authorization: {auth}",))
+        targets = [floor_read, orm, status, resolve, token_target, insert, create]
         gen = Generator.choose(args.generator, args.connections)
         say(
             f"[throughput] generator={gen.kind} connections={gen.connections} workers={args.workers} "

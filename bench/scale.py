@@ -7,7 +7,9 @@ Scale part (``scale_phase``, what ``--phases scale`` runs): 10,000 flows (9,000 
 pending) are loaded with ``COPY`` across 200 server clients and 50,000 subjects, and status,
 resolve and create are measured at 32 connections; then the table is brought to 1,000,000 flows
 (900,000 terminal created over 100 days, 100,000 pending) and the same three are measured again,
-giving ``scale_*_ratio`` (1M ÷ 10k throughput) and both p99s. Then every pending flow is given an
+giving ``scale_*_ratio`` (1M ÷ 10k throughput), both p99s, and at each size
+``scale_*_floor_ratio_10k``/``_1m``: each target over the raw-asyncpg floor (``bench/floor_factory.py``,
+same database) measured just before and after it. Then every pending flow is given an
 expiry within the next minute and a second replica is started: ``sweep_100k_seconds`` is how long
 after the start of that minute the last one was expired (``sweep_lag_p99_seconds``: expiry to
 sweep), with status p99 meanwhile. Last, retention runs over the backlog (results older than
@@ -48,7 +50,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import asyncpg
 import httpx
 
-from bench.harness import DATA, Backends, Generator, Server, Target, backends, percentile, server_env
+from bench.harness import (
+    DATA,
+    Backends,
+    Generator,
+    Server,
+    backends,
+    floor_targets,
+    hot_targets,
+    percentile,
+    server_env,
+)
 from service.db.unit import unit_of_work
 from service.flows.retention import BATCH_SIZE, steps
 from service.settings import KeyRing, Settings, normalize_database_url
@@ -386,23 +398,24 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
 ) -> dict[str, Any]:
     """Status, resolve and create at 10,000 and at 1,000,000 flows in the same run; then 100,000
     expiries within one minute under two sweepers; then retention over the backlog."""
-    from bench.run import create_external
+    from bench.run import _bracketed, create_external
 
     url = found.database_url
     clients = [client_id, *asyncio.run(_more_clients(url, 199))]
     asyncio.run(_load(url, clients, SMALL, SMALL // 10))
     env = server_env(found, keys, channel, **OFF)
     app = Server("elicitd-scale", "elicitd_factory:create", env).start()
+    floor = Server("floor-scale", "floor_factory:create", dict(env, ELICITD_BENCH_CLIENT_ID=str(client_id)))
     second: Server | None = None
     out: dict[str, Any] = {}
     try:
+        floor.start()
         auth = f"Bearer {api_key}"
         with httpx.Client(base_url=app.url, headers={"Authorization": auth}, timeout=30) as http:
             created = create_external(http, "scale")
             flow_id = created["flow"]["id"]
             done = http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"ok": True}})
             assert done.status_code == 200, done.text
-        json_type = "Content-Type: application/json"
         resolve_body = json.dumps(
             {
                 "subject": SUBJECT | {"sub": "scale"},
@@ -417,33 +430,27 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
                 "url": "https://mcp.bench.example/step",
             }
         )
-        targets = [
-            Target("status", f"{app.url}/v1/flows/{flow_id}", headers=(f"Authorization: {auth}",)),
-            Target(
-                "resolve",
-                f"{app.url}/v1/flows/resolve",
-                method="POST",
-                body=resolve_body,
-                headers=(f"Authorization: {auth}", json_type),
-            ),
-            Target(
-                "create",
-                f"{app.url}/v1/flows",
-                method="POST",
-                body=create_body,
-                headers=(f"Authorization: {auth}", json_type),
-                unique=True,
-            ),
-        ]
+        targets = hot_targets(app.url, auth, flow_id, resolve_body, create_body)
+        floor_read, insert = floor_targets(floor.url, uuid.UUID(hex=flow_id.removeprefix("fl_")), create_body)
+        # Each target over the raw-asyncpg floor measured just before and just after it (as in
+        # bench/run.py): reads over the floor's read, create over the floor's insert.
+        under = {"status": floor_read, "resolve": floor_read, "create": insert}
 
         def measure(label: str) -> dict[str, dict[str, float]]:
             figures = {}
             for target in targets:
+                floor_target = under[target.name]
+                generator.run(floor_target, 1.0)
                 generator.run(target, 1.0)
-                figures[target.name] = generator.run(target, seconds)
+                done = [(floor_target.name, generator.run(floor_target, seconds))]
+                done.append((target.name, generator.run(target, seconds)))
+                done.append((floor_target.name, generator.run(floor_target, seconds)))
+                figures[target.name] = done[1][1] | {
+                    "floor_ratio": _bracketed(done, target.name, floor_target.name)["rps"]
+                }
                 say(
                     f"[scale] {label} {target.name}: {figures[target.name]['rps']:.0f} req/s, "
-                    f"p99 {figures[target.name]['p99_ms']} ms"
+                    f"p99 {figures[target.name]['p99_ms']} ms, {figures[target.name]['floor_ratio']:.2f} of the floor"
                 )
             return figures
 
@@ -459,6 +466,8 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
             out[f"scale_{name}_p99_ms_1m"] = large[name]["p99_ms"]
             out[f"scale_{name}_rps_10k"] = round(small[name]["rps"], 1)
             out[f"scale_{name}_rps_1m"] = round(large[name]["rps"], 1)
+            out[f"scale_{name}_floor_ratio_10k"] = round(small[name]["floor_ratio"], 3)
+            out[f"scale_{name}_floor_ratio_1m"] = round(large[name]["floor_ratio"], 3)
         out["scale_flows"] = int((asyncio.run(_sql(url, "SELECT count(*) AS n FROM flows")))["n"])
 
         # 100,000 expiries within one minute, two replicas sweeping.
@@ -516,6 +525,7 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
         out["retention_sizes_after"] = asyncio.run(_sizes(url))
     finally:
         app.stop()
+        floor.stop()
         if second is not None:
             second.stop()
     return out
