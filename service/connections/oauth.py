@@ -103,12 +103,15 @@ def authorization_url(
 
 
 def _authenticated(
-    provider: ResolvedProvider, url: str, body: str, headers: dict[str, str]
+    client: ClientAuth, url: str, body: str, headers: dict[str, str]
 ) -> tuple[str, bytes, dict[str, str]]:
-    """The provider's client authentication applied to a form POST (RFC 6749 §2.3.1)."""
-    auth = ClientAuth(provider.client_id, provider.client_secret, provider.token_auth_method)
-    url, headers, body = auth.prepare("POST", url, headers, body)
+    """A client's authentication applied to a form POST (RFC 6749 §2.3.1)."""
+    url, headers, body = client.prepare("POST", url, headers, body)
     return url, body.encode(), headers
+
+
+def _client(provider: ResolvedProvider) -> ClientAuth:
+    return ClientAuth(provider.client_id, provider.client_secret, provider.token_auth_method)
 
 
 def _token_set(token: dict[str, Any]) -> TokenSet:
@@ -152,22 +155,30 @@ def _token_answer(response: httpx.Response) -> dict[str, Any]:
     return document
 
 
-async def _token_call(http: httpx.AsyncClient, provider: ResolvedProvider, body: str) -> dict[str, Any]:
-    url, content, headers = _authenticated(provider, provider.token_endpoint, body, dict(_TOKEN_HEADERS))
+async def token_request(
+    http: httpx.AsyncClient, token_endpoint: str, client: ClientAuth, body: str, *, log: dict[str, str]
+) -> dict[str, Any]:
+    """One POST to a token endpoint (RFC 6749 §3.2), for providers and sign-in issuers alike: the
+    answer's JSON object, or ``ProviderError`` — ``provider_unreachable`` or ``http_<status>`` when
+    the endpoint failed, the answer's own safe ``error`` code when it refused. ``log`` names the
+    party in the warning a failure leaves."""
+    url, content, headers = _authenticated(client, token_endpoint, body, dict(_TOKEN_HEADERS))
     try:
         async with asyncio.timeout(CALL_DEADLINE_SECONDS):
             response = await http.post(url, content=content, headers=headers)
     except (httpx.HTTPError, TimeoutError) as exc:
-        logger.warning(
-            "provider token call failed", extra={"provider": provider.name, "error_type": type(exc).__name__}
-        )
+        logger.warning("token call failed", extra={**log, "error_type": type(exc).__name__})
         raise ProviderError("provider_unreachable") from None
     try:
         return _token_answer(response)
     except ProviderError as exc:
         if exc.error == "provider_unreachable":
-            logger.warning("provider token call failed", extra={"provider": provider.name, "error_type": "ValueError"})
+            logger.warning("token call failed", extra={**log, "error_type": "ValueError"})
         raise
+
+
+async def _token_call(http: httpx.AsyncClient, provider: ResolvedProvider, body: str) -> dict[str, Any]:
+    return await token_request(http, provider.token_endpoint, _client(provider), body, log={"provider": provider.name})
 
 
 async def exchange_code(
@@ -225,7 +236,7 @@ async def revoke(http: httpx.AsyncClient, provider: ResolvedProvider, token: str
     if not provider.revocation_endpoint:
         return False
     body, headers = prepare_revoke_token_request(token, hint, "", {})
-    url, content, headers = _authenticated(provider, provider.revocation_endpoint, body, headers)
+    url, content, headers = _authenticated(_client(provider), provider.revocation_endpoint, body, headers)
     try:
         async with asyncio.timeout(CALL_DEADLINE_SECONDS):
             response = await http.post(url, content=content, headers=headers)

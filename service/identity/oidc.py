@@ -6,9 +6,10 @@ the client secret), then ``iss``, ``aud`` (and ``azp`` when several audiences), 
 and ``nonce`` are checked. Nothing from the provider's error bodies reaches a page or a log.
 
 Authlib supplies the protocol pieces (the authorization URL, the token request body, client
-authentication); the token request goes out on the process's one shared HTTP client. Authlib's
-own HTTP integration builds a client, and with it a TLS context, per call: about 50 ms of CPU that
-every request parked on the event loop waited for, once to make a URL and once per exchange.
+authentication); the token request is the one ``service.connections.oauth`` makes to providers,
+on the process's one shared HTTP client. Authlib's own HTTP integration builds a client, and with
+it a TLS context, per call: about 50 ms of CPU that every request parked on the event loop waited
+for, once to make a URL and once per exchange.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
+from service.connections.oauth import ProviderError, token_request
 from service.errors import ElicitdError
-from service.http import read_json
 from service.identity.issuers import IssuerDirectory, ResolvedIssuer
 
 logger = logging.getLogger("elicitd.identity")
@@ -36,7 +37,6 @@ logger = logging.getLogger("elicitd.identity")
 ID_TOKEN_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 CLOCK_LEEWAY_SECONDS = 60
 MAX_ID_TOKEN_AGE_SECONDS = 600
-_TOKEN_HEADERS = {"Accept": "application/json", "Content-Type": "application/x-www-form-urlencoded;charset=UTF-8"}
 
 
 class LoginFailed(ElicitdError):
@@ -76,47 +76,23 @@ def authorization_url(
     return str(url)
 
 
-class _Refused(Exception):
-    def __init__(self, error: object) -> None:
-        self.error = error
-
-
-def _token_answer(response: httpx.Response) -> dict[str, Any]:
-    """RFC 6749 §5: a JSON object, a token (§5.1) or an ``error`` (§5.2); anything else is garbage."""
-    if response.status_code >= 500:
-        raise ValueError("server error")
-    try:
-        document = read_json(response)
-    except ValueError:
-        document = None
-    if not isinstance(document, dict):
-        raise ValueError("not a JSON object")
-    if "error" in document:
-        raise _Refused(document["error"])
-    return document
-
-
 async def exchange_code(
     http: httpx.AsyncClient, issuer: ResolvedIssuer, *, code: str, redirect_uri: str, code_verifier: str
 ) -> dict[str, Any]:
-    """Trade the code for tokens at the issuer's token endpoint (RFC 6749 §4.1.3, RFC 7636 §4.5)."""
+    """Trade the code for tokens at the issuer's token endpoint (RFC 6749 §4.1.3, RFC 7636 §4.5),
+    through the same token call as a connection's provider (``service.connections.oauth``)."""
     body = prepare_token_request(
         "authorization_code", code=code, redirect_uri=redirect_uri, code_verifier=code_verifier
     )
-    auth = ClientAuth(issuer.client_id, issuer.client_secret, issuer.token_auth_method)
-    url, headers, body = auth.prepare("POST", issuer.token_endpoint, dict(_TOKEN_HEADERS), body)
+    client = ClientAuth(issuer.client_id, issuer.client_secret, issuer.token_auth_method)
     try:
-        response = await http.post(url, content=body.encode(), headers=headers)
-        return _token_answer(response)
-    except _Refused as refused:
+        return await token_request(http, issuer.token_endpoint, client, body, log={"issuer": issuer.issuer})
+    except ProviderError as failed:
+        if failed.error == "provider_unreachable" or failed.error.startswith("http_"):
+            raise LoginFailed("The sign-in service could not be reached. Please try again.") from None
         # ``error`` is a registered OAuth error code; the description is provider text: dropped.
-        logger.warning(
-            "issuer token exchange refused", extra={"code": str(refused.error)[:64], "issuer": issuer.issuer}
-        )
+        logger.warning("issuer token exchange refused", extra={"code": failed.error, "issuer": issuer.issuer})
         raise LoginFailed("The sign-in service did not accept the sign-in. Please try again.") from None
-    except (httpx.HTTPError, ValueError):
-        logger.warning("issuer token exchange failed", extra={"issuer": issuer.issuer})
-        raise LoginFailed("The sign-in service could not be reached. Please try again.") from None
 
 
 async def verify_id_token(
