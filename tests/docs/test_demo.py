@@ -23,8 +23,10 @@ import pytest
 
 from examples.demo.person import SHOTS, HeadlessPerson
 from tests.docs.test_readme import json_documents
+from tests.observability.test_metrics import samples, value
 from tests.support.dev_instance import DevInstance, dev_instance
 from tests.support.docs import ROOT, code_block, read, section
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -47,6 +49,13 @@ def make(target: str, instance: DevInstance, *variables: str) -> list[str]:
 
 def demo_env(instance: DevInstance) -> dict[str, str]:
     return {**os.environ, "ELICITD_URL": instance.url, "ELICITD_DATA_DIR": str(instance.data_dir)}
+
+
+async def resolves(instance: DevInstance) -> float:
+    """How many MCP retries (``POST /v1/flows/resolve``) the instance has answered so far."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        found = samples((await http.get(f"{instance.url}/metrics")).text)
+    return value(found, "elicitd_http_requests_total", method="POST", route="/v1/flows/resolve", status="200")
 
 
 def test_make_run_prints_how_to_try_dev_id_and_demo_files(instance: DevInstance) -> None:
@@ -132,6 +141,7 @@ async def test_the_quick_start_then_make_demo_headless_reach_a_connected_account
 
 
 async def test_make_demo_prints_the_link_and_waits_for_the_person(instance: DevInstance) -> None:
+    answered = await resolves(instance)
     demo = await asyncio.create_subprocess_exec(
         *make("demo", instance, "DEMO_USER=dana"),
         cwd=ROOT,
@@ -148,8 +158,14 @@ async def test_make_demo_prints_the_link_and_waits_for_the_person(instance: DevI
             assert line, "make demo ended before printing a link:\n" + "".join(seen)
             seen.append(line)
             link = line.strip() if line.strip().startswith(f"{instance.url}/f/fl_") else None
+
         # A person takes a while to switch to the browser: longer than one of the host's retries.
-        await asyncio.sleep(16)
+        # The first retry waits its full round in elicitd and comes back still waiting for them.
+        async def first_retry_answered() -> bool:
+            await asyncio.sleep(0.2)  # a scrape runs a query: a few a second, not a hundred
+            return await resolves(instance) > answered
+
+        await until(first_retry_answered, timeout=60, what="the host's first retry")
         async with HeadlessPerson("dana") as person:
             said = await person.connect(link)
         assert said == "Connected. Your Demo Files account dana is now connected for Development MCP server."
@@ -164,3 +180,4 @@ async def test_make_demo_prints_the_link_and_waits_for_the_person(instance: DevI
     assert f"Open this link in your browser (it is on {urlsplit(instance.url).netloc}):" in output
     assert ANSWER.format(user="dana") in output.splitlines()
     assert len(re.findall(r"/f/fl_", output)) == 1  # shown once, however many retries it took
+    assert await resolves(instance) >= answered + 2  # the person's account came with a later retry
