@@ -61,6 +61,7 @@ class DemoFiles(AuthorizationServer):
 
     def __init__(self, issuer: str, keys: DevSecrets, clients: Mapping[str, RegisteredClient]) -> None:
         super().__init__(issuer, keys, clients)
+        self.token_key = keys.token_key  # parsed once, not on every token made or read
         self.used_refresh_tokens: set[str] = set()
         self.revoked_grants: set[str] = set()
 
@@ -91,12 +92,12 @@ class DemoFiles(AuthorizationServer):
             "exp": now + ttl,
             "jti": secrets.token_urlsafe(12),
         }
-        return jwt.encode({"alg": "HS256"}, claims, self.keys.token_key)
+        return jwt.encode({"alg": "HS256"}, claims, self.token_key)
 
     def read_token(self, value: str, kind: str) -> dict[str, Any] | None:
         """The claims of a live token of ``kind`` (``access`` or ``refresh``) that we issued."""
         try:
-            claims = jwt.decode(value, self.keys.token_key, algorithms=["HS256"]).claims
+            claims = jwt.decode(value, self.token_key, algorithms=["HS256"]).claims
             jwt.JWTClaimsRegistry(exp={"essential": True}).validate(claims)
         except (JoseError, ValueError):
             return None

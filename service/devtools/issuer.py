@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,6 +20,7 @@ from joserfc.errors import JoseError
 from litestar import Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 
+from service.devtools.keys import DevSecrets
 from service.devtools.oauth import (
     NO_STORE,
     AuthorizationRequest,
@@ -26,6 +28,7 @@ from service.devtools.oauth import (
     Grant,
     PageError,
     RedirectError,
+    RegisteredClient,
     bearer_error,
     bearer_token,
     invalid_client,
@@ -46,6 +49,12 @@ MAX_MINTED_TTL_SECONDS = 86400
 class DevIssuer(AuthorizationServer):
     """Dev ID: an authorization server that signs ES256 ID and access tokens."""
 
+    def __init__(self, issuer: str, keys: DevSecrets, clients: Mapping[str, RegisteredClient]) -> None:
+        super().__init__(issuer, keys, clients)
+        # Parsed once: importing the EC key took as long as the signature it then made (~50 µs).
+        self.signing_key = keys.signing_key
+        self.jwks = keys.public_jwks()
+
     def metadata(self) -> dict[str, Any]:
         return {
             "issuer": self.issuer,
@@ -65,7 +74,7 @@ class DevIssuer(AuthorizationServer):
         }
 
     def sign(self, claims: dict[str, Any]) -> str:
-        return jwt.encode({"alg": "ES256", "kid": self.keys.kid, "typ": "JWT"}, claims, self.keys.signing_key)
+        return jwt.encode({"alg": "ES256", "kid": self.keys.kid, "typ": "JWT"}, claims, self.signing_key)
 
     def id_token(self, grant: Grant) -> str:
         now = int(time.time())
@@ -104,7 +113,7 @@ class DevIssuer(AuthorizationServer):
         if audience is not None:
             aud["value"] = audience
         try:
-            claims = jwt.decode(token, self.keys.signing_key, algorithms=["ES256"]).claims
+            claims = jwt.decode(token, self.signing_key, algorithms=["ES256"]).claims
             jwt.JWTClaimsRegistry(
                 iss={"essential": True, "value": self.issuer}, aud=aud, exp={"essential": True}
             ).validate(claims)
@@ -137,7 +146,7 @@ def issuer_routes(dev: DevIssuer) -> list[HTTPRouteHandler]:
 
     @get(f"{ID_PATH}/jwks", include_in_schema=False, sync_to_thread=False)
     def jwks() -> dict[str, Any]:
-        return dev.keys.public_jwks()
+        return dev.jwks
 
     @get(f"{ID_PATH}/authorize", include_in_schema=False)
     async def authorize(request: Request[Any, Any, Any]) -> Response[Any]:
