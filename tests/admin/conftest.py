@@ -14,12 +14,10 @@ from sqlalchemy import text
 
 from service.admin.tokens import ADMIN_TOKEN_ID, Role, create_token, parse_lifetime
 from service.connections import oauth as provider_oauth
-from service.connections.providers import ProviderSpec, upsert_provider
-from service.db.base import CONNECTION_ID
-from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.settings import Settings
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 from tests.support.oauth_server import OAuthServer
+from tests.support.providers import register_issuer, register_provider, store_connection
 from tests.support.stripe_double import API_KEY, WEBHOOK_SECRET, StripeDouble
 
 # A closed loopback port: deliveries to it fail fast and never leave the machine.
@@ -53,13 +51,7 @@ async def elicitd(
         stripe_secret_key=API_KEY, stripe_webhook_secret=WEBHOOK_SECRET, stripe_api_base=stripe_double.url
     )
     async with running_app(settings) as app:
-        async with app.state.sessions() as session:
-            await upsert_issuer(
-                session,
-                app.state.vault,
-                IssuerConfig(issuer=oauth.issuer, client_id="elicitd-login", display_name="Test ID"),
-            )
-            await session.commit()
+        await register_issuer(app, oauth)
         yield app
 
 
@@ -93,22 +85,7 @@ async def make_provider(
 ) -> str:
     """A provider row pointing at the OAuth server, made by the domain's own upsert."""
     name = name or f"p-{uuid.uuid4().hex[:10]}"
-    spec = ProviderSpec(
-        name=name,
-        catalog="oauth2",
-        display_name="Test Files",
-        issuer=server.issuer,
-        account_endpoint=server.url("/api/me"),
-        account_id_field="id",
-        account_login_field="login",
-        client_id=PROVIDER_CLIENT,
-        client_secret=secret,
-        default_scopes=("files:read",),
-    )
-    async with app.state.sessions() as session:
-        await upsert_provider(session, spec, app.state.vault)
-        await session.commit()
-    server.register_client(PROVIDER_CLIENT, PROVIDER_SECRET)
+    await register_provider(app, server, name, client_id=PROVIDER_CLIENT, secret=secret, callback=False)
     return name
 
 
@@ -136,22 +113,16 @@ async def make_connection(
         scope="files:read",
         raw={},
     )
-    service = app.state.connections
-    async with app.state.sessions() as session:
-        resolved = await service.provider(provider)
-        done = await service.store_authorization(
-            session,
-            iss=server.issuer,
-            sub=sub,
-            provider=resolved,
-            tokens=tokens,
-            account_id=f"acct-{sub}",
-            account_login=sub,
-            requested=["files:read"],
-            reconnect=None,
-        )
-        await session.commit()
-    return CONNECTION_ID.format(done.connection.id)
+    return await store_connection(
+        app,
+        provider,
+        tokens,
+        iss=server.issuer,
+        sub=sub,
+        account_id=f"acct-{sub}",
+        account_login=sub,
+        requested=["files:read"],
+    )
 
 
 async def make_payment(app: RunningApp, server: OAuthServer) -> str:

@@ -14,12 +14,10 @@ import pytest
 from playwright.async_api import Page
 from sqlalchemy import text
 
-from service.connections import oauth as provider_oauth
-from service.connections.providers import ProviderSpec, upsert_provider
 from service.db.base import CONNECTION_ID
 from service.grants import repository as grants_repo
-from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.settings import Settings
+from tests.support import providers
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 from tests.support.browser import (  # noqa: F401 (fixtures and hook are found by name)
     browser_context,
@@ -29,6 +27,7 @@ from tests.support.browser import (  # noqa: F401 (fixtures and hook are found b
     pytest_runtest_makereport,
 )
 from tests.support.oauth_server import OAuthServer
+from tests.support.providers import register_issuer
 
 PROVIDER_CLIENT_ID = "elicitd-files"
 PROVIDER_SECRET = "files-client-secret-for-tests"
@@ -61,35 +60,15 @@ async def register_provider(
     secret: str = PROVIDER_SECRET,
     **overrides: Any,
 ) -> None:
-    spec = ProviderSpec(
-        name=name,
-        catalog="oauth2",
-        display_name="Test Files",
-        issuer=server.issuer,
-        account_endpoint=server.url("/api/me"),
-        account_id_field="id",
-        account_login_field="login",
+    await providers.register_provider(
+        app,
+        server,
+        name,
         client_id=client_id,
-        client_secret=secret,
-        default_scopes=("files:read",),
+        secret=secret,
         scope_descriptions={"files:read": "See your files", "files:write": "Change and delete your files"},
         **overrides,
     )
-    async with app.state.sessions() as session:
-        await upsert_provider(session, spec, app.state.vault)
-        await session.commit()
-    server.register_client(client_id, secret, redirect_uris=[app.url + "/connect/callback"])
-
-
-async def register_issuer(app: RunningApp, server: OAuthServer) -> None:
-    async with app.state.sessions() as session:
-        await upsert_issuer(
-            session,
-            app.state.vault,
-            IssuerConfig(issuer=server.issuer, client_id="elicitd-login", display_name="Test ID"),
-        )
-        await session.commit()
-    app.state.issuers.forget()
 
 
 @pytest.fixture(scope="module")
@@ -215,31 +194,17 @@ async def plant_connection(
     """A connection made of tokens the provider really issued (``mint``), stored by the service,
     and (``granted_to``) granted to a server client for its scopes, as a connect flow would."""
     user = provider_user or sub
-    minted = env.oauth.mint(user, client_id=PROVIDER_CLIENT_ID, scope=scope)
-    tokens = provider_oauth.TokenSet(
-        access_token=minted["access_token"],
-        refresh_token=minted["refresh_token"],
-        token_type="Bearer",
-        expires_in=expires_in,
+    connection, minted = await providers.plant_connection(
+        env.app,
+        env.oauth,
+        env.provider,
+        iss=env.iss,
+        sub=sub,
+        login=user,
+        client_id=PROVIDER_CLIENT_ID,
         scope=scope,
-        raw=minted,
+        expires_in=expires_in,
     )
-    service = env.app.state.connections
-    async with env.app.state.sessions() as session:
-        provider = await service.provider(env.provider)
-        done = await service.store_authorization(
-            session,
-            iss=env.iss,
-            sub=sub,
-            provider=provider,
-            tokens=tokens,
-            account_id=env.oauth.account_id(user),
-            account_login=user,
-            requested=scope.split(),
-            reconnect=None,
-        )
-        await session.commit()
-    connection = str(done.result["connection_id"])
     if granted_to is not None:
         await grant(env.app, connection, granted_to, scope.split())
     return connection, minted

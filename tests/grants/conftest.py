@@ -17,10 +17,7 @@ import pytest
 from playwright.async_api import Page
 from sqlalchemy import text
 
-from service.connections import oauth as provider_oauth
-from service.connections.providers import ProviderSpec, upsert_provider
 from service.settings import Settings
-from tests.connections.conftest import register_issuer
 from tests.support.apps import RunningApp, ServerClientHandle, running_app
 from tests.support.browser import (  # noqa: F401 (fixtures and hook are found by name)
     browser_context,
@@ -32,6 +29,7 @@ from tests.support.browser import (  # noqa: F401 (fixtures and hook are found b
     save_screenshot,
 )
 from tests.support.oauth_server import OAuthServer
+from tests.support.providers import plant_connection, register_issuer, register_provider
 
 PROVIDER_CLIENT_ID = "elicitd-acme"
 PROVIDER_SECRET = "acme-client-secret-for-tests"
@@ -68,23 +66,15 @@ class Story:
 
 
 async def register_acme(app: RunningApp, server: OAuthServer, name: str) -> None:
-    spec = ProviderSpec(
-        name=name,
-        catalog="oauth2",
-        display_name="Acme",
-        issuer=server.issuer,
-        account_endpoint=server.url("/api/me"),
-        account_id_field="id",
-        account_login_field="login",
+    await register_provider(
+        app,
+        server,
+        name,
         client_id=PROVIDER_CLIENT_ID,
-        client_secret=PROVIDER_SECRET,
-        default_scopes=("files:read",),
+        secret=PROVIDER_SECRET,
+        display_name="Acme",
         scope_descriptions={"files:read": "Files: read", "files:write": "Files: change and delete"},
     )
-    async with app.state.sessions() as session:
-        await upsert_provider(session, spec, app.state.vault)
-        await session.commit()
-    server.register_client(PROVIDER_CLIENT_ID, PROVIDER_SECRET, redirect_uris=[app.url + "/connect/callback"])
 
 
 @pytest.fixture(scope="module")
@@ -170,28 +160,13 @@ async def plant(
 ) -> tuple[str, dict[str, Any]]:
     """A connection of tokens Acme really issued, stored by the service, granted to nobody."""
     login = account or f"{sub}@acme"
-    minted = story.acme.mint(login, client_id=PROVIDER_CLIENT_ID, scope=scope)
-    tokens = provider_oauth.TokenSet(
-        access_token=minted["access_token"],
-        refresh_token=minted["refresh_token"],
-        token_type="Bearer",
-        expires_in=3600,
+    return await plant_connection(
+        story.app,
+        story.acme,
+        story.provider,
+        iss=story.iss,
+        sub=sub,
+        login=login,
+        client_id=PROVIDER_CLIENT_ID,
         scope=scope,
-        raw=minted,
     )
-    service = story.app.state.connections
-    async with story.app.state.sessions() as session:
-        provider = await service.provider(story.provider)
-        done = await service.store_authorization(
-            session,
-            iss=story.iss,
-            sub=sub,
-            provider=provider,
-            tokens=tokens,
-            account_id=story.acme.account_id(login),
-            account_login=login,
-            requested=scope.split(),
-            reconnect=None,
-        )
-        await session.commit()
-    return str(done.result["connection_id"]), minted
