@@ -101,13 +101,9 @@ async def verify_id_token(
     if not isinstance(id_token, str) or not id_token:
         raise InvalidIdToken("The sign-in service sent no identity token.")
     try:
-        decoded = _decode(id_token, await directory.jwks(issuer))
+        decoded = await decode_signed(directory, issuer, id_token)
     except (JoseError, ValueError):
-        # Perhaps the issuer rotated its keys: refetch once (rate-limited in the directory).
-        try:
-            decoded = _decode(id_token, await directory.jwks(issuer, refresh=True))
-        except (JoseError, ValueError):
-            raise InvalidIdToken("The identity token's signature could not be verified.") from None
+        raise InvalidIdToken("The identity token's signature could not be verified.") from None
     claims = decoded.claims
     # The directory's clock: the same "now" for ``exp``, ``iat`` and the age limit below.
     now = int(directory.clock.time())
@@ -139,6 +135,16 @@ async def verify_id_token(
     return VerifiedLogin(iss=issuer.issuer, sub=sub)
 
 
-def _decode(id_token: str, jwks: dict[str, Any]) -> jwt.Token:
+async def decode_signed(directory: IssuerDirectory, issuer: ResolvedIssuer, token: str) -> jwt.Token:
+    """``token`` with its signature checked against the issuer's keys (ID tokens and subject
+    tokens alike); ``JoseError`` or ``ValueError`` when they do not verify it. A failure may mean
+    the issuer rotated its keys: they are refetched once (rate-limited in the directory)."""
+    try:
+        return _decode(token, await directory.jwks(issuer))
+    except (JoseError, ValueError):
+        return _decode(token, await directory.jwks(issuer, refresh=True))
+
+
+def _decode(token: str, jwks: dict[str, Any]) -> jwt.Token:
     keys = KeySet.import_key_set(jwks)  # type: ignore[arg-type]
-    return jwt.decode(id_token, keys, algorithms=list(ID_TOKEN_ALGORITHMS))
+    return jwt.decode(token, keys, algorithms=list(ID_TOKEN_ALGORITHMS))

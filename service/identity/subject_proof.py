@@ -42,7 +42,6 @@ import httpx
 from authlib.oauth2.auth import ClientAuth
 from joserfc import jwt
 from joserfc.errors import ExpiredTokenError, JoseError
-from joserfc.jwk import KeySet
 from litestar.params import Parameter
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -55,7 +54,7 @@ from service.http import read_json
 from service.identity.issuers import HTTP_TIMEOUT_SECONDS, IssuerDirectory, IssuerUnavailable, ResolvedIssuer
 from service.identity.keys import AuthenticatedClient
 from service.identity.models import SUBJECT_PROOF_POLICIES, SUBJECT_PROOF_REQUIRED, Issuer
-from service.identity.oidc import ID_TOKEN_ALGORITHMS
+from service.identity.oidc import decode_signed
 
 logger = logging.getLogger("elicitd.identity")
 
@@ -289,13 +288,9 @@ class SubjectProver:
         if resolved is None:
             raise refused("unknown_issuer")
         try:
-            decoded = self._decode(token, await self._issuers.jwks(resolved))
+            decoded = await decode_signed(self._issuers, resolved, token)
         except (JoseError, ValueError):
-            # Perhaps the issuer rotated its keys: refetch once (rate-limited in the directory).
-            try:
-                decoded = self._decode(token, await self._issuers.jwks(resolved, refresh=True))
-            except (JoseError, ValueError):
-                raise refused("signature") from None
+            raise refused("signature") from None
         claims = decoded.claims
         now = int(self._clock.time())
         # Time first: the registry reports a future ``nbf`` as it reports a malformed ``aud``.
@@ -315,11 +310,6 @@ class SubjectProver:
         except (JoseError, ValueError):
             raise refused("claims") from None
         return self._proven(resolved, claims)
-
-    @staticmethod
-    def _decode(token: str, jwks: dict[str, Any]) -> jwt.Token:
-        keys = KeySet.import_key_set(jwks)  # type: ignore[arg-type]
-        return jwt.decode(token, keys, algorithms=list(ID_TOKEN_ALGORITHMS))
 
     @staticmethod
     def _proven(resolved: ResolvedIssuer, claims: dict[str, Any]) -> ProvenSubject:
