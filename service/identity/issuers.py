@@ -25,7 +25,7 @@ from service.crypto.aead import SealError
 from service.crypto.vault import Vault
 from service.db.unit import unit_of_work
 from service.errors import ConfigurationError, ElicitdError, InvalidRequest
-from service.http import read_json
+from service.http import make_http_client, read_json
 from service.identity import sessions as browser_sessions
 from service.identity.models import Issuer
 from service.text import display_text_problem
@@ -305,7 +305,7 @@ class IssuerDirectory:
     def http(self) -> httpx.AsyncClient:
         """The process's shared client when given; a command without one gets its own, once."""
         if self._http is None:
-            self._http = httpx.AsyncClient(timeout=HTTP_TIMEOUT_SECONDS, follow_redirects=False)
+            self._http = make_http_client(HTTP_TIMEOUT_SECONDS)
             self._owns_http = True
         return self._http
 
