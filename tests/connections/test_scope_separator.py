@@ -17,11 +17,11 @@ from tests.connections.conftest import (
     expire_soon,
     new_sub,
     plant_connection,
-    register_issuer,
     register_provider,
 )
 from tests.support.apps import new_server_client, running_app
 from tests.support.oauth_server import OAuthServer
+from tests.support.providers import register_issuer
 
 
 @pytest.fixture(scope="module")

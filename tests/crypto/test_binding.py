@@ -23,10 +23,11 @@ from service.crypto.vault import Vault
 from service.db.base import CONNECTION_ID
 from service.db.migrate import upgrade_async
 from service.settings import KeyRing, Settings, normalize_database_url
-from tests.connections.conftest import Env, get_token, new_sub, plant_connection, register_issuer, register_provider
+from tests.connections.conftest import Env, get_token, new_sub, plant_connection, register_provider
 from tests.support import backends
 from tests.support.apps import new_server_client, running_app
 from tests.support.oauth_server import OAuthServer
+from tests.support.providers import register_issuer
 
 RING = KeyRing.parse("bind1:" + "C" * 43, name="binding keys")
 

@@ -29,12 +29,12 @@ from tests.connections.conftest import (
     Env,
     accepted_by_provider,
     plant_connection,
-    register_issuer,
 )
 from tests.faults.load import make_flows, percentile, record
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 from tests.support.faults import TcpProxy
 from tests.support.oauth_server import OAuthServer
+from tests.support.providers import register_issuer
 
 pytestmark = pytest.mark.slow
 
