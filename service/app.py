@@ -1,18 +1,15 @@
 """``create_app(services)``: maps the routes onto the services ``build_services`` made.
 
 Nothing here builds a service or reads configuration beyond what routing needs. Handlers get
-what they need as typed dependencies (``services``, or one of its parts by name: ``flows``,
-``connections``, ``authenticator``, ``metrics``, ``settings`` …); none reads ``app.state``.
+the typed ``services`` dependency and take the parts they need from it; none reads ``app.state``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 from litestar import Litestar
 from litestar.contrib.jinja import JinjaTemplateEngine
@@ -48,19 +45,11 @@ ADMIN_SECURITY_SCHEME = SecurityScheme(
 )
 
 
-def _constant(value: Any) -> Provide:
-    async def provide() -> Any:
-        return value
+def _provide_services(services: Services) -> Provide:
+    async def provide() -> Services:
+        return services
 
     return Provide(provide, use_cache=True)
-
-
-def _dependencies(services: Services) -> dict[str, Provide]:
-    """``services`` itself and each of its fields under its own name."""
-    provided = {"services": _constant(services)}
-    for item in dataclasses.fields(services):
-        provided[item.name] = _constant(getattr(services, item.name))
-    return provided
 
 
 def create_app(services: Services) -> Litestar:
@@ -109,7 +98,7 @@ def create_app(services: Services) -> Litestar:
             *OAUTH_ROUTES,
             create_static_files_router(path="/static", directories=[_HERE / "static"], include_in_schema=False),
         ],
-        dependencies=_dependencies(services),
+        dependencies={"services": _provide_services(services)},
         # Handler modules name ``Services`` only under ``TYPE_CHECKING`` (no import cycle).
         signature_namespace={"Services": Services},
         lifespan=[lifespan],

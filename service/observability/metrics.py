@@ -12,15 +12,18 @@ refresh path calls ``record_refresh(provider, outcome)`` with outcome one of
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from litestar import Response, get
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.flows.models import Flow
-from service.observability.stalls import StallMonitor
 from service.signals.bus import WaiterHub
+
+if TYPE_CHECKING:
+    from service.services import Services
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _COMPLETION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600, 86400)
@@ -119,10 +122,11 @@ class Metrics:
     include_in_schema=True,
     media_type=CONTENT_TYPE_LATEST,
 )
-async def metrics_endpoint(
-    metrics: Metrics, stalls: StallMonitor, read_sessions: async_sessionmaker[AsyncSession]
-) -> Response[bytes]:
-    async with read_sessions() as session:
+async def metrics_endpoint(services: Services) -> Response[bytes]:
+    # One dependency, not three: Litestar resolves independent dependencies concurrently, a task
+    # each (see ``service.identity.deps``).
+    metrics, stalls = services.metrics, services.stalls
+    async with services.read_sessions() as session:
         backlog = (
             await session.execute(
                 text("SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL")
