@@ -437,6 +437,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.func(args)
     except KeyboardInterrupt:
         raise SystemExit(ExitCode.INTERRUPTED) from None
+    except BrokenPipeError:
+        # The reader went away (`elicitd … | head`): what was printed is what was wanted. Point
+        # stdout at /dev/null so the interpreter's final flush does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(ExitCode.OK) from None
     except Exception as exc:
         failed = classify(exc, database_url=os.environ.get("ELICITD_DATABASE_URL"))
         if failed is None:

@@ -247,3 +247,23 @@ def test_output_cells() -> None:
     assert {cell(moment), cell(later), cell("2026-05-04T09:30:00.123456Z"), cell(str(moment))} == {
         "2026-05-04T09:30:00Z"
     }
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """`elicitd … | head`: once the reader has closed the pipe, the command exits 0 with nothing on
+    stderr (no BrokenPipeError traceback)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "service.cli", "keys", "generate"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (0, "")
