@@ -9,6 +9,7 @@ value bound to the row id and the purpose ``issuer_client_secret``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -300,6 +301,9 @@ class IssuerDirectory:
         self._metadata_ttl = metadata_ttl
         self._metadata: dict[str, tuple[float, dict[str, Any]]] = {}
         self._jwks: dict[str, tuple[float, dict[str, Any]]] = {}
+        # One fetch per key-set URL at a time: sign-ins that find the cache empty together wait for
+        # the one fetch instead of each asking the issuer.
+        self._jwks_locks: dict[str, asyncio.Lock] = {}
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -428,8 +432,11 @@ class IssuerDirectory:
         """Fetch OIDC discovery metadata; its ``issuer`` must equal ours exactly (OIDC Discovery §4.3)."""
         url = issuer.rstrip("/") + "/.well-known/openid-configuration"
         try:
-            response = await self.http.get(url, headers={"Accept": "application/json"})
-        except httpx.HTTPError as exc:
+            # httpx's timeouts are per step; an issuer dripping its answer byte by byte would pass
+            # each of them, so the whole call has one deadline too.
+            async with asyncio.timeout(HTTP_TIMEOUT_SECONDS):
+                response = await self.http.get(url, headers={"Accept": "application/json"})
+        except (httpx.HTTPError, TimeoutError) as exc:
             raise IssuerUnavailable("The sign-in service's metadata could not be fetched.") from exc
         if response.status_code != 200:
             raise IssuerUnavailable(f"The sign-in service's metadata answered HTTP {response.status_code}.")
@@ -443,22 +450,39 @@ class IssuerDirectory:
 
     async def jwks(self, issuer: ResolvedIssuer, *, refresh: bool = False) -> dict[str, Any]:
         """The issuer's signing keys; ``refresh`` refetches (rate-limited) after an unknown ``kid``."""
-        now = self.clock.monotonic()
-        cached = self._jwks.get(issuer.jwks_uri)
-        if cached is not None:
-            fetched_at, cached_keys = cached
-            fresh = now - fetched_at < JWKS_TTL_SECONDS
-            if fresh and (not refresh or now - fetched_at < JWKS_REFRESH_MIN_SECONDS):
+        cached_keys = self._cached_jwks(issuer.jwks_uri, refresh=refresh)
+        if cached_keys is not None:
+            return cached_keys
+        lock = self._jwks_locks.setdefault(issuer.jwks_uri, asyncio.Lock())
+        async with lock:
+            # Whoever held the lock may have fetched them meanwhile.
+            cached_keys = self._cached_jwks(issuer.jwks_uri, refresh=refresh)
+            if cached_keys is not None:
                 return cached_keys
+            return await self._fetch_jwks(issuer.jwks_uri)
+
+    def _cached_jwks(self, uri: str, *, refresh: bool) -> dict[str, Any] | None:
+        cached = self._jwks.get(uri)
+        if cached is None:
+            return None
+        fetched_at, keys = cached
+        age = self.clock.monotonic() - fetched_at
+        if age < JWKS_TTL_SECONDS and (not refresh or age < JWKS_REFRESH_MIN_SECONDS):
+            return keys
+        return None
+
+    async def _fetch_jwks(self, uri: str) -> dict[str, Any]:
+        now = self.clock.monotonic()
         try:
-            response = await self.http.get(issuer.jwks_uri, headers={"Accept": "application/json"})
+            async with asyncio.timeout(HTTP_TIMEOUT_SECONDS):  # one deadline for the whole call
+                response = await self.http.get(uri, headers={"Accept": "application/json"})
             loaded: Any = read_json(response) if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError) as exc:
+        except (httpx.HTTPError, ValueError, TimeoutError) as exc:
             raise IssuerUnavailable("The sign-in service's keys could not be fetched.") from exc
         if not isinstance(loaded, dict) or not isinstance(loaded.get("keys"), list):
             raise IssuerUnavailable("The sign-in service's keys could not be read.")
         keys: dict[str, Any] = loaded
-        self._jwks[issuer.jwks_uri] = (now, keys)
+        self._jwks[uri] = (now, keys)
         return keys
 
     def forget(self, issuer: str | None = None) -> None:
