@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from service.errors import ConfigurationError
 from service.urls import is_https_or_loopback_http
@@ -73,6 +73,63 @@ class KeyRing:
         return f"{kid}:{base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip('=')}"
 
 
+# ``ELICITD_REDIS_URL`` names a Redis Cluster with these schemes (``rediss`` for TLS); any other
+# URL is one Redis server, as redis-py reads it.
+CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}
+DEFAULT_REDIS_SHARDS = 16
+MAX_REDIS_SHARDS = 1024
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class ClusterAddress:
+    """Where a Redis Cluster is: the seed nodes (any reachable one tells the whole topology), the
+    credentials every node shares, and whether to speak TLS."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = None
+    tls: bool = False
+
+    def __repr__(self) -> str:
+        shown = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.nodes)
+        secret = ", password='***'" if self.password is not None else ""
+        return f"ClusterAddress(nodes={shown!r}, tls={self.tls}{secret})"
+
+    @classmethod
+    def parse(cls, url: str) -> ClusterAddress | None:
+        """``redis+cluster://[user[:password]@]host:port[,host2:port2…][/]``, or None for a URL
+        that is not a cluster's. Errors never quote the URL: it may hold the password."""
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme.lower() not in CLUSTER_SCHEMES:
+            return None
+        name = "ELICITD_REDIS_URL"
+        if "?" in rest or "#" in rest:
+            raise ConfigurationError(f"{name}: a {scheme}:// URL takes no query or fragment")
+        userinfo, _, location = rest.rpartition("@")
+        hosts, _, path = location.partition("/")
+        if path not in {"", "0"}:
+            raise ConfigurationError(f"{name}: a Redis Cluster has only database 0 (end the URL with / or nothing)")
+        nodes = tuple(_host_port(part, name) for part in hosts.split(","))
+        username = password = None
+        if userinfo:
+            user, colon, secret = userinfo.partition(":")
+            username = unquote(user) or None
+            password = unquote(secret) if colon else None
+        return cls(nodes=nodes, username=username, password=password, tls=CLUSTER_SCHEMES[scheme.lower()])
+
+
+def _host_port(part: str, name: str) -> tuple[str, int]:
+    part = part.strip()
+    if part.startswith("["):
+        host, bracket, port = part[1:].partition("]")
+        port = port.removeprefix(":") if bracket else ""
+    else:
+        host, _, port = part.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigurationError(f"{name}: each cluster node must be host:port (comma-separated), got {part!r}")
+    return host, int(port)
+
+
 class SecretValues(Mapping[str, str]):
     """A read-only mapping whose ``repr`` names its keys and never shows a value."""
 
@@ -111,6 +168,8 @@ class Settings:
     sweep_batch_size: int = 500
     api_key_cache_seconds: float = 5.0
     redis_channel: str = "elicitd:flows"
+    # Shard channels wake-ups are spread over on a Redis Cluster (docs/scaling.md); unused otherwise.
+    redis_shards: int = DEFAULT_REDIS_SHARDS
     db_pool_size: int = 10
     # How long a request waits for a pooled connection before it is answered 503 + Retry-After.
     db_pool_timeout_seconds: float = 30.0
@@ -145,6 +204,13 @@ class Settings:
         # admin token): keep them in a mapping that cannot print its values.
         if not isinstance(self.extra, SecretValues):
             object.__setattr__(self, "extra", SecretValues(self.extra))
+        if not 1 <= self.redis_shards <= MAX_REDIS_SHARDS:
+            raise ConfigurationError(
+                f"ELICITD_REDIS_SHARDS must be between 1 and {MAX_REDIS_SHARDS}, got {self.redis_shards}"
+            )
+        # A brace in the channel would be the hash tag of every shard channel: all on one slot.
+        if self.redis_cluster is not None and ("{" in self.redis_channel or "}" in self.redis_channel):
+            raise ConfigurationError("ELICITD_REDIS_CHANNEL must not contain { or } on a Redis Cluster")
 
     def __repr__(self) -> str:
         shown = []
@@ -158,6 +224,11 @@ class Settings:
         return f"Settings({', '.join(shown)})"
 
     __str__ = __repr__
+
+    @property
+    def redis_cluster(self) -> ClusterAddress | None:
+        """The Redis Cluster ``redis_url`` names, or None for a single Redis (or none)."""
+        return None if self.redis_url is None else ClusterAddress.parse(self.redis_url)
 
     @property
     def secure_cookies(self) -> bool:
@@ -239,6 +310,8 @@ class Settings:
                 values[attr] = _retention(raw, _PREFIX + name)
         if (raw := get("REDIS_CHANNEL")) is not None:
             values["redis_channel"] = raw
+        if (raw := get("REDIS_SHARDS")) is not None:
+            values["redis_shards"] = _positive_int(raw, "ELICITD_REDIS_SHARDS")
         if (raw := get("LOG_LEVEL")) is not None:
             values["log_level"] = raw.upper()
         if (raw := get("LOG_JSON")) is not None:
@@ -288,6 +361,14 @@ def mask_url(value: str) -> str:
     Redis URLs carry passwords in either place); anything that is not a URL is returned as is."""
     if "://" not in value:
         return value
+    scheme, _, rest = value.partition("://")
+    if scheme.lower() in CLUSTER_SCHEMES:
+        # Several host:port pairs are no netloc urlsplit can read: mask the userinfo by hand.
+        userinfo, at, location = rest.rpartition("@")
+        if ":" in userinfo:
+            userinfo = userinfo.partition(":")[0] + ":***"
+        location = location.partition("?")[0].partition("#")[0]
+        return f"{scheme}://{userinfo}{at}{location}"
     try:
         parts = urlsplit(value)
         host = parts.hostname or ""
