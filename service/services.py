@@ -140,6 +140,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
     hub = WaiterHub(
         redis_url=settings.redis_url,
         channel=settings.redis_channel,
+        shards=settings.redis_shards,
         poll_interval=settings.poll_interval_seconds,
         safety_poll_interval=max(settings.poll_interval_seconds * 10, 30.0),
         finished=finished,

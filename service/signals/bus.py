@@ -25,6 +25,10 @@ A Redis that hangs (paused, or its network silently gone) is noticed, not waited
   transition is already committed, and waiters elsewhere find it by polling;
 * every Redis call has a socket timeout and no retries of redis-py's own (its default retries a
   timed-out command three times with backoff, which is what made a completion wait 2 s before).
+
+Which Redis carries the wake-ups is the transport's business (``service.signals.transport``): one
+server, or a Redis Cluster over shard channels with one subscription connection per master. The
+hub sees one subscription either way: healthy while all of it is confirmed and answering.
 """
 
 from __future__ import annotations
@@ -38,12 +42,18 @@ import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from service.clock import Clock, SystemClock
+from service.settings import DEFAULT_REDIS_SHARDS
+from service.signals.transport import (
+    CONNECT_TIMEOUT_SECONDS,
+    PUBLISH_TIMEOUT_SECONDS,
+    RedisSilent,
+    Subscription,
+    Transport,
+    transport_for,
+)
 
 logger = logging.getLogger("elicitd.signals")
 
@@ -53,32 +63,15 @@ FinishedLookup = Callable[[list[uuid.UUID]], Awaitable[Iterable[uuid.UUID]]]
 
 TIMEOUT_SLOT_SECONDS = 0.05
 
-# Redis I/O bounds. They run on the event loop's clock (``asyncio.timeout`` and socket timeouts),
-# not the injected one: they bound another process, which a test cannot speed up.
-CONNECT_TIMEOUT_SECONDS = 1.0  # connect, handshake and the subscription's confirmation
-PUBLISH_TIMEOUT_SECONDS = 0.5  # one pipelined batch of PUBLISH commands
+# Redis I/O bounds (``CONNECT_TIMEOUT_SECONDS``, ``PUBLISH_TIMEOUT_SECONDS``, in the transport) run
+# on the event loop's clock (``asyncio.timeout`` and socket timeouts), not the injected one: they
+# bound another process, which a test cannot speed up.
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "PUBLISH_TIMEOUT_SECONDS", "RedisSilent", "Waiter", "WaiterHub"]
 PUBLISH_BATCH = 500
 # Ids queued for Redis while it is slow or away; more are dropped (and counted), never waited for.
 PUBLISH_QUEUE_LIMIT = 10_000
 RECONNECT_MIN_SECONDS = 0.1
 RECONNECT_MAX_SECONDS = 1.0
-_HEARTBEAT = b"elicitd-heartbeat"
-
-
-def _redis(url: str, *, socket_timeout: float) -> aioredis.Redis:
-    """A client whose every call is bounded and never retried by redis-py itself: a retry is ours
-    to decide (the listener reconnects with backoff; a failed publish is dropped)."""
-    return aioredis.Redis.from_url(
-        url,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
-        socket_keepalive=True,
-        retry=Retry(NoBackoff(), 0),
-    )
-
-
-class RedisSilent(TimeoutError):
-    """The subscription sent a PING and heard nothing back in time."""
 
 
 def _settle(future: asyncio.Future[bool], woken: bool) -> None:
@@ -148,8 +141,10 @@ class WaiterHub:
         safety_poll_interval: float,
         finished: FinishedLookup,
         clock: Clock | None = None,
+        shards: int = DEFAULT_REDIS_SHARDS,
     ) -> None:
         self._redis_url = redis_url
+        self.shards = shards  # shard channels on a Redis Cluster; one Redis ignores it
         # Wait timeouts, poll ticks and reconnect backoff run on this clock; Redis I/O timeouts do not.
         self._clock: Clock = clock or SystemClock()
         self.channel = channel
@@ -164,7 +159,7 @@ class WaiterHub:
         # Half the poll interval each, so a silent Redis is noticed within one poll interval.
         self.heartbeat = min(1.0, max(0.1, poll_interval / 2))
         self.pong_timeout = min(1.0, max(0.25, poll_interval / 2))
-        self._publisher: aioredis.Redis | None = None
+        self._transport: Transport | None = None
         self._outbox: collections.deque[uuid.UUID] = collections.deque()
         self._outbox_ready = asyncio.Event()
         self._publish_task: asyncio.Task[None] | None = None
@@ -275,7 +270,7 @@ class WaiterHub:
         ids = list(flow_ids)
         for flow_id in ids:
             self.wake(flow_id)
-        if self._publisher is None or not ids:
+        if self._transport is None or not ids:
             return
         room = max(0, PUBLISH_QUEUE_LIMIT - len(self._outbox))
         if room < len(ids):
@@ -286,7 +281,7 @@ class WaiterHub:
 
     async def _publish_queued(self) -> None:
         """Send queued ids in batches until the queue is empty and the hub is stopping."""
-        assert self._publisher is not None
+        assert self._transport is not None
         failing = False
         while True:
             await self._outbox_ready.wait()
@@ -295,10 +290,7 @@ class WaiterHub:
                 batch = [self._outbox.popleft() for _ in range(min(PUBLISH_BATCH, len(self._outbox)))]
                 try:
                     async with asyncio.timeout(PUBLISH_TIMEOUT_SECONDS):
-                        async with self._publisher.pipeline(transaction=False) as pipe:
-                            for flow_id in batch:
-                                pipe.publish(self.channel, flow_id.hex)
-                            await pipe.execute()
+                        await self._transport.publish(batch)
                     self.published += len(batch)
                     failing = False
                 except (RedisError, OSError) as exc:  # TimeoutError is an OSError
@@ -317,7 +309,13 @@ class WaiterHub:
         """Start the listener, the publisher and the poller; return once the first subscription
         attempt has succeeded or failed (bounded), so a new process reports its real state."""
         if self._redis_url is not None:
-            self._publisher = _redis(self._redis_url, socket_timeout=PUBLISH_TIMEOUT_SECONDS)
+            self._transport = transport_for(
+                self._redis_url,
+                channel=self.channel,
+                shards=self.shards,
+                heartbeat=self.heartbeat,
+                pong_timeout=self.pong_timeout,
+            )
             self._publish_task = asyncio.create_task(self._publish_queued(), name="elicitd-redis-publisher")
             self._tasks.append(asyncio.create_task(self._listen(), name="elicitd-redis-listener"))
         self._tasks.append(asyncio.create_task(self._poll(), name="elicitd-waiter-poller"))
@@ -340,24 +338,23 @@ class WaiterHub:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-        if self._publisher is not None:
+        if self._transport is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._publisher.aclose(), timeout=CONNECT_TIMEOUT_SECONDS)
+                await asyncio.wait_for(self._transport.aclose(), timeout=CONNECT_TIMEOUT_SECONDS)
         self.wake_all()
 
     async def _listen(self) -> None:
-        assert self._redis_url is not None
+        assert self._transport is not None
         backoff = RECONNECT_MIN_SECONDS
         while not self._stopping:
-            client = _redis(self._redis_url, socket_timeout=CONNECT_TIMEOUT_SECONDS)
-            pubsub = client.pubsub()
+            subscription: Subscription | None = None
             try:
-                await self._subscribe(pubsub)
+                subscription = await self._transport.subscribe()
                 self._failure = None
                 self._set_health(True)
                 self._first_attempt.set()
                 backoff = RECONNECT_MIN_SECONDS
-                await self._receive(pubsub)
+                await subscription.receive(self._receive_one)
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:  # TimeoutError and RedisSilent are OSErrors
@@ -365,47 +362,16 @@ class WaiterHub:
                 logger.debug("redis listener error", extra={"error_type": self._failure})
             finally:
                 self._set_health(False)
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(_close(pubsub, client), timeout=CONNECT_TIMEOUT_SECONDS)
+                if subscription is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(subscription.aclose(), timeout=CONNECT_TIMEOUT_SECONDS)
             self._first_attempt.set()
             await self._clock.sleep(backoff)
             backoff = min(backoff * 2, RECONNECT_MAX_SECONDS)
 
-    async def _subscribe(self, pubsub: aioredis.client.PubSub) -> None:
-        """Subscribed only once Redis confirmed it: a connection accepted by a paused Redis's
-        kernel is not a subscription."""
-        async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
-            await pubsub.subscribe(self.channel)
-            while True:
-                message = await pubsub.get_message(timeout=CONNECT_TIMEOUT_SECONDS)
-                if message is not None and message["type"] == "subscribe":
-                    return
-
-    async def _receive(self, pubsub: aioredis.client.PubSub) -> None:
-        """Dispatch messages until the connection fails or Redis stops answering.
-
-        Any message shows Redis is there; after ``heartbeat`` seconds without one, a PING must be
-        answered within ``pong_timeout`` (the PONG arrives on the subscription, behind anything
-        published before it)."""
-        while not self._stopping:
-            message = await pubsub.get_message(timeout=self.heartbeat)
-            if message is None:
-                await pubsub.ping(_HEARTBEAT)
-                try:
-                    async with asyncio.timeout(self.pong_timeout):
-                        while message is None or message["type"] != "pong":
-                            message = await pubsub.get_message(timeout=self.pong_timeout)
-                            if message is not None:
-                                self._receive_one(message)
-                except TimeoutError:
-                    raise RedisSilent from None
-                continue
-            self._receive_one(message)
-
-    def _receive_one(self, message: dict[str, object]) -> None:
-        if message["type"] == "message":
-            self.received += 1
-            self._dispatch(message.get("data"))
+    def _receive_one(self, data: object) -> None:
+        self.received += 1
+        self._dispatch(data)
 
     def _dispatch(self, data: object) -> None:
         if isinstance(data, bytes):
@@ -433,12 +399,6 @@ class WaiterHub:
                 raise
             except Exception as exc:  # the poller must outlive a database hiccup
                 logger.warning("waiter poll failed", extra={"error_type": type(exc).__name__})
-
-
-async def _close(pubsub: aioredis.client.PubSub, client: aioredis.Redis) -> None:
-    with contextlib.suppress(Exception):
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
-    await client.aclose()
 
 
 @contextlib.asynccontextmanager
