@@ -42,6 +42,7 @@ from service.settings import ClusterAddress
 CONNECT_TIMEOUT_SECONDS = 1.0  # connect, handshake and the subscription's confirmation
 PUBLISH_TIMEOUT_SECONDS = 0.5  # one pipelined batch of PUBLISH commands
 _HEARTBEAT = b"elicitd-heartbeat"
+SUBSCRIBER_NAME = "elicitd-wakeups"
 # A UUIDv7 starts with a millisecond timestamp; its last 62 bits are random (as a UUIDv4's are).
 _RANDOM_BITS = (1 << 62) - 1
 
@@ -289,7 +290,12 @@ class ClusterRedis:
                 for name, channels in owners.items():
                     host, _, port = name.rpartition(":")
                     client = aioredis.Redis(
-                        host=host, port=int(port), **self._credentials(), **_bounded(CONNECT_TIMEOUT_SECONDS)
+                        host=host,
+                        port=int(port),
+                        # Named, so CLIENT LIST on a master shows whose subscription a connection is.
+                        client_name=SUBSCRIBER_NAME,
+                        **self._credentials(),
+                        **_bounded(CONNECT_TIMEOUT_SECONDS),
                     )
                     node = _NodeSubscription(client, "smessage", self.heartbeat, self.pong_timeout)
                     subscription.nodes.append(node)
