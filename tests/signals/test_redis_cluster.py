@@ -324,7 +324,7 @@ async def test_a_master_failover_is_polled_through_then_back_on_redis(
 async def test_with_the_whole_cluster_stopped_waits_finish_by_polling(
     cluster: RedisCluster, make_settings: Callable[..., Settings]
 ) -> None:
-    await until(lambda: cluster.ready(), timeout=20, what="a cluster with every slot served")
+    await until(cluster.ready, timeout=20, what="a cluster with every slot served")
     async with pair(cluster_settings(make_settings, cluster, POLL)) as run:
         flows = await run.flows_on_every_shard()
         for node in cluster.nodes:
