@@ -53,6 +53,11 @@ class RedisSilent(TimeoutError):
     """The subscription sent a PING and heard nothing back in time."""
 
 
+class ShardMoved(RedisError):
+    """A master dropped a shard subscription (Redis does so when the channel's slot moves to
+    another master): the subscription no longer covers every shard."""
+
+
 class ClusterUnavailable(RedisError):
     """The cluster could not say, or could not serve, who owns a shard channel (no node answered,
     a slot is uncovered). redis-py's own ``RedisClusterException`` is no ``RedisError``: this one
@@ -126,13 +131,19 @@ async def _receive(pubsub: PubSub, kind: str, deliver: Deliver, heartbeat: float
                 async with asyncio.timeout(pong_timeout):
                     while message is None or message["type"] != "pong":
                         message = await pubsub.get_message(timeout=pong_timeout)
-                        if message is not None and message["type"] == kind:
-                            deliver(message.get("data"))
+                        if message is not None:
+                            _handle(message, kind, deliver)
             except TimeoutError:
                 raise RedisSilent from None
             continue
-        if message["type"] == kind:
-            deliver(message.get("data"))
+        _handle(message, kind, deliver)
+
+
+def _handle(message: dict[str, Any], kind: str, deliver: Deliver) -> None:
+    if message["type"] == kind:
+        deliver(message.get("data"))
+    elif message["type"] == "sunsubscribe":  # never ours: elicitd does not unsubscribe
+        raise ShardMoved
 
 
 async def _close(pubsub: PubSub, client: aioredis.Redis) -> None:
