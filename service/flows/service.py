@@ -48,7 +48,7 @@ logger = logging.getLogger("elicitd.flows")
 INPUT_KEY_PREFIX = "elicitd_"
 LEGACY_URL_ELICITATION_REQUIRED = -32042
 
-TransitionListener = Callable[[Flow], None]
+TransitionListener = Callable[[FlowFields], None]
 # Raises RateLimited when the client may not create another flow now (one conditional statement).
 RateLimiter = Callable[[AsyncSession, AuthenticatedClient], Awaitable[None]]
 
@@ -114,7 +114,7 @@ class FlowService:
             yield uow
         await self.announce(uow.moved)
 
-    async def announce(self, flows: list[Flow]) -> None:
+    async def announce(self, flows: Sequence[FlowFields]) -> None:
         """After commit: wake waiters everywhere and tell in-process listeners (metrics, logs)."""
         if not flows:
             return
@@ -539,10 +539,10 @@ class FlowService:
 
     # ---- sweeping --------------------------------------------------------------------------------
     async def sweep_once(self) -> int:
-        async with self.unit_of_work() as uow:
-            expired = await repo.expire_due(uow.session, self.settings.sweep_batch_size)
-            uow.moved.extend(expired)
-        return len(expired)
+        """Expire one batch of overdue flows (one statement, its own transaction), then announce them."""
+        rows = await self.direct.fetch(repo.EXPIRE_DUE, *repo.expire_due_args(self.settings.sweep_batch_size))
+        await self.announce([repo.FlowSnapshot(*row) for row in rows])
+        return len(rows)
 
     async def finished_among(self, ids: list[uuid.UUID]) -> list[uuid.UUID]:
         async with self.sessions() as session:

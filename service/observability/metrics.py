@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
-from service.flows.models import Flow
+from service.flows.repository import FlowFields
 from service.signals.bus import WaiterHub
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class Metrics:
         )
 
     # ---- hooks for other modules -----------------------------------------------------------------
-    def flow_finished(self, flow: Flow) -> None:
+    def flow_finished(self, flow: FlowFields) -> None:
         """A ``FlowService`` listener: runs after the transition committed."""
         self.flows_finished.labels(kind=flow.kind, outcome=flow.status).inc()
         if flow.completed_at is not None and flow.created_at is not None:
