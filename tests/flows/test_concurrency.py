@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
+from collections.abc import Callable
 
 from sqlalchemy import text
 
 from service.flows.repository import Transition
 from service.flows.schemas import Subject
 from service.flows.states import Actor, FlowStatus
+from service.flows.sweeper import drain
+from service.settings import Settings
 from tests.flows.helpers import create_external, db_events, force_expiry
-from tests.support.apps import RunningApp, ServerClientHandle
+from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 
 
 async def test_fifty_concurrent_completers_one_transition(
@@ -91,3 +95,47 @@ async def test_two_sweepers_expire_each_flow_once(
     assert len(rows) == 30
     assert all(count == 1 for _, count in rows)
     assert statuses == ["expired"]
+
+
+async def test_a_drain_rests_after_each_full_batch_for_as_long_as_the_batch_took(
+    make_settings: Callable[..., Settings], subject: Subject
+) -> None:
+    """Seven due flows, batches of three: three statements, two rests (none after the short last
+    batch), each rest as long as the batch before it (``SWEEP_SHARE`` 0.5), every flow expired once."""
+    async with running_app(make_settings(background_tasks=False, sweep_batch_size=3)) as app:
+        flows = app.state.flows
+        await drain(flows, rest=_no_rest)  # whatever earlier tests left due
+        client = await new_server_client(app)
+        ids = []
+        async with app.http(client.api_key) as http:
+            for i in range(7):
+                created = await create_external(http, Subject(iss=subject.iss, sub=f"{subject.sub}-d{i}"))
+                ids.append(created["flow"]["id"])
+                await force_expiry(app, created["flow"]["id"])
+        batches: list[float] = []
+        rests: list[float] = []
+        sweep_once = flows.sweep_once
+
+        async def timed_sweep() -> int:
+            started = time.perf_counter()
+            try:
+                return await sweep_once()
+            finally:
+                batches.append(time.perf_counter() - started)
+
+        async def rest(seconds: float) -> None:
+            rests.append(seconds)
+
+        flows.sweep_once = timed_sweep  # type: ignore[method-assign]
+        assert await drain(flows, rest=rest) == 7
+        assert len(batches) == 3
+        assert len(rests) == 2
+        for took, rested in zip(batches, rests, strict=False):
+            # The rest is the batch's own time, as the drain measured it around the call.
+            assert took * 0.9 <= rested <= took * 1.1 + 0.002
+        events = [e for i in ids for e in await db_events(app, i) if e["type"] == "transition"]
+        assert sorted(e["to_status"] for e in events) == ["expired"] * 7
+
+
+async def _no_rest(seconds: float) -> None:
+    return None
