@@ -55,6 +55,7 @@ from bench.harness import (
     Backends,
     Generator,
     Server,
+    Target,
     backends,
     floor_targets,
     hot_targets,
@@ -470,44 +471,9 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
             out[f"scale_{name}_floor_ratio_1m"] = round(large[name]["floor_ratio"], 3)
         out["scale_flows"] = int((asyncio.run(_sql(url, "SELECT count(*) AS n FROM flows")))["n"])
 
-        # 100,000 expiries within one minute, two replicas sweeping.
+        # 100,000 expiries due at once, two replicas sweeping.
         second = Server("elicitd-scale-b", "elicitd_factory:create", env).start()
-        row = asyncio.run(
-            _sql(
-                url,
-                "WITH due AS (SELECT id FROM flows WHERE status = 'pending' AND kind = 'external'"
-                " AND subject_iss = 'https://id.scale.example' LIMIT $1)"
-                " UPDATE flows f SET expires_at = now() + random() * interval '60 seconds'"
-                " FROM due WHERE f.id = due.id RETURNING now() AS t0",
-                PENDING,
-            )
-        )
-        t0 = row["t0"]
-        during: list[float] = []
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            during.append(generator.run(targets[0], 5.0)["p99_ms"])
-            left = asyncio.run(_sql(url, _STILL_PENDING))
-            if left["n"] == 0:
-                break
-        swept = asyncio.run(
-            _sql(
-                url,
-                "SELECT count(*) AS n, extract(epoch FROM max(completed_at) - $1) AS span,"
-                " extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY completed_at - expires_at)) AS lag99"
-                " FROM flows WHERE status = 'expired' AND completed_at >= $1",
-                t0,
-            )
-        )
-        out["sweep_100k_expired"] = int(swept["n"])
-        out["sweep_100k_seconds"] = round(float(swept["span"] or 0), 1)
-        out["sweep_lag_p99_seconds"] = round(float(swept["lag99"] or 0), 2)
-        out["sweep_status_p99_ms"] = max(during)
-        out["sweep_status_p99_ratio"] = round(max(during) / large["status"]["p99_ms"], 2)
-        say(
-            f"[scale] sweep: {out['sweep_100k_expired']} expired, "
-            f"the last {out['sweep_100k_seconds']} s after the minute began"
-        )
+        out.update(sweep_burst(generator, url, targets[0], seconds))
 
         # Retention over the backlog, run as the replicas' sweepers run it, status measured meanwhile.
         sizes_before = asyncio.run(_sizes(url))
@@ -528,6 +494,53 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
         floor.stop()
         if second is not None:
             second.stop()
+    return out
+
+
+def sweep_burst(generator: Generator, url: str, status: Target, seconds: float) -> dict[str, Any]:
+    """Every pending flow of the scale subjects (100,000) made due at the same instant, with the
+    replicas' sweepers running: how long until the last is expired (``sweep_100k_seconds``, from
+    that instant), each flow's wait from expiry to sweep, and status p99 meanwhile, each 5-second
+    window over the p99 measured just before (same replicas, nothing due)."""
+    idle = generator.run(status, seconds)["p99_ms"]
+    pending = int(asyncio.run(_sql(url, _STILL_PENDING))["n"])
+    row = asyncio.run(
+        _sql(
+            url,
+            "UPDATE flows SET expires_at = now() WHERE status = 'pending' AND subject_iss = 'https://id.scale.example'"
+            " AND kind = 'external' RETURNING now() AS t0",
+        )
+    )
+    t0 = row["t0"]
+    during: list[float] = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        during.append(generator.run(status, 5.0)["p99_ms"])
+        if asyncio.run(_sql(url, _STILL_PENDING))["n"] == 0:
+            break
+    swept = asyncio.run(
+        _sql(
+            url,
+            "SELECT count(*) AS n, extract(epoch FROM max(completed_at) - $1) AS span,"
+            " extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY completed_at - expires_at)) AS lag99"
+            " FROM flows WHERE status = 'expired' AND completed_at >= $1",
+            t0,
+        )
+    )
+    out = {
+        "sweep_100k_due": pending,
+        "sweep_100k_expired": int(swept["n"]),
+        "sweep_100k_seconds": round(float(swept["span"] or 0), 1),
+        "sweep_lag_p99_seconds": round(float(swept["lag99"] or 0), 2),
+        "sweep_idle_status_p99_ms": idle,
+        "sweep_status_p99_ms": max(during),
+        "sweep_status_p99_windows_ms": during,
+        "sweep_status_p99_ratio": round(max(during) / idle, 2),
+    }
+    say(
+        f"[scale] sweep: {out['sweep_100k_expired']} of {pending} expired, the last {out['sweep_100k_seconds']} s"
+        f" after they came due; status p99 {out['sweep_status_p99_ms']} ms ({out['sweep_status_p99_ratio']}x idle)"
+    )
     return out
 
 
@@ -578,11 +591,41 @@ def run_scale(found: Backends, seconds: float, generator: str = "auto", connecti
     return scale_phase(Generator.choose(generator, connections), found, keys, channel, api_key, client_id, seconds)
 
 
+def run_sweep(found: Backends, seconds: float, generator: str = "auto", connections: int = 32) -> dict[str, Any]:
+    """The burst sweep alone (``--parts sweep``): 10,000 terminal flows and 100,000 pending ones,
+    two replicas, status measured on the first while every pending flow comes due at once."""
+    from bench.run import create_external, make_client
+
+    api_key, client_id = asyncio.run(make_client(found.database_url))
+    url = found.database_url
+    clients = [client_id, *asyncio.run(_more_clients(url, 199))]
+    asyncio.run(_load(url, clients, SMALL + PENDING, PENDING))
+    (DATA / "logs").mkdir(parents=True, exist_ok=True)
+    env = server_env(found, KeyRing.generate_entry("sweep1"), "elicitd:sweep:" + uuid.uuid4().hex[:8], **OFF)
+    servers = [Server("elicitd-sweep-a", "elicitd_factory:create", env).start()]
+    try:
+        servers.append(Server("elicitd-sweep-b", "elicitd_factory:create", env).start())
+        auth = f"Bearer {api_key}"
+        with httpx.Client(base_url=servers[0].url, headers={"Authorization": auth}, timeout=30) as http:
+            flow_id = create_external(http, "sweep")["flow"]["id"]
+            done = http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"ok": True}})
+            assert done.status_code == 200, done.text
+        status = Target("status", f"{servers[0].url}/v1/flows/{flow_id}", headers=(f"Authorization: {auth}",))
+        gen = Generator.choose(generator, connections)
+        gen.run(status, 2.0)  # warm-up
+        return sweep_burst(gen, url, status, seconds)
+    finally:
+        for server in servers:
+            server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backlog-flows", type=int, default=200_000, help="old flows (5 flow events each) to delete")
     parser.add_argument(
-        "--parts", default="retention,scale", help="retention (batches vs partitions), scale (1M flows)"
+        "--parts",
+        default="retention,scale",
+        help="retention (batches vs partitions), sweep (100k due at once), scale (1M flows)",
     )
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per throughput measurement")
     args = parser.parse_args()
@@ -592,6 +635,9 @@ def main() -> None:
         say(f"[scale] {found.description}; database {found.database}")
         if "retention" in parts:
             results.update(asyncio.run(retention_part(found.database_url, args.backlog_flows)))
+    if "sweep" in parts:
+        with backends() as found:
+            results.update(run_sweep(found, args.duration))
     if "scale" in parts:
         with backends() as found:
             results.update(run_scale(found, args.duration))
