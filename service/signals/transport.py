@@ -272,8 +272,9 @@ class ClusterRedis:
             **_bounded(socket_timeout),
         )
 
-    async def owners(self) -> dict[str, list[str]]:
-        """Which master (``host:port``) owns each shard channel, as the cluster says now."""
+    async def owners(self) -> tuple[dict[str, list[str]], RedisCluster]:
+        """Which master (``host:port``) owns each shard channel, as the cluster says now, and the
+        client that asked (it knows the topology; the publisher may keep it)."""
         cluster = self._cluster(CONNECT_TIMEOUT_SECONDS)
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
@@ -284,17 +285,23 @@ class ClusterRedis:
                 if node is None:
                     raise ClusterUnavailable("a shard channel's slot has no master")
                 owners.setdefault(node.name, []).append(channel)
-            return owners
-        except RedisClusterException as exc:
-            raise ClusterUnavailable(type(exc).__name__) from exc
-        finally:
+        except BaseException as exc:
             await _close_cluster(cluster)
+            if isinstance(exc, RedisClusterException):
+                raise ClusterUnavailable(type(exc).__name__) from exc
+            raise
+        return owners, cluster
 
     async def subscribe(self) -> _ClusterSubscription:
-        owners = await self.owners()
-        if owners != self._owners:
+        owners, cluster = await self.owners()
+        if owners != self._owners or self._publisher is None:
+            # The publisher starts from this topology: reading it inside a batch's 0.5 s would
+            # drop the first batches on a busy machine, and after a failover it must be fresh.
             self._owners = owners
             self._drop_publisher()
+            self._publisher = cluster
+        else:
+            await _close_cluster(cluster)
         subscription = _ClusterSubscription([])
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
