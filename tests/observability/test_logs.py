@@ -131,6 +131,63 @@ async def test_request_and_transition_lines_name_the_flow(make_settings: Callabl
     assert subject["sub"] not in joined
 
 
+async def test_a_sweep_batch_is_one_line_with_its_count(make_settings: Callable[..., Settings]) -> None:
+    """Expiries by the sweeper: one ``flows expired`` line per batch and no line per flow at INFO;
+    with DEBUG on, each flow's ``flow transition`` line too, at DEBUG."""
+    async with running_app(make_settings(background_tasks=False)) as app:
+        flows = app.state.flows
+        while await flows.sweep_once():  # whatever earlier tests left due
+            pass
+        client = await new_server_client(app)
+
+        async def due(count: int) -> None:
+            async with app.http(client.api_key) as http:
+                for _ in range(count):
+                    subject = {"iss": "https://id.example.com", "sub": f"sweep-{uuid.uuid4().hex[:8]}"}
+                    created = await http.post(
+                        "/v1/flows",
+                        json={"subject": subject, "kind": "external", "url": "https://app.example.com/step"},
+                    )
+                    assert created.status_code == 201, created.text
+            async with app.state.sessions() as session:
+                await session.execute(
+                    text(
+                        "UPDATE flows SET expires_at = now() - interval '1 second'"
+                        " WHERE server_client_id = :c AND status = 'pending'"
+                    ),
+                    {"c": client.id},
+                )
+                await session.commit()
+
+        await due(4)
+        with captured() as quiet:
+            assert await flows.sweep_once() == 4
+        await due(2)
+        with captured(("elicitd.flows", logging.DEBUG)) as verbose:
+            assert await flows.sweep_once() == 2
+
+    def ours(capture: LogCapture) -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in capture.lines]
+        lines = [line for line in lines if line["logger"] == "elicitd.flows"]
+        for line in lines:
+            line.pop("ts")
+            line.pop("flow_id", None)
+            line.pop("duration_ms", None)
+        return lines
+
+    summary = {"logger": "elicitd.flows", "msg": "flows expired", "level": "info"}
+    assert ours(quiet) == [{**summary, "count": 4}]
+    each = {
+        "level": "debug",
+        "logger": "elicitd.flows",
+        "msg": "flow transition",
+        "kind": "external",
+        "outcome": "expired",
+        "server_client": client.public_id,
+    }
+    assert ours(verbose) == [each, each, {**summary, "count": 2}]
+
+
 def test_third_party_messages_are_redacted() -> None:
     planted = [
         (
