@@ -172,7 +172,7 @@ class WaiterHub:
         self.published = 0
         self.publish_failures = 0  # ids whose batch Redis did not take in time
         self.publish_dropped = 0  # ids never sent because the queue was full
-        self.received = 0
+        self.received = 0  # ids that came through Redis
 
     # ---- state -----------------------------------------------------------------------------------
     @property
@@ -370,19 +370,24 @@ class WaiterHub:
             backoff = min(backoff * 2, RECONNECT_MAX_SECONDS)
 
     def _receive_one(self, data: object) -> None:
-        self.received += 1
-        self._dispatch(data)
+        self.received += self._dispatch(data)
 
-    def _dispatch(self, data: object) -> None:
+    def _dispatch(self, data: object) -> int:
+        """Wake the waiters of each id a message carries (one or more hex ids separated by spaces,
+        ``transport.messages``); what is not an id is ignored. Returns how many ids it carried."""
         if isinstance(data, bytes):
             data = data.decode("ascii", "replace")
         if not isinstance(data, str):
-            return
-        try:
-            flow_id = uuid.UUID(hex=data)
-        except ValueError:
-            return
-        self.wake(flow_id)
+            return 0
+        carried = 0
+        for token in data.split():
+            try:
+                flow_id = uuid.UUID(hex=token)
+            except ValueError:
+                continue
+            carried += 1
+            self.wake(flow_id)
+        return carried
 
     async def _poll(self) -> None:
         """One query per tick for every waited flow: wakes those that finished or are due."""
