@@ -29,7 +29,9 @@ from service.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEBIAN_DIR = ROOT / ".data" / "redis7"
-# The Debian 12 build this project tests against; its libraries that a slim image may lack.
+# The Debian 12 build this project tests against; its libraries that a slim image may lack. When
+# the mirror no longer carries that revision (a security update replaced it), the current
+# ``redis-tools`` is taken instead, if it is Redis 7 or later.
 DEBIAN_PACKAGES = ("redis-tools=5:7.0.15-1~deb12u10", "liblzf1", "libjemalloc2")
 MISSING = (
     "Redis Cluster tests need redis-server >= 7: install Debian's redis-server package (apt-get install redis-server)"
@@ -55,25 +57,28 @@ def _major(server: Path, env: dict[str, str]) -> int:
     return int(found.group(1)) if found else 0
 
 
-def _debian() -> Binaries | None:
-    lib = DEBIAN_DIR / "usr" / "lib" / "x86_64-linux-gnu"
+def _debian(root: Path = DEBIAN_DIR) -> Binaries | None:
+    """Debian's Redis 7 unpacked under ``root`` (fetched with ``apt-get download`` the first time)."""
+    lib = root / "usr" / "lib" / "x86_64-linux-gnu"
     env = {**os.environ, "LD_LIBRARY_PATH": str(lib)}
     # Debian ships the server as redis-check-rdb; redis-server is a symlink in another package,
     # and the binary picks its role from the name it is started by.
-    server = DEBIAN_DIR / "bin" / "redis-server"
+    server = root / "bin" / "redis-server"
     if not server.exists():
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            DEBIAN_DIR.mkdir(parents=True, exist_ok=True)
-            download = DEBIAN_DIR / "deb"
-            download.mkdir(exist_ok=True)
-            subprocess.run(
-                ["apt-get", "download", *DEBIAN_PACKAGES], cwd=download, check=True, capture_output=True, timeout=300
-            )
+            download = root / "deb"
+            download.mkdir(parents=True, exist_ok=True)
+            for packages in (DEBIAN_PACKAGES, ("redis-tools", *DEBIAN_PACKAGES[1:])):
+                fetched = subprocess.run(
+                    ["apt-get", "download", *packages], cwd=download, check=False, capture_output=True, timeout=300
+                )
+                if fetched.returncode == 0:
+                    break
             for deb in download.glob("*.deb"):
-                subprocess.run(["dpkg-deb", "-x", str(deb), str(DEBIAN_DIR)], check=True, timeout=60)
+                subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, timeout=60)
             server.parent.mkdir(exist_ok=True)
-            server.symlink_to(DEBIAN_DIR / "usr" / "bin" / "redis-check-rdb")
-    cli = DEBIAN_DIR / "usr" / "bin" / "redis-cli"
+            server.symlink_to(root / "usr" / "bin" / "redis-check-rdb")
+    cli = root / "usr" / "bin" / "redis-cli"
     if server.exists() and cli.exists() and _major(server, env) >= 7:
         return Binaries(server, cli, env)
     return None
