@@ -13,13 +13,13 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
-
-from joserfc import jws
-from joserfc.errors import JoseError
-from joserfc.jwk import ECKey
+from typing import TYPE_CHECKING, Any
 
 from service.errors import ConfigurationError
+
+# joserfc is imported where keys are parsed or used: a process with no signing key never loads it.
+if TYPE_CHECKING:
+    from joserfc.jwk import ECKey
 
 RECEIPT_TYPE = "consent-receipt+jwt"
 ALGORITHM = "ES256"
@@ -53,6 +53,9 @@ class ReceiptSigner:
     @classmethod
     def from_pem(cls, text: str) -> ReceiptSigner:
         """Parse one or more PEM private keys (EC P-256 only: receipts are ES256)."""
+        from joserfc.errors import JoseError
+        from joserfc.jwk import ECKey
+
         blocks = _PEM_BLOCK.findall(text)
         if not blocks:
             raise ConfigurationError("ELICITD_SIGNING_KEY must hold PEM private keys (EC P-256)")
@@ -70,6 +73,8 @@ class ReceiptSigner:
     @staticmethod
     def generate_pem() -> str:
         """A fresh P-256 private key in PEM (``elicitd dev`` and ``elicitd keys signing``)."""
+        from joserfc.jwk import ECKey
+
         return ECKey.generate_key("P-256").as_pem(private=True).decode("ascii")
 
     @property
@@ -77,6 +82,8 @@ class ReceiptSigner:
         return self._keys[0].thumbprint()
 
     def sign(self, claims: dict[str, Any]) -> str:
+        from joserfc import jws
+
         header = {"alg": ALGORITHM, "typ": RECEIPT_TYPE, "kid": self.key_id}
         payload = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
         return jws.serialize_compact(header, payload, self._keys[0], algorithms=[ALGORITHM])

@@ -39,9 +39,6 @@ from typing import Annotated, Any
 from urllib.parse import quote, urlsplit
 
 import httpx
-from authlib.oauth2.auth import ClientAuth
-from joserfc import jwt
-from joserfc.errors import ExpiredTokenError, JoseError
 from litestar.params import Parameter
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -279,6 +276,10 @@ class SubjectProver:
 
     # ---- JWTs ------------------------------------------------------------------------------------
     async def _verify_jwt(self, token: str, unverified: dict[str, Any], issuer: str | None) -> ProvenSubject:
+        # joserfc is loaded by the first subject token, not by every process (see service.identity.oidc).
+        from joserfc import jwt
+        from joserfc.errors import ExpiredTokenError, JoseError
+
         claimed = unverified.get("iss")
         if not isinstance(claimed, str) or not claimed:
             raise refused("claims")
@@ -329,6 +330,8 @@ class SubjectProver:
         resolved = await self._introspecting_issuer(client, issuer)
         if resolved.introspection_endpoint is None or resolved.introspection_client_id is None:
             raise refused("no_introspection")
+        from authlib.oauth2.auth import ClientAuth
+
         secret = resolved.introspection_client_secret
         auth = ClientAuth(
             resolved.introspection_client_id, secret, "client_secret_basic" if secret is not None else "none"
