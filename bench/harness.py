@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -281,7 +281,41 @@ class Generator:
     def run(self, target: Target, seconds: float) -> dict[str, float]:
         return self._wrk(target, seconds) if self.kind == "wrk" else self._python(target, seconds)
 
+    def run_until(self, target: Target, done: Callable[[], bool], limit: float = 300.0) -> dict[str, float]:
+        """Drive ``target`` until ``done()`` (asked every second) or ``limit`` seconds: one
+        measurement over the whole period, so its p99 is the p99 of every request in it. wrk stops
+        on SIGINT and reports; the Python generator runs 5-second windows and reports the slowest
+        window's p99 (an upper bound of the whole period's)."""
+        if self.kind != "wrk":
+            windows: list[dict[str, float]] = []
+            started = time.monotonic()
+            while not windows or (not done() and time.monotonic() - started < limit):
+                windows.append(self._python(target, 5.0))
+            total = sum(w["requests"] for w in windows)
+            return {
+                "rps": total / (5.0 * len(windows)),
+                "requests": total,
+                "p50_ms": max(w["p50_ms"] for w in windows),
+                "p99_ms": max(w["p99_ms"] for w in windows),
+                "seconds": round(time.monotonic() - started, 1),
+            }
+        started = time.monotonic()
+        wrk = subprocess.Popen(self._wrk_command(target, limit), stdout=subprocess.PIPE, text=True)
+        try:
+            while wrk.poll() is None and not done():
+                time.sleep(1.0)  # polling the measured work's progress, not waiting for a result
+        finally:
+            if wrk.poll() is None:
+                wrk.send_signal(signal.SIGINT)  # wrk stops and prints its report
+            out, _ = wrk.communicate(timeout=30)
+        seconds = time.monotonic() - started
+        return self._wrk_result(out, seconds) | {"seconds": round(seconds, 1)}
+
     def _wrk(self, target: Target, seconds: float) -> dict[str, float]:
+        out = subprocess.run(self._wrk_command(target, seconds), capture_output=True, text=True, check=True).stdout
+        return self._wrk_result(out, seconds)
+
+    def _wrk_command(self, target: Target, seconds: float) -> list[str]:
         self.runs += 1
         script = self.workdir / f"wrk-{target.name}.lua"
         lines = [f'wrk.method = "{target.method}"']
@@ -302,23 +336,21 @@ class Generator:
         elif target.body:
             lines.append(f"wrk.body = [==[{target.body}]==]")
         script.write_text("\n".join(lines) + "\n")
-        out = subprocess.run(
-            [
-                "wrk",
-                f"-t{self.threads}",
-                f"-c{self.connections}",
-                f"-d{max(1, round(seconds))}s",  # wrk takes whole seconds
-                "--timeout",
-                "10s",
-                "--latency",
-                "-s",
-                str(script),
-                target.url,
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        return [
+            "wrk",
+            f"-t{self.threads}",
+            f"-c{self.connections}",
+            f"-d{max(1, round(seconds))}s",  # wrk takes whole seconds
+            "--timeout",
+            "10s",
+            "--latency",
+            "-s",
+            str(script),
+            target.url,
+        ]
+
+    @staticmethod
+    def _wrk_result(out: str, seconds: float) -> dict[str, float]:
         rps = float(_required(r"Requests/sec:\s+([\d.]+)", out))
         total = int(_required(r"(\d+) requests in", out))
         bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
