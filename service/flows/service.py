@@ -293,6 +293,7 @@ class FlowService:
         every wait: a parked request holds no row, only its waiter (a process parks thousands).
         """
         flow = first if first is not None else await self.snapshot(flow_id)
+        first = None  # this frame lives as long as the wait: it must not keep the row either
         if flow is not None and owner is not None and flow.server_client_id != owner:
             return None
         clock = self.clock
@@ -515,20 +516,33 @@ class FlowService:
         return ResolveResponse(outcome=outcome.value, flow=self.view(flow), result=result, mcp=mcp)
 
     # ---- status ----------------------------------------------------------------------------------
-    async def status(self, client: AuthenticatedClient, flow_ref: str, wait_seconds: float) -> StatusResponse:
+    async def status(
+        self, client: AuthenticatedClient, flow_ref: str, wait_seconds: float
+    ) -> StatusResponse | ParkedStatus:
+        """The flow's status; for a long-poll on a flow still pending, a ``ParkedStatus`` whose
+        ``answer()`` waits. Registered, then read once here: that read is the ownership check and
+        answers a finished flow (or a spent deadline) at once."""
         if wait_seconds <= 0:
-            flow = await self.owned(client, flow_ref)
-        else:
-            # The waiter's own first read is the ownership check (and answers a finished flow at once).
-            flow_id = FLOW_ID.parse(flow_ref)
-            waited = None
-            if flow_id is not None:
-                # ``wait``'s body inline: one coroutine frame fewer held by every parked long-poll.
-                with self.hub.register(flow_id) as waiter:
-                    waited = await self._park(waiter, flow_id, self._deadline(wait_seconds), owner=client.id)
-            if waited is None:
+            return self.status_of(await self.owned(client, flow_ref))
+        flow_id = FLOW_ID.parse(flow_ref)
+        if flow_id is None:
+            raise FlowNotFound("No flow with this id belongs to this server client.")
+        deadline = self._deadline(wait_seconds)
+        waiter = self.hub.register(flow_id).__enter__()  # left here, or by the ParkedStatus's answer()
+        parked: ParkedStatus | None = None
+        try:
+            flow = await self.snapshot(flow_id)
+            if flow is None or flow.server_client_id != client.id:
                 raise FlowNotFound("No flow with this id belongs to this server client.")
-            flow = waited
+            if is_terminal(FlowStatus(flow.status)) or deadline <= self.clock.monotonic():
+                return self.status_of(flow)
+            parked = ParkedStatus(self, waiter, deadline, flow)
+            return parked
+        finally:
+            if parked is None:
+                waiter.__exit__(None, None, None)
+
+    def status_of(self, flow: FlowFields) -> StatusResponse:
         self._tag(flow, flow.status)
         return StatusResponse(flow=self.view(flow), result=flow.result if flow.status == "completed" else None)
 
@@ -557,3 +571,36 @@ class FlowService:
     async def finished_among(self, ids: list[uuid.UUID]) -> list[uuid.UUID]:
         async with self.sessions() as session:
             return await repo.finished_among(session, ids)
+
+
+class ParkedStatus:
+    """A status long-poll that is registered, has read its pending flow once, and has not waited yet.
+
+    The HTTP layer answers with it after the request's handler has returned, so what a parked
+    request holds is this object, the waiter and the frames of the wait: not the handler's frames,
+    its arguments or the framework's per-request state around them (``service.flows.api``).
+    ``answer()`` must be awaited exactly once: it waits, reads, and unregisters the waiter.
+    """
+
+    __slots__ = ("_deadline", "_first", "_flows", "_waiter")
+
+    def __init__(self, flows: FlowService, waiter: Waiter, deadline: float, first: FlowFields) -> None:
+        self._flows = flows
+        self._waiter = waiter
+        self._deadline = deadline
+        self._first: FlowFields | None = first
+
+    def _take_first(self) -> FlowFields | None:
+        first, self._first = self._first, None
+        return first
+
+    async def answer(self) -> StatusResponse:
+        """The flow once it is terminal, or as it is when the deadline passes."""
+        waiter = self._waiter
+        try:
+            flow = await self._flows._park(waiter, waiter.flow_id, self._deadline, first=self._take_first())
+        finally:
+            waiter.__exit__(None, None, None)
+        if flow is None:
+            raise FlowNotFound("No flow with this id belongs to this server client.")
+        return self._flows.status_of(flow)
