@@ -26,11 +26,11 @@ logger = logging.getLogger("elicitd.sweeper")
 
 Chore = Callable[[AsyncSession], Awaitable[int]]
 CHORE_INTERVAL_SECONDS = 60.0
-# A drain takes at most this share of the time it runs: after each full batch it rests as long as
-# the batch took (share 0.5). A burst of expiries (100,000 due in the same minute) is then swept at
-# about half the pace one database connection allows per replica, instead of all of it, and the
+# A drain takes at most this share of the time it runs: after each full batch it rests half as
+# long as the batch took (share 2/3). A burst of expiries (100,000 due in the same minute) is then
+# swept at two thirds of the pace one database connection allows, instead of all of it, and the
 # requests served beside it keep their latency (measured: bench/scale.py ``--parts sweep``).
-SWEEP_SHARE = 0.5
+SWEEP_SHARE = 2 / 3
 Rest = Callable[[float], Awaitable[None]]
 
 
