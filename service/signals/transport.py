@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import functools
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
@@ -165,6 +165,18 @@ async def _close(pubsub: PubSub, client: aioredis.Redis) -> None:
     await client.aclose()
 
 
+@contextlib.asynccontextmanager
+async def _closed_on_failure(subscription: Subscription) -> AsyncIterator[None]:
+    """Close a subscription being made if making it fails or is cancelled (bounded: the node may
+    be the one that is gone)."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(subscription.aclose(), timeout=CONNECT_TIMEOUT_SECONDS)
+        raise
+
+
 class _NodeSubscription:
     """One subscribed connection (to the single Redis, or to one cluster master)."""
 
@@ -196,14 +208,9 @@ class SingleRedis:
         subscription = _NodeSubscription(
             _redis(self.url, socket_timeout=CONNECT_TIMEOUT_SECONDS), "message", self.heartbeat, self.pong_timeout
         )
-        try:
-            async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
-                await subscription.pubsub.subscribe(self.channel)
-                await _confirm(subscription.pubsub, "subscribe", 1)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(subscription.aclose(), timeout=CONNECT_TIMEOUT_SECONDS)
-            raise
+        async with _closed_on_failure(subscription), asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
+            await subscription.pubsub.subscribe(self.channel)
+            await _confirm(subscription.pubsub, "subscribe", 1)
         return subscription
 
     async def publish(self, ids: Sequence[uuid.UUID]) -> None:
@@ -316,33 +323,28 @@ class ClusterRedis:
         else:
             await _close_cluster(cluster)
         subscription = _ClusterSubscription([])
-        try:
-            async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
-                for name, channels in owners.items():
-                    host, _, port = name.rpartition(":")
-                    client = aioredis.Redis(
-                        host=host,
-                        port=int(port),
-                        # Named, so CLIENT LIST on a master shows whose subscription a connection is.
-                        client_name=SUBSCRIBER_NAME,
-                        **self._credentials(),
-                        **_bounded(CONNECT_TIMEOUT_SECONDS),
-                    )
-                    node = _NodeSubscription(client, "smessage", self.heartbeat, self.pong_timeout)
-                    subscription.nodes.append(node)
-                    # One SSUBSCRIBE per channel: a node refuses one naming channels of two slots.
-                    for channel in channels:
-                        await node.pubsub.ssubscribe(channel)
-                await asyncio.gather(
-                    *(
-                        _confirm(node.pubsub, "ssubscribe", len(channels))
-                        for node, channels in zip(subscription.nodes, owners.values(), strict=True)
-                    )
+        async with _closed_on_failure(subscription), asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
+            for name, channels in owners.items():
+                host, _, port = name.rpartition(":")
+                client = aioredis.Redis(
+                    host=host,
+                    port=int(port),
+                    # Named, so CLIENT LIST on a master shows whose subscription a connection is.
+                    client_name=SUBSCRIBER_NAME,
+                    **self._credentials(),
+                    **_bounded(CONNECT_TIMEOUT_SECONDS),
                 )
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(subscription.aclose(), timeout=CONNECT_TIMEOUT_SECONDS)
-            raise
+                node = _NodeSubscription(client, "smessage", self.heartbeat, self.pong_timeout)
+                subscription.nodes.append(node)
+                # One SSUBSCRIBE per channel: a node refuses one naming channels of two slots.
+                for channel in channels:
+                    await node.pubsub.ssubscribe(channel)
+            await asyncio.gather(
+                *(
+                    _confirm(node.pubsub, "ssubscribe", len(channels))
+                    for node, channels in zip(subscription.nodes, owners.values(), strict=True)
+                )
+            )
         return subscription
 
     async def publish(self, ids: Sequence[uuid.UUID]) -> None:
