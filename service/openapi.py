@@ -21,7 +21,7 @@ of a live instance and fails on any server error or any answer the document does
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from typing import Any
 
 import msgspec
@@ -263,11 +263,15 @@ class AllowHeaderMiddleware:
         self.app = app
         self._methods: dict[str, str] | None = None
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    def __call__(self, scope: Any, receive: Any, send: Any) -> Awaitable[None]:
+        # Not a coroutine function: for any other request it hands back the inner application's
+        # awaitable, so no frame of this middleware stays alive under a parked long-poll (~0.4 KB).
         if scope["type"] != "http" or scope["method"] != "OPTIONS":
-            await self.app(scope, receive, send)
-            return
+            inner: Awaitable[None] = self.app(scope, receive, send)
+            return inner
+        return self._options(scope, receive, send)
 
+    async def _options(self, scope: Any, receive: Any, send: Any) -> None:
         async def send_with_allow(message: Any) -> None:
             if message["type"] == "http.response.start":
                 allowed = self._allowed(scope)

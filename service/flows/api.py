@@ -78,8 +78,12 @@ class _LongPollAnswer(ASGIResponse):
         self._request = request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = self._request
-        answer = await self._parked.answer()
+        request, parked = self._request, self._parked
+        try:
+            flow = await parked.wait()
+        finally:
+            parked.close()
+        answer = parked.answer(flow)
         response = await request.route_handler.to_response(app=request.app, data=answer, request=request)
         await response(scope, receive, send)
 
