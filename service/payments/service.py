@@ -42,6 +42,7 @@ from service.payments.provider import (
 logger = logging.getLogger("elicitd.payments")
 
 # Stripe accepts a Checkout expiry between 30 minutes and 24 hours from now.
+PROVIDER_MIN_CHECKOUT_SECONDS = 30 * 60
 MIN_CHECKOUT_SECONDS = 31 * 60
 MAX_CHECKOUT_SECONDS = 24 * 3600 - 60
 # The flow outlives its checkout by this much, so a payment made at the last second still lands.
@@ -179,8 +180,7 @@ class PaymentService:
             return payment.checkout_url
         if payment.status != "created":
             return None
-        now = int(self.clock.time())
-        expires_at = min(max(int(flow.expires_at.timestamp()), now + MIN_CHECKOUT_SECONDS), now + MAX_CHECKOUT_SECONDS)
+        expires_at = self._checkout_expiry(flow, payment)
         created = await provider.create_checkout(
             CheckoutRequest(
                 flow_ref=flow_ref,
@@ -202,6 +202,21 @@ class PaymentService:
             await uow.event(flow.id, "checkout_started", Actor.BROWSER, {"provider": provider.name})
             stored = await repo.get(uow.session, flow.id)
         return stored.checkout_url if stored is not None else None
+
+    def _checkout_expiry(self, flow: Flow, payment: Payment) -> int:
+        """When the checkout expires: the flow's expiry, kept inside the provider's window.
+
+        Every attempt for a payment sends the same parameters under its one idempotency key (the
+        provider refuses a key reused with other parameters), so the window starts when the payment
+        was first asked for, not at each press: five presses straddling a second boundary once made
+        four of them fail. Only an attempt so late that this window no longer meets the provider's
+        minimum (the first never reached it) starts from now.
+        """
+        now = int(self.clock.time())
+        start = int(payment.created_at.timestamp())
+        if start + MIN_CHECKOUT_SECONDS - now < PROVIDER_MIN_CHECKOUT_SECONDS:
+            start = now
+        return min(max(int(flow.expires_at.timestamp()), start + MIN_CHECKOUT_SECONDS), start + MAX_CHECKOUT_SECONDS)
 
     # ---- settlement -------------------------------------------------------------------------------
     async def handle_webhook(self, payload: bytes, headers: Any) -> str:

@@ -8,10 +8,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
 
+from service.clock import SystemClock
 from service.flows.schemas import Subject
 from tests.conftest import TEST_KEYS
 from tests.consent.helpers import create_flow, flow_row, new_sub, transitions
@@ -57,12 +59,31 @@ async def test_payments_need_a_configured_provider(
     assert response.json()["code"] == "payments_unavailable"
 
 
+class SteppingClock(SystemClock):
+    """The wall clock one second further on at every reading: racing presses that straddle second
+    boundaries, every time."""
+
+    def __init__(self) -> None:
+        self.start = time.time()
+        self.readings = 0
+
+    def time(self) -> float:
+        self.readings += 1
+        return self.start + self.readings
+
+
 async def test_checkout_is_created_once_however_often_pay_is_pressed(
     app: RunningApp, payments: Payments, stripe_double: StripeDouble
 ) -> None:
     created = await payments.create()
     flow = await payments.flow(created["flow"]["id"])
-    urls = await asyncio.gather(*(app.state.payments.checkout_url(flow) for _ in range(5)))
+    clock = SteppingClock()
+    app.state.payments.clock = clock
+    try:
+        urls = await asyncio.gather(*(app.state.payments.checkout_url(flow) for _ in range(5)))
+    finally:
+        app.state.payments.clock = SystemClock()
+    assert clock.readings >= 2  # the presses did read the clock, each a second apart
     session = stripe_double.session_for(created["flow"]["id"])
     assert set(urls) == {session["url"]}
     keys = {
