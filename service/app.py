@@ -35,7 +35,7 @@ from service.oauth.api import OAUTH_ROUTES
 from service.observability.metrics import metrics_endpoint
 from service.observability.requests import RequestObserver
 from service.openapi import AllowHeaderMiddleware, DescribedJsonRenderPlugin
-from service.services import Services
+from service.services import Services, bounded
 from service.serving import freeze_startup_heap
 from service.signin.routes import IDENTITY_ROUTES
 from service.templating import LazyJinjaEngine
@@ -91,9 +91,10 @@ def create_app(services: Services) -> Litestar:
         finally:
             for task in tasks:
                 task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            if tasks:
+                # Cancelled tasks end at once; one that ignores it is left behind after 2 s.
+                stop_by = asyncio.get_running_loop().time() + 2.0
+                await bounded("background tasks", asyncio.gather(*tasks, return_exceptions=True), stop_by)
             await services.aclose()
 
     # Every page names the full elicitd origin, so a person can check where they are.

@@ -13,10 +13,11 @@ flow service.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,15 +114,37 @@ class Services:
         ]
 
     async def aclose(self) -> None:
-        """Release everything, in reverse order of need; safe to call once after ``start``."""
-        await self.stalls.stop()
-        await self.events.aclose()
-        await self.hub.stop()
+        """Release everything, in reverse order of need; safe to call once after ``start``.
+
+        A stop must end: each step gets what is left of ``SHUTDOWN_SECONDS``, and one that has not
+        finished by then is abandoned with a warning naming it (what it holds ends with the process).
+        """
+        deadline = asyncio.get_running_loop().time() + SHUTDOWN_SECONDS
+        await bounded("stall monitor", self.stalls.stop(), deadline)
+        await bounded("event streams", self.events.aclose(), deadline)
+        await bounded("redis", self.hub.stop(), deadline)
         self.tracing.shutdown()
-        await self.issuers.close()
-        await self.connections.aclose()
-        await self.http.aclose()
-        await self.engine.dispose()
+        await bounded("issuers", self.issuers.close(), deadline)
+        await bounded("token refreshes", self.connections.aclose(), deadline)
+        await bounded("http client", self.http.aclose(), deadline)
+        await bounded("postgres", self.engine.dispose(), deadline)
+
+
+SHUTDOWN_SECONDS = 5.0
+
+
+async def bounded(name: str, step: Awaitable[Any], deadline: float) -> None:
+    """Run one shutdown step until ``deadline`` (loop time); past it, cancel it without waiting
+    for it (a task that ignores its cancellation must not hold the stop) and say which it was."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
+    if not done:
+        task.cancel()
+        logger.warning("shutdown step abandoned", extra={"dependency": name})
+    elif not task.cancelled() and task.exception() is not None:
+        logger.warning(
+            "shutdown step failed", extra={"dependency": name, "error_type": type(task.exception()).__name__}
+        )
 
 
 def build_services(settings: Settings, *, clock: Clock | None = None) -> Services:
