@@ -401,7 +401,7 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
 ) -> dict[str, Any]:
     """Status, resolve and create at 10,000 and at 1,000,000 flows in the same run; then 100,000
     expiries within one minute under two sweepers; then retention over the backlog."""
-    from bench.run import _bracketed, create_external
+    from bench.run import _bracketed
 
     url = found.database_url
     clients = [client_id, *asyncio.run(_more_clients(url, 199))]
@@ -414,11 +414,8 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
     try:
         floor.start()
         auth = f"Bearer {api_key}"
-        with httpx.Client(base_url=app.url, headers={"Authorization": auth}, timeout=30) as http:
-            created = create_external(http, "scale")
-            flow_id = created["flow"]["id"]
-            done = http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"ok": True}})
-            assert done.status_code == 200, done.text
+        created = completed_flow(app, auth, "scale")
+        flow_id = created["flow"]["id"]
         resolve_body = json.dumps(
             {
                 "subject": SUBJECT | {"sub": "scale"},
@@ -501,6 +498,18 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
 
 
 IDLE_SECONDS = 30.0  # the reference status measurement before the sweep and before retention
+
+
+def completed_flow(server: Server, auth: str, sub: str) -> dict[str, Any]:
+    """A new ``external`` flow completed through ``server``: what status and resolve read (its
+    creation answer, with the flow and the MCP request state)."""
+    from bench.run import create_external
+
+    with httpx.Client(base_url=server.url, headers={"Authorization": auth}, timeout=30) as http:
+        created = create_external(http, sub)
+        done = http.post(f"/v1/flows/{created['flow']['id']}/complete", json={"result": {"ok": True}})
+        assert done.status_code == 200, done.text
+    return created
 
 
 def sweep_burst(generator: Generator, url: str, status: Target, seconds: float) -> dict[str, Any]:
@@ -598,7 +607,7 @@ def run_scale(found: Backends, seconds: float, generator: str = "auto", connecti
 def run_sweep(found: Backends, seconds: float, generator: str = "auto", connections: int = 32) -> dict[str, Any]:
     """The burst sweep alone (``--parts sweep``): 10,000 terminal flows and 100,000 pending ones,
     two replicas, status measured on the first while every pending flow comes due at once."""
-    from bench.run import create_external, make_client
+    from bench.run import make_client
 
     api_key, client_id = asyncio.run(make_client(found.database_url))
     url = found.database_url
@@ -610,10 +619,7 @@ def run_sweep(found: Backends, seconds: float, generator: str = "auto", connecti
     try:
         servers.append(Server("elicitd-sweep-b", "elicitd_factory:create", env).start())
         auth = f"Bearer {api_key}"
-        with httpx.Client(base_url=servers[0].url, headers={"Authorization": auth}, timeout=30) as http:
-            flow_id = create_external(http, "sweep")["flow"]["id"]
-            done = http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"ok": True}})
-            assert done.status_code == 200, done.text
+        flow_id = completed_flow(servers[0], auth, "sweep")["flow"]["id"]
         status = Target("status", f"{servers[0].url}/v1/flows/{flow_id}", headers=(f"Authorization: {auth}",))
         gen = Generator.choose(generator, connections)
         gen.run(status, 2.0)  # warm-up
