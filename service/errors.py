@@ -406,3 +406,15 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
     PoolTimeout: handle_pool_timeout,
     Exception: handle_unexpected,
 }
+
+
+def response_for(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """The response the application's exception handlers give ``exc``, for an answer made after
+    Litestar's own exception handling has returned (a parked long-poll's, ``service.flows.api``):
+    the handler of the nearest class in ``exc``'s MRO, as Litestar picks it."""
+    for cls in type(exc).__mro__:
+        handler = EXCEPTION_HANDLERS.get(cls)
+        if handler is not None:
+            answer: Response[Any] = handler(request, exc)
+            return answer
+    return handle_unexpected(request, exc)  # not reached: ``Exception`` is in the map

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, Protocol
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -23,6 +24,50 @@ from service.observability.tracing import Tracing
 logger = logging.getLogger("elicitd.requests")
 
 ASGIApp = Any
+
+# The scope key under which the observer takes a deferred answer (``defer``).
+_DEFERRED = "elicitd.deferred"
+
+
+class Deferred(Protocol):
+    """An answer that waits, run by the observer after the application has returned: ``wait()``
+    is awaited, then ``close()`` is called (whatever happened), then ``answer()`` is awaited with
+    what the wait returned, or the exception it raised."""
+
+    def wait(self) -> Awaitable[Any]: ...
+
+    def close(self) -> None: ...
+
+    def answer(self, outcome: Any, scope: Any, receive: Any, send: Any) -> Awaitable[None]: ...
+
+
+def defer(scope: Any, answer: Deferred) -> None:
+    """Have the observer run ``answer`` once the application has returned, instead of the caller
+    waiting where it is.
+
+    A long-poll's answer may wait for minutes. Waited for from the route, everything between the
+    observer and the route (the framework's router and exception handling, their frames and
+    closures) stays alive for the whole wait, per parked request; waited for from here, only the
+    wait's own frames do, and the answer is made only once the wait is over. The answer handles
+    its own errors: the framework's exception handling has returned by the time it runs."""
+    if scope.get(_DEFERRED, False) is not None:
+        raise RuntimeError("defer() needs the request observer around the application, once per request")
+    scope[_DEFERRED] = answer
+
+
+class _Capture:
+    """The ``send`` the application gets: passes each message on, keeping the status it answered."""
+
+    __slots__ = ("send", "status")
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+        self.status = 500
+
+    async def __call__(self, message: Any) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+        await self.send(message)
 
 
 class RequestObserver:
@@ -36,14 +81,8 @@ class RequestObserver:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500
         method = scope.get("method", "GET")
-
-        async def capture(message: Any) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
+        capture = _Capture(send)
 
         fields, context_token = open_request()
         span = None
@@ -51,9 +90,20 @@ class RequestObserver:
             span = self.tracing.tracer.start_span(
                 f"HTTP {method}", kind=SpanKind.SERVER, attributes={"http.request.method": method}
             )
+        scope[_DEFERRED] = None
         try:
             await self.app(scope, receive, capture)
+            deferred: Deferred | None = scope.pop(_DEFERRED, None)
+            if deferred is not None:
+                try:
+                    outcome = await deferred.wait()
+                except Exception as failed:  # the answer turns it into the application's error response
+                    outcome = failed
+                finally:
+                    deferred.close()
+                await deferred.answer(outcome, scope, receive, capture)
         finally:
+            status = capture.status
             route = scope.get("path_template") or "unmatched"
             seconds = time.perf_counter() - started
             if route != "/metrics":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from sqlalchemy import text
+
 from service.flows.schemas import Subject
 from service.settings import Settings
 from tests.flows.helpers import (
@@ -253,6 +255,41 @@ async def test_status_long_poll_returns_on_completion(
         response = await asyncio.wait_for(waiting, 5)
     assert response.json()["flow"]["status"] == "completed"
     assert response.json()["result"] == {"ok": True}
+
+
+async def test_a_flow_deleted_under_a_parked_long_poll_answers_flow_not_found(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
+    """The answer of a parked long-poll is made after Litestar's exception handling has returned
+    (``service.observability.requests.defer``): an error raised by the wait still gets the
+    application's problem+json, and the request is counted with the status it was answered."""
+    route = "/v1/flows/{flow_id}"
+
+    def answered(status: str) -> float:
+        found = elicitd.services.metrics.registry.get_sample_value(
+            "elicitd_http_requests_total", {"method": "GET", "route": route, "status": status}
+        )
+        return found or 0.0
+
+    async with elicitd.http(server_client.api_key) as http:
+        created = await create_external(http, subject)
+        flow_id = created["flow"]["id"]
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        waiting = asyncio.create_task(http.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 1.5}))
+        await parked(elicitd, flow_id)
+        await asyncio.sleep(0.3)  # past its one read: the flow was there, so the request waits
+        counted = answered("404")
+        async with elicitd.state.sessions() as session, session.begin():
+            await session.execute(text("DELETE FROM flows WHERE id = :id"), {"id": flow_id.removeprefix("fl_")})
+        response = await asyncio.wait_for(waiting, 10)
+        took = loop.time() - began
+    assert 1.4 <= took < 5  # answered at the end of its wait, not by the handler
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == "flow_not_found"
+    # Counted as the observer's last step, which may come just after the client has its answer.
+    await until(lambda: answered("404") == counted + 1, what="the 404 counted")
 
 
 async def test_status_wait_times_out_pending(
