@@ -22,7 +22,7 @@ from service.flows.schemas import (
     ResolveResponse,
     StatusResponse,
 )
-from service.flows.service import ParkedStatus
+from service.flows.service import Answer, Parked
 from service.flows.states import Actor, FlowStatus
 from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient
@@ -60,14 +60,15 @@ _RESOLVE_EXAMPLE = Example(
 
 
 class _LongPollAnswer(ASGIResponse):
-    """The ASGI answer to a parked long-poll: waits, then answers as the handler would have.
+    """The ASGI answer to a parked long-poll (a status read or a resolve): waits, then answers as
+    the handler would have.
 
     Litestar calls it from its route (``HTTPRoute.handle``) once the handler has returned, and it
     hands itself to the request observer (``service.observability.requests.defer``), which waits
     once Litestar's router and exception handling have returned too: what a parked request holds
     is the server's and the observer's frames, this object and the wait's frames (1.3 KB less than
     waiting in the route). The answer is made by the route handler's own response path from the
-    ``StatusResponse``, exactly as if the handler had returned it: same status, headers and
+    ``StatusResponse`` or ``ResolveResponse``, exactly as if the handler had returned it: same status, headers and
     body; an error raised by the wait (the flow gone, the database unreachable) gets the
     response the application's exception handlers give it (``service.errors.response_for``).
 
@@ -76,7 +77,7 @@ class _LongPollAnswer(ASGIResponse):
 
     __slots__ = ("_parked", "_request")
 
-    def __init__(self, parked: ParkedStatus, request: Request[Any, Any, Any]) -> None:
+    def __init__(self, parked: Parked[Any], request: Request[Any, Any, Any]) -> None:
         self._parked = parked
         self._request = request
 
@@ -107,7 +108,7 @@ class _ParkLongPoll(Response[None]):
     """What the status handler returns for a long-poll that must wait: Litestar turns a returned
     ``Response`` into its ASGI answer with ``to_asgi_response``, which here is the waiting one."""
 
-    def __init__(self, parked: ParkedStatus) -> None:
+    def __init__(self, parked: Parked[Any]) -> None:
         super().__init__(None)
         self._parked = parked
 
@@ -126,6 +127,15 @@ class _ParkLongPoll(Response[None]):
         type_encoders: TypeEncodersMap | None = None,
     ) -> ASGIResponse:
         return _LongPollAnswer(self._parked, request)
+
+
+def _or_parked(answer: Answer | Parked[Answer]) -> Answer:
+    """A handler's answer, or for a long-poll that must wait the response that waits for it. The
+    declared type (the schema, and the response path the answer takes once the wait ends) stays
+    the answer's; Litestar recognizes the returned ``Response`` at runtime."""
+    if isinstance(answer, Parked):
+        return cast("Answer", _ParkLongPoll(answer))
+    return answer
 
 
 class FlowController(Controller):
@@ -180,7 +190,7 @@ class FlowController(Controller):
         subject_token: SubjectTokenHeader = None,
     ) -> ResolveResponse:
         await services.subjects.prove(client, iss=data.subject.iss, sub=data.subject.sub, token=subject_token)
-        return await services.flows.resolve(client, data)
+        return _or_parked(await services.flows.resolve(client, data))
 
     @get(
         "/{flow_id:str}",
@@ -197,12 +207,7 @@ class FlowController(Controller):
             float, Parameter(ge=0, le=300, default=0, description="Long-poll up to this many seconds")
         ] = 0,
     ) -> StatusResponse:
-        answer = await services.flows.status(client, flow_id, wait_seconds)
-        if isinstance(answer, ParkedStatus):
-            # The declared type (the schema, and the response path the answer takes once the wait
-            # ends) stays ``StatusResponse``; Litestar recognizes the returned Response at runtime.
-            return cast("StatusResponse", _ParkLongPoll(answer))
-        return answer
+        return _or_parked(await services.flows.status(client, flow_id, wait_seconds))
 
     @post(
         "/{flow_id:str}/complete",

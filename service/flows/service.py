@@ -8,10 +8,11 @@ change it cannot yet read).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -42,6 +43,8 @@ from service.identity.models import ServerClient
 from service.observability.context import tag
 from service.settings import Settings
 from service.signals.bus import Waiter, WaiterHub
+
+Answer = TypeVar("Answer")
 
 logger = logging.getLogger("elicitd.flows")
 
@@ -455,41 +458,67 @@ class FlowService:
         raise FlowNotPending("The flow changed while it was being created; try again.")
 
     # ---- resolve ---------------------------------------------------------------------------------
-    async def resolve(self, client: AuthenticatedClient, request: ResolveRequest) -> ResolveResponse:
+    async def resolve(
+        self, client: AuthenticatedClient, request: ResolveRequest
+    ) -> ResolveResponse | Parked[ResolveResponse]:
+        """The answer to an MCP client's retry; when it must wait for the flow (``accept`` on a
+        pending flow, with time left), a ``Parked`` whose ``wait()`` waits and ``answer()`` answers."""
         state = self.codec.verify(request.request_state, server_client_id=client.id, subject=request.subject)
         deadline = self._deadline(request.wait_seconds)
         # Register before the one read (DESIGN §6): a change committed after it wakes this waiter,
         # so the read that decides the answer also starts the wait; no second read before parking.
-        with self.hub.register(state.flow_id) as waiter:
-            flow = await self.snapshot(state.flow_id)
-            if flow is None or flow.server_client_id != client.id:
-                raise InvalidRequestState("The request state refers to no flow of this server client.")
-            key = input_key(flow.id)
-            unknown = set(request.input_responses) - {key}
-            if unknown:
-                raise InvalidRequest("input_responses holds keys this flow did not ask for.")
-            answer = request.input_responses.get(key)
-            status = FlowStatus(flow.status)
+        waiter = self.hub.register(state.flow_id).__enter__()  # left here, or by the Parked's close()
+        answered: ResolveResponse | Parked[ResolveResponse] | None = None
+        try:
+            answered = await self._resolve_registered(client, request, state.asked, waiter, deadline)
+            return answered
+        finally:
+            if not isinstance(answered, Parked):
+                waiter.__exit__(None, None, None)
 
-            if is_terminal(status):
-                return self._resolved(flow, outcome_for_action(Action.ACCEPT, status))
-            if answer is None:
-                if state.asked:
-                    # The client did not answer the URL request it was given: ask again.
-                    return self._resolved(flow, Outcome.INPUT_REQUIRED, ask=True)
-                flow = await self._park(waiter, flow.id, deadline, first=flow) or flow
-                return self._resolved(flow, outcome_for_action(Action.ACCEPT, FlowStatus(flow.status)))
+    async def _resolve_registered(
+        self, client: AuthenticatedClient, request: ResolveRequest, asked: bool, waiter: Waiter, deadline: float
+    ) -> ResolveResponse | Parked[ResolveResponse]:
+        flow = await self.snapshot(waiter.flow_id)
+        if flow is None or flow.server_client_id != client.id:
+            raise InvalidRequestState("The request state refers to no flow of this server client.")
+        key = input_key(flow.id)
+        unknown = set(request.input_responses) - {key}
+        if unknown:
+            raise InvalidRequest("input_responses holds keys this flow did not ask for.")
+        answer = request.input_responses.get(key)
+        status = FlowStatus(flow.status)
 
-            action = Action(answer.action)
-            if action is Action.DECLINE:
-                return await self._decline(flow)
-            if action is Action.CANCEL:
-                await self._client_event(flow.id, "client_cancelled")
-                return self._resolved(flow, Outcome.CANCELLED)
-            if state.asked:
-                await self._client_event(flow.id, "client_accepted")
-            flow = await self._park(waiter, flow.id, deadline, first=flow) or flow
+        if is_terminal(status):
+            return self._resolved(flow, outcome_for_action(Action.ACCEPT, status))
+        if answer is None:
+            if asked:
+                # The client did not answer the URL request it was given: ask again.
+                return self._resolved(flow, Outcome.INPUT_REQUIRED, ask=True)
+            return self._waited_resolve(waiter, deadline, flow, Action.ACCEPT)
+
+        action = Action(answer.action)
+        if action is Action.DECLINE:
+            return await self._decline(flow)
+        if action is Action.CANCEL:
+            await self._client_event(flow.id, "client_cancelled")
+            return self._resolved(flow, Outcome.CANCELLED)
+        if asked:
+            await self._client_event(flow.id, "client_accepted")
+        return self._waited_resolve(waiter, deadline, flow, action)
+
+    def _waited_resolve(
+        self, waiter: Waiter, deadline: float, flow: FlowFields, action: Action
+    ) -> ResolveResponse | Parked[ResolveResponse]:
+        """The answer now when no time is left to wait, else the parked wait for it."""
+        if deadline <= self.clock.monotonic():
             return self._resolved(flow, outcome_for_action(action, FlowStatus(flow.status)))
+        return Parked(self, waiter, deadline, flow, functools.partial(self._resolve_after_wait, action))
+
+    def _resolve_after_wait(self, action: Action, flow: FlowFields | None) -> ResolveResponse:
+        if flow is None:  # gone while it was waited for: answered as if gone before
+            raise InvalidRequestState("The request state refers to no flow of this server client.")
+        return self._resolved(flow, outcome_for_action(action, FlowStatus(flow.status)))
 
     async def _client_event(self, flow_id: uuid.UUID, event_type: str) -> None:
         """The client's answer in the audit trail: one autocommit insert, no flow change."""
@@ -518,9 +547,9 @@ class FlowService:
     # ---- status ----------------------------------------------------------------------------------
     async def status(
         self, client: AuthenticatedClient, flow_ref: str, wait_seconds: float
-    ) -> StatusResponse | ParkedStatus:
-        """The flow's status; for a long-poll on a flow still pending, a ``ParkedStatus`` whose
-        ``answer()`` waits. Registered, then read once here: that read is the ownership check and
+    ) -> StatusResponse | Parked[StatusResponse]:
+        """The flow's status; for a long-poll on a flow still pending, a ``Parked`` whose
+        ``wait()`` waits. Registered, then read once here: that read is the ownership check and
         answers a finished flow (or a spent deadline) at once."""
         if wait_seconds <= 0:
             return self.status_of(await self.owned(client, flow_ref))
@@ -528,19 +557,24 @@ class FlowService:
         if flow_id is None:
             raise FlowNotFound("No flow with this id belongs to this server client.")
         deadline = self._deadline(wait_seconds)
-        waiter = self.hub.register(flow_id).__enter__()  # left here, or by the ParkedStatus's answer()
-        parked: ParkedStatus | None = None
+        waiter = self.hub.register(flow_id).__enter__()  # left here, or by the Parked's close()
+        parked: Parked[StatusResponse] | None = None
         try:
             flow = await self.snapshot(flow_id)
             if flow is None or flow.server_client_id != client.id:
                 raise FlowNotFound("No flow with this id belongs to this server client.")
             if is_terminal(FlowStatus(flow.status)) or deadline <= self.clock.monotonic():
                 return self.status_of(flow)
-            parked = ParkedStatus(self, waiter, deadline, flow)
+            parked = Parked(self, waiter, deadline, flow, self._status_after_wait)
             return parked
         finally:
             if parked is None:
                 waiter.__exit__(None, None, None)
+
+    def _status_after_wait(self, flow: FlowFields | None) -> StatusResponse:
+        if flow is None:
+            raise FlowNotFound("No flow with this id belongs to this server client.")
+        return self.status_of(flow)
 
     def status_of(self, flow: FlowFields) -> StatusResponse:
         self._tag(flow, flow.status)
@@ -573,39 +607,46 @@ class FlowService:
             return await repo.finished_among(session, ids)
 
 
-class ParkedStatus:
-    """A status long-poll that is registered, has read its pending flow once, and has not waited yet.
+class Parked(Generic[Answer]):
+    """A long-poll (a status read or a resolve) that is registered, has read its pending flow
+    once, and has not waited yet.
 
-    The HTTP layer answers with it after the request's handler has returned, so what a parked
-    request holds is this object, the waiter and the frames of the wait: not the handler's frames,
-    its arguments or the framework's per-request state around them (``service.flows.api``).
-    Used exactly once, in this order: await ``wait()``, then ``close()`` (in a ``finally``: it
-    unregisters the waiter), then ``answer()``.
+    The HTTP layer waits on it after the request's handler has returned (``service.flows.api``),
+    so what a parked request holds is this object, the waiter and the frames of the wait: not the
+    handler's frames, its arguments or the framework's per-request state around them. Used
+    exactly once, in this order: await ``wait()``, then ``close()`` (in a ``finally``: it
+    unregisters the waiter), then ``answer()`` with what the wait returned.
     """
 
-    __slots__ = ("_deadline", "_first", "_flows", "_waiter")
+    __slots__ = ("_deadline", "_finish", "_first", "_flows", "_waiter")
 
-    def __init__(self, flows: FlowService, waiter: Waiter, deadline: float, first: FlowFields) -> None:
+    def __init__(
+        self,
+        flows: FlowService,
+        waiter: Waiter,
+        deadline: float,
+        first: FlowFields,
+        finish: Callable[[FlowFields | None], Answer],
+    ) -> None:
         self._flows = flows
         self._waiter = waiter
         self._deadline = deadline
         self._first: FlowFields | None = first
+        self._finish = finish
 
     def _take_first(self) -> FlowFields | None:
         first, self._first = self._first, None
         return first
 
     def wait(self) -> Coroutine[Any, Any, FlowFields | None]:
-        """The flow once it is terminal, or as it is when the deadline passes. The wait is
-        ``FlowService._park`` itself, handed back rather than awaited here: no frame of this
-        method stays alive under a parked request (~0.3 KB each)."""
+        """The flow once it is terminal, or as it is when the deadline passes (None if it is
+        gone). The wait is ``FlowService._park`` itself, handed back rather than awaited here: no
+        frame of this method stays alive under a parked request (~0.3 KB each)."""
         waiter = self._waiter
         return self._flows._park(waiter, waiter.flow_id, self._deadline, first=self._take_first())
 
     def close(self) -> None:
         self._waiter.__exit__(None, None, None)
 
-    def answer(self, flow: FlowFields | None) -> StatusResponse:
-        if flow is None:
-            raise FlowNotFound("No flow with this id belongs to this server client.")
-        return self._flows.status_of(flow)
+    def answer(self, flow: FlowFields | None) -> Answer:
+        return self._finish(flow)

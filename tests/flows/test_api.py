@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import pytest
 from sqlalchemy import text
 
 from service.flows.schemas import Subject
@@ -257,17 +258,31 @@ async def test_status_long_poll_returns_on_completion(
     assert response.json()["result"] == {"ok": True}
 
 
-async def test_a_flow_deleted_under_a_parked_long_poll_answers_flow_not_found(
-    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+@pytest.mark.parametrize(
+    ("method", "route", "status", "code"),
+    [
+        ("GET", "/v1/flows/{flow_id}", 404, "flow_not_found"),
+        ("POST", "/v1/flows/resolve", 400, "invalid_request_state"),
+    ],
+)
+async def test_a_flow_deleted_under_a_parked_long_poll_answers_its_error(
+    elicitd: RunningApp,
+    server_client: ServerClientHandle,
+    subject: Subject,
+    method: str,
+    route: str,
+    status: int,
+    code: str,
 ) -> None:
-    """The answer of a parked long-poll is made after Litestar's exception handling has returned
-    (``service.observability.requests.defer``): an error raised by the wait still gets the
-    application's problem+json, and the request is counted with the status it was answered."""
-    route = "/v1/flows/{flow_id}"
+    """The answer of a parked long-poll (a status read, or a resolve with ``accept``) is made after
+    Litestar's exception handling has returned (``service.observability.requests.defer``): an
+    error raised by the wait still gets the application's problem+json — the one the request
+    would have had if the flow had been gone before it — and the request is counted with the
+    status it was answered."""
 
-    def answered(status: str) -> float:
+    def answered() -> float:
         found = elicitd.services.metrics.registry.get_sample_value(
-            "elicitd_http_requests_total", {"method": "GET", "route": route, "status": status}
+            "elicitd_http_requests_total", {"method": method, "route": route, "status": str(status)}
         )
         return found or 0.0
 
@@ -276,20 +291,24 @@ async def test_a_flow_deleted_under_a_parked_long_poll_answers_flow_not_found(
         flow_id = created["flow"]["id"]
         loop = asyncio.get_running_loop()
         began = loop.time()
-        waiting = asyncio.create_task(http.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 1.5}))
+        if method == "GET":
+            call = http.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 1.5})
+        else:
+            call = http.post("/v1/flows/resolve", json=resolve_body(created, subject, "accept", wait=1.5))
+        waiting = asyncio.create_task(call)
         await parked(elicitd, flow_id)
         await asyncio.sleep(0.3)  # past its one read: the flow was there, so the request waits
-        counted = answered("404")
+        counted = answered()
         async with elicitd.state.sessions() as session, session.begin():
             await session.execute(text("DELETE FROM flows WHERE id = :id"), {"id": flow_id.removeprefix("fl_")})
         response = await asyncio.wait_for(waiting, 10)
         took = loop.time() - began
     assert 1.4 <= took < 5  # answered at the end of its wait, not by the handler
-    assert response.status_code == 404
+    assert response.status_code == status
     assert response.headers["content-type"] == "application/problem+json"
-    assert response.json()["code"] == "flow_not_found"
+    assert response.json()["code"] == code
     # Counted as the observer's last step, which may come just after the client has its answer.
-    await until(lambda: answered("404") == counted + 1, what="the 404 counted")
+    await until(lambda: answered() == counted + 1, what=f"the {status} counted")
 
 
 async def test_status_wait_times_out_pending(
