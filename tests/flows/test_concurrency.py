@@ -9,12 +9,14 @@ from collections.abc import Callable
 
 from sqlalchemy import text
 
+from service.db.migrate import upgrade_async
 from service.flows.repository import Transition
 from service.flows.schemas import Subject
 from service.flows.states import Actor, FlowStatus
 from service.flows.sweeper import drain
-from service.settings import Settings
+from service.settings import Settings, normalize_database_url
 from tests.flows.helpers import create_external, db_events, force_expiry
+from tests.support import backends
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 
 
@@ -98,14 +100,23 @@ async def test_two_sweepers_expire_each_flow_once(
 
 
 async def test_a_drain_rests_after_each_full_batch_for_as_long_as_the_batch_took(
-    make_settings: Callable[..., Settings], subject: Subject
+    make_settings: Callable[..., Settings], backend: backends.Backends, subject: Subject
 ) -> None:
     """Seven due flows, batches of three: three statements, two rests (none after the short last
     batch), each rest half as long as the batch before it (``SWEEP_SHARE`` 2/3), every flow expired
-    once."""
-    async with running_app(make_settings(background_tasks=False, sweep_batch_size=3)) as app:
+    once. On a database of its own: the suite's shared instance sweeps the shared one every 0.5 s
+    and would take a batch of these."""
+    url = normalize_database_url(await backends.create_database(backend.server_url))
+    try:
+        await upgrade_async(url)
+        await _drain_in(make_settings(database_url=url, background_tasks=False, sweep_batch_size=3), subject)
+    finally:
+        await backends.drop_database(backend.server_url, url)
+
+
+async def _drain_in(settings: Settings, subject: Subject) -> None:
+    async with running_app(settings) as app:
         flows = app.state.flows
-        await drain(flows, rest=_no_rest)  # whatever earlier tests left due
         client = await new_server_client(app)
         ids = []
         async with app.http(client.api_key) as http:
