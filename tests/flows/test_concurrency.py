@@ -147,7 +147,3 @@ async def _drain_in(settings: Settings, subject: Subject) -> None:
             assert took * 0.45 <= rested <= took * 0.55 + 0.002
         events = [e for i in ids for e in await db_events(app, i) if e["type"] == "transition"]
         assert sorted(e["to_status"] for e in events) == ["expired"] * 7
-
-
-async def _no_rest(seconds: float) -> None:
-    return None
