@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from litestar.background_tasks import BackgroundTask, BackgroundTasks
     from litestar.datastructures import Cookie
     from litestar.enums import MediaType
-    from litestar.types import Receive, Scope, Send, TypeEncodersMap
+    from litestar.types import ASGIApp, Receive, Scope, Send, TypeEncodersMap
 
     from service.services import Services
 
@@ -91,17 +91,22 @@ class _LongPollAnswer(ASGIResponse):
         self._parked.close()
 
     async def answer(self, outcome: FlowFields | Exception | None, scope: Scope, receive: Receive, send: Send) -> None:
+        response = self._failed(outcome) if isinstance(outcome, Exception) else await self._answered(outcome)
+        await response(scope, receive, send)
+
+    async def _answered(self, flow: FlowFields | None) -> ASGIApp:
         request = self._request
         try:
-            if isinstance(outcome, Exception):
-                raise outcome
-            data = self._parked.answer(outcome)
-            response = await request.route_handler.to_response(app=request.app, data=data, request=request)
+            data = self._parked.answer(flow)
+            return await request.route_handler.to_response(app=request.app, data=data, request=request)
         except Exception as failed:  # every error gets the application's own answer
-            response = response_for(request, failed).to_asgi_response(
-                app=None, request=request, type_encoders=request.route_handler.resolve_type_encoders()
-            )
-        await response(scope, receive, send)
+            return self._failed(failed)
+
+    def _failed(self, failed: Exception) -> ASGIApp:
+        request = self._request
+        return response_for(request, failed).to_asgi_response(
+            app=None, request=request, type_encoders=request.route_handler.resolve_type_encoders()
+        )
 
 
 class _ParkLongPoll(Response[None]):
