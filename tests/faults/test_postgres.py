@@ -23,6 +23,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
+from service.flows.schemas import Subject
 from service.settings import Settings
 from tests.faults.conftest import admin_token
 from tests.faults.load import (
@@ -36,8 +37,10 @@ from tests.faults.load import (
     statuses,
     unexpected,
 )
+from tests.flows.helpers import create_external, resolve_body
 from tests.support.apps import RunningApp, new_server_client, running_app
 from tests.support.faults import PrivatePostgres, TcpProxy
+from tests.support.waiting import parked
 
 RATE = 50  # requests per second
 OUTAGE_SECONDS = float(os.environ.get("ELICITD_FAULT_OUTAGE_SECONDS", "5"))
@@ -314,3 +317,42 @@ async def test_a_read_only_primary_answers_503_until_the_pool_reaches_a_writable
     record("postgres primary turned read-only under load", outcome.figures())
     outcome.assert_well_behaved()
     assert outcome.errors.unavailable.get("read_only_transaction", 0) > 0
+
+
+async def test_long_polls_parked_when_postgres_stops_answer_503_at_the_end_of_their_wait(
+    postgres: PrivatePostgres, make_fault_settings: Callable[..., Settings]
+) -> None:
+    """A status long-poll and a resolve with ``accept``, both parked past their one read, when
+    PostgreSQL stops: the read that ends their wait fails, and each answers ``503 unavailable``
+    with ``Retry-After`` (answered after Litestar has returned, ``service.observability.requests``),
+    never a 500; both waiters are released."""
+    subject = Subject(iss="https://id.example.com", sub="parked-outage")
+    try:
+        async with running_app(make_fault_settings()) as app:
+            client = await new_server_client(app)
+            async with app.http(client.api_key) as http:
+                polled = await create_external(http, subject)
+                resolved = await create_external(http, Subject(iss=subject.iss, sub="parked-outage-2"))
+                waits = [
+                    asyncio.create_task(http.get(f"/v1/flows/{polled['flow']['id']}", params={"wait_seconds": 3})),
+                    asyncio.create_task(
+                        http.post(
+                            "/v1/flows/resolve",
+                            json=resolve_body(resolved, Subject(iss=subject.iss, sub="parked-outage-2"), wait=3),
+                        )
+                    ),
+                ]
+                for created in (polled, resolved):
+                    await parked(app, created["flow"]["id"])
+                await asyncio.sleep(0.3)  # past their one read: both wait
+                await asyncio.to_thread(postgres.stop, "fast")
+                answers = await asyncio.wait_for(asyncio.gather(*waits), 30)
+            assert app.services.hub.waiter_count == 0
+    finally:
+        if not postgres.running():
+            postgres.start()
+    for answer in answers:
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert answer.headers["retry-after"] == "1"
+        assert answer.json()["code"] == "unavailable"
