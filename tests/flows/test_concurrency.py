@@ -9,12 +9,11 @@ from collections.abc import Callable
 
 from sqlalchemy import text
 
-from service.db.migrate import upgrade_async
 from service.flows.repository import Transition
 from service.flows.schemas import Subject
 from service.flows.states import Actor, FlowStatus
 from service.flows.sweeper import drain
-from service.settings import Settings, normalize_database_url
+from service.settings import Settings
 from tests.flows.helpers import create_external, db_events, force_expiry
 from tests.support import backends
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
@@ -106,12 +105,8 @@ async def test_a_drain_rests_after_each_full_batch_for_as_long_as_the_batch_took
     batch), each rest half as long as the batch before it (``SWEEP_SHARE`` 2/3), every flow expired
     once. On a database of its own: the suite's shared instance sweeps the shared one every 0.5 s
     and would take a batch of these."""
-    url = normalize_database_url(await backends.create_database(backend.server_url))
-    try:
-        await upgrade_async(url)
+    async with backends.migrated_database(backend.server_url) as url:
         await _drain_in(make_settings(database_url=url, background_tasks=False, sweep_batch_size=3), subject)
-    finally:
-        await backends.drop_database(backend.server_url, url)
 
 
 async def _drain_in(settings: Settings, subject: Subject) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -92,3 +92,18 @@ async def drop_database(server_url: str, database_url: str) -> None:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def migrated_database(server_url: str) -> AsyncIterator[str]:
+    """A database of its own on ``server_url``'s server, migrated to head, dropped afterwards: its
+    SQLAlchemy URL (for tests whose data another app on the shared database would touch)."""
+    from service.db.migrate import upgrade_async
+    from service.settings import normalize_database_url
+
+    url = await create_database(server_url)
+    try:
+        await upgrade_async(normalize_database_url(url))
+        yield normalize_database_url(url)
+    finally:
+        await drop_database(server_url, url)
