@@ -35,7 +35,7 @@ from service.oauth.api import OAUTH_ROUTES
 from service.observability.metrics import metrics_endpoint
 from service.observability.requests import RequestObserver
 from service.openapi import AllowHeaderMiddleware, DescribedJsonRenderPlugin
-from service.services import Services, bounded
+from service.services import BACKGROUND_STOP_SECONDS, Services, bounded
 from service.serving import freeze_startup_heap
 from service.signin.routes import IDENTITY_ROUTES
 from service.templating import LazyJinjaEngine
@@ -92,8 +92,8 @@ def create_app(services: Services) -> Litestar:
             for task in tasks:
                 task.cancel()
             if tasks:
-                # Cancelled tasks end at once; one that ignores it is left behind after 2 s.
-                stop_by = asyncio.get_running_loop().time() + 2.0
+                # Cancelled tasks end at once; one that ignores it is left behind.
+                stop_by = asyncio.get_running_loop().time() + BACKGROUND_STOP_SECONDS
                 await bounded("background tasks", asyncio.gather(*tasks, return_exceptions=True), stop_by)
             await services.aclose()
 

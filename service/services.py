@@ -131,6 +131,8 @@ class Services:
 
 
 SHUTDOWN_SECONDS = 5.0
+# What the app's background tasks (sweeper, webhook worker) get after their cancel, before the above.
+BACKGROUND_STOP_SECONDS = 2.0
 
 
 async def bounded(name: str, step: Awaitable[Any], deadline: float) -> None:
@@ -141,10 +143,10 @@ async def bounded(name: str, step: Awaitable[Any], deadline: float) -> None:
     if not done:
         task.cancel()
         logger.warning("shutdown step abandoned", extra={"dependency": name})
-    elif not task.cancelled() and task.exception() is not None:
-        logger.warning(
-            "shutdown step failed", extra={"dependency": name, "error_type": type(task.exception()).__name__}
-        )
+        return
+    failure = None if task.cancelled() else task.exception()
+    if failure is not None:
+        logger.warning("shutdown step failed", extra={"dependency": name, "error_type": type(failure).__name__})
 
 
 def build_services(settings: Settings, *, clock: Clock | None = None) -> Services:
