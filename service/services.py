@@ -35,7 +35,7 @@ from service.consent.receipts import ReceiptSigner
 from service.consent.service import ConsentService
 from service.crypto.vault import Vault
 from service.db.direct import DirectStatements
-from service.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker
+from service.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker, make_statements
 from service.events.hub import EventHub, EventSettings
 from service.flows import repository as flow_repo
 from service.flows.plugins import KindPlugin
@@ -72,6 +72,7 @@ class Services:
     settings: Settings
     clock: Clock
     engine: AsyncEngine
+    direct: DirectStatements
     sessions: async_sessionmaker[AsyncSession]
     read_sessions: async_sessionmaker[AsyncSession]
     http: httpx.AsyncClient
@@ -128,6 +129,7 @@ class Services:
         await bounded("token refreshes", self.connections.aclose(), deadline)
         await bounded("http client", self.http.aclose(), deadline)
         await bounded("postgres", self.engine.dispose(), deadline)
+        await bounded("postgres statements", self.direct.close(), deadline)
 
 
 SHUTDOWN_SECONDS = 5.0
@@ -156,7 +158,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
     read_sessions = make_read_sessionmaker(engine)
     http = make_http_client(settings.outbound_timeout_seconds)
     vault = Vault(settings.keys)
-    direct = DirectStatements(engine)
+    direct = make_statements(settings, engine)
 
     async def finished(ids: list[uuid.UUID]) -> list[uuid.UUID]:
         async with read_sessions() as session:
@@ -228,6 +230,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         settings=settings,
         clock=clock,
         engine=engine,
+        direct=direct,
         sessions=sessions,
         read_sessions=read_sessions,
         http=http,

@@ -170,7 +170,10 @@ class Settings:
     redis_channel: str = "elicitd:flows"
     # Shard channels wake-ups are spread over on a Redis Cluster (docs/scaling.md); unused otherwise.
     redis_shards: int = DEFAULT_REDIS_SHARDS
+    # The ORM engine's pool: everything but the hot path's single statements.
     db_pool_size: int = 10
+    # The hot path's own pool (``service.db.pool``): status, resolve, token, create, sweeps.
+    db_statement_pool_size: int = 10
     # How long a request waits for a pooled connection before it is answered 503 + Retry-After.
     db_pool_timeout_seconds: float = 30.0
     # False behind a transaction-mode pooler that cannot track named prepared statements
@@ -281,6 +284,7 @@ class Settings:
             "max_body_bytes": "MAX_BODY_BYTES",
             "sweep_batch_size": "SWEEP_BATCH_SIZE",
             "db_pool_size": "DB_POOL_SIZE",
+            "db_statement_pool_size": "DB_STATEMENT_POOL_SIZE",
             "request_state_grace_seconds": "REQUEST_STATE_GRACE_SECONDS",
             "browser_session_seconds": "BROWSER_SESSION_SECONDS",
         }

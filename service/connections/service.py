@@ -152,7 +152,7 @@ class ConnectionService:
         vault: Vault,
         metadata: MetadataCache,
         http: httpx.AsyncClient,
-        direct: DirectStatements | None = None,
+        direct: DirectStatements,
         clock: Clock | None = None,
         refresh_margin_seconds: float = REFRESH_MARGIN_SECONDS,
         on_refresh: Callable[[str, str], None] | None = None,
@@ -161,7 +161,7 @@ class ConnectionService:
         self.sessions = sessions
         self.read_sessions = read_sessions
         # The token endpoint's one read: a statement on the driver, no ORM instances.
-        self.direct = direct or DirectStatements.on(read_sessions)
+        self.direct = direct
         self.vault = vault
         self.metadata = metadata
         self.http = http

@@ -1,4 +1,4 @@
-"""Hot-path statements run on the driver connection of a pooled connection, without the ORM.
+"""Hot-path statements run on a driver connection, without the ORM.
 
 The requests every MCP server repeats (a flow's status, a retry's resolve, a connection's token,
 a create) are one short statement each. Through an ORM session each paid ~150 µs of Python around
@@ -8,8 +8,9 @@ is text written once, prepared once per connection by asyncpg (its statement cac
 positional parameters, outside any transaction block: a single statement is its own transaction, so a read pays no
 ``BEGIN``/``ROLLBACK`` and a single conditional write no separate ``COMMIT``.
 
-The connection still comes from the engine's pool: one pool per process, its size and timeout
-(``PoolTimeout`` → 503 with ``Retry-After``), its replacement of connections the server closed.
+The connection comes from the statement pool (``service.db.pool``), which the process holds beside
+the ORM engine's pool, with its own size and the same wait bound (``PoolTimeout`` → 503 with ``Retry-After``),
+connection settings and replacement of connections the server closed; see ``make_statements``.
 Driver errors are raised as SQLAlchemy's ``DBAPIError`` with the driver's exception as ``orig``,
 as the ORM would raise them, so ``service.db.errors.classify`` and the error handlers see one shape.
 """
@@ -23,10 +24,9 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
-from sqlalchemy.pool import PoolProxiedConnection
 
 from service.db.errors import SERVER_LOST, classify
+from service.db.pool import Pooled, StatementPool
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -55,65 +55,65 @@ class Statement:
 
 
 class DirectStatements:
-    """``fetchrow``/``execute`` of a constant SQL text on a pooled driver connection.
+    """``fetchrow``/``fetch``/``execute`` of a constant SQL text on a connection of the statement
+    pool (``service.db.pool``): no ``Connection`` object, no execution options, no transaction
+    block, so every statement is its own transaction and a returned connection has nothing to
+    roll back."""
 
-    The connection is checked out as a bare pooled DBAPI connection (``raw_connection``): no
-    ``Connection`` object, no execution options, ~60 µs less per statement than ``connect()``.
-    SQLAlchemy never begins a transaction on it (only its own cursor does), so every statement is
-    its own transaction, and returning it to the pool has nothing to roll back.
-    """
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-
-    @classmethod
-    def on(cls, sessions: async_sessionmaker[AsyncSession]) -> DirectStatements:
-        """On the pool of the engine ``sessions`` are bound to (for services built without one)."""
-        bind = sessions.kw["bind"]
-        assert isinstance(bind, AsyncEngine)
-        return cls(bind)
+    def __init__(self, pool: StatementPool) -> None:
+        self.pool = pool
 
     async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
-        pooled = await self._engine.raw_connection()
+        pooled = await self.pool.acquire()
         try:
-            return await pooled.driver_connection.fetchrow(sql, *args)  # type: ignore[union-attr]
+            row = await pooled.connection.fetchrow(sql, *args)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             raise self._failed(pooled, sql, exc) from exc
-        finally:
-            pooled.close()
+        except BaseException:
+            self.pool.release(pooled, lost=True)  # cancelled mid-statement: its state is unknown
+            raise
+        self.pool.release(pooled)
+        return row
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        pooled = await self._engine.raw_connection()
+        pooled = await self.pool.acquire()
         try:
-            return await pooled.driver_connection.fetch(sql, *args)  # type: ignore[no-any-return,union-attr]
+            rows: list[asyncpg.Record] = await pooled.connection.fetch(sql, *args)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             raise self._failed(pooled, sql, exc) from exc
-        finally:
-            pooled.close()
+        except BaseException:
+            self.pool.release(pooled, lost=True)
+            raise
+        self.pool.release(pooled)
+        return rows
 
     async def execute(self, sql: str, *args: Any) -> None:
-        pooled = await self._engine.raw_connection()
+        pooled = await self.pool.acquire()
         try:
-            await pooled.driver_connection.execute(sql, *args)  # type: ignore[union-attr]
+            await pooled.connection.execute(sql, *args)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             raise self._failed(pooled, sql, exc) from exc
-        finally:
-            pooled.close()
+        except BaseException:
+            self.pool.release(pooled, lost=True)
+            raise
+        self.pool.release(pooled)
 
-    def _failed(self, pooled: PoolProxiedConnection, sql: str, exc: Exception) -> DBAPIError:
+    async def close(self) -> None:
+        await self.pool.close()
+
+    def _failed(self, pooled: Pooled, sql: str, exc: Exception) -> DBAPIError:
         """The driver's error as SQLAlchemy raises it: ``orig`` is the driver's exception (its
         SQLSTATE is what ``classify`` reads).
 
-        A connection whose server is lost, shutting down or read-only is discarded, not returned
-        (the ``finally`` then returns nothing), and the pool's older connections are replaced at
-        their next checkout, as the engine does for the ORM's statements (``_drop_lost_server``):
-        after a failover a demoted primary keeps its connections open, and each would otherwise
-        fail one more request before ``POOL_RECYCLE_SECONDS`` retired it.
+        A connection whose server is lost, shutting down or read-only is cut, not returned, and
+        every other connection of the pool is replaced (idle ones now, busy ones when returned), as
+        the engine does for the ORM's statements (``_drop_lost_server``): after a failover a
+        demoted primary keeps its connections open, and each would otherwise fail one more request
+        before ``POOL_RECYCLE_SECONDS`` retired it. Any other error (a constraint, bad data) leaves
+        the connection as usable as before.
         """
-        driver = pooled.driver_connection
-        lost = classify(exc) in SERVER_LOST or bool(driver is not None and driver.is_closed())
+        lost = classify(exc) in SERVER_LOST or pooled.connection.is_closed()
         if lost:
-            # What SQLAlchemy's own disconnect handling calls: this connection is invalidated,
-            # every connection opened before it is recycled at checkout.
-            self._engine.sync_engine.pool._invalidate(pooled, exc)
+            self.pool.expire()
+        self.pool.release(pooled, lost=lost)
         return DBAPIError(sql, None, exc, connection_invalidated=lost)

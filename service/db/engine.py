@@ -40,13 +40,16 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import asyncpg
 import msgspec
 from sqlalchemy import event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+from service.db.direct import DirectStatements
 from service.db.errors import SERVER_LOST, classify
+from service.db.pool import StatementPool
 from service.settings import Settings
 
 # Connections older than this are replaced at checkout: below the idle timeouts of common NATs and
@@ -67,12 +70,28 @@ COMMAND_TIMEOUT_SECONDS = 40
 
 # Behind PgBouncer < 1.21 in transaction mode, consecutive transactions may run on different server
 # connections, so a statement prepared by name on one is missing (or already taken) on the next:
-# no statement cache in asyncpg or SQLAlchemy, and a fresh name for each prepared statement.
-_UNCACHED_STATEMENTS: dict[str, Any] = {
-    "statement_cache_size": 0,
+# no statement cache in asyncpg (the driver's key) or SQLAlchemy (the rest), and a fresh name for
+# each prepared statement.
+_UNCACHED_DRIVER: dict[str, Any] = {"statement_cache_size": 0}
+_UNCACHED_DIALECT: dict[str, Any] = {
     "prepared_statement_cache_size": 0,
     "prepared_statement_name_func": lambda: f"__elicitd_{uuid.uuid4().hex}__",
 }
+
+
+def driver_connect_args(settings: Settings) -> dict[str, Any]:
+    """What ``asyncpg.connect`` is given besides the URL's parts, by the engine and the statement pool alike."""
+    return {
+        # A statement that hangs must not pin a waiter forever; lock waits fail fast too.
+        "timeout": CONNECT_TIMEOUT_SECONDS,
+        "command_timeout": COMMAND_TIMEOUT_SECONDS,
+        "server_settings": {
+            "statement_timeout": str(STATEMENT_TIMEOUT_MS),
+            "lock_timeout": str(LOCK_TIMEOUT_MS),
+            "application_name": "elicitd",
+        },
+        **({} if settings.db_statement_cache else _UNCACHED_DRIVER),
+    }
 
 
 def make_engine(settings: Settings) -> AsyncEngine:
@@ -94,21 +113,54 @@ def make_engine(settings: Settings) -> AsyncEngine:
         max_overflow=0,
         pool_timeout=settings.db_pool_timeout_seconds,
         pool_recycle=POOL_RECYCLE_SECONDS,
-        # A statement that hangs must not pin a waiter forever; lock waits fail fast too.
         connect_args={
-            "timeout": CONNECT_TIMEOUT_SECONDS,
-            "command_timeout": COMMAND_TIMEOUT_SECONDS,
-            "server_settings": {
-                "statement_timeout": str(STATEMENT_TIMEOUT_MS),
-                "lock_timeout": str(LOCK_TIMEOUT_MS),
-                "application_name": "elicitd",
-            },
-            **({} if settings.db_statement_cache else _UNCACHED_STATEMENTS),
+            **driver_connect_args(settings),
+            **({} if settings.db_statement_cache else _UNCACHED_DIALECT),
         },
     )
     event.listen(engine.sync_engine, "checkout", _discard_closed)
     event.listen(engine.sync_engine, "handle_error", _drop_lost_server)
     return engine
+
+
+def make_statements(settings: Settings, engine: AsyncEngine) -> DirectStatements:
+    """The hot path's statements, on a pool of their own beside ``engine``'s (``service.db.pool``):
+    the same server and connection settings and wait bound, and JSON decoded by msgspec as the
+    engine decodes it. At most ``db_statement_pool_size`` connections, opened when first needed."""
+    url_args = engine.dialect.create_connect_args(engine.url)[1]
+    for dialect_only in ("prepared_statement_cache_size", "prepared_statement_name_func", "async_creator_fn"):
+        url_args.pop(dialect_only, None)
+    arguments = {**url_args, **driver_connect_args(settings)}
+
+    async def connect() -> asyncpg.Connection:
+        connection: asyncpg.Connection = await asyncpg.connect(**arguments)
+        try:
+            await connection.set_type_codec(
+                "json", encoder=str.encode, decoder=msgspec.json.decode, schema="pg_catalog", format="binary"
+            )
+            await connection.set_type_codec(
+                "jsonb", encoder=_jsonb_encode, decoder=_jsonb_decode, schema="pg_catalog", format="binary"
+            )
+        except BaseException:
+            connection.terminate()
+            raise
+        return connection
+
+    pool = StatementPool(
+        connect,
+        size=settings.db_statement_pool_size,
+        timeout=settings.db_pool_timeout_seconds,
+        recycle_seconds=POOL_RECYCLE_SECONDS,
+    )
+    return DirectStatements(pool)
+
+
+def _jsonb_encode(text: str) -> bytes:
+    return b"\x01" + text.encode()  # jsonb's binary format: a version byte, then the text
+
+
+def _jsonb_decode(data: bytes) -> Any:
+    return msgspec.json.decode(memoryview(data)[1:])
 
 
 def _drop_lost_server(context: ExceptionContext) -> None:

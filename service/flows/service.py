@@ -89,7 +89,7 @@ class FlowService:
         codec: RequestStateCodec,
         handlers: Mapping[str, KindHandler],
         read_sessions: async_sessionmaker[AsyncSession] | None = None,
-        direct: DirectStatements | None = None,
+        direct: DirectStatements,
         listeners: Sequence[TransitionListener] = (),
         rate_limiter: RateLimiter | None = None,
         clock: Clock | None = None,
@@ -99,7 +99,7 @@ class FlowService:
         # ``read()``'s lone SELECT runs in autocommit sessions when given: no BEGIN/ROLLBACK round trips.
         self.read_sessions = read_sessions or sessions
         # The hot path's single statements (a status read, a create's insert, a retry's event).
-        self.direct = direct or DirectStatements.on(sessions)
+        self.direct = direct
         self.hub = hub
         self.codec = codec
         self.handlers = handlers

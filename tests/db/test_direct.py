@@ -11,15 +11,15 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from service.db.direct import DirectStatements
-from service.db.engine import make_engine
+from service.db.engine import make_engine, make_statements
 from service.db.errors import DbError, classify
 from service.settings import Settings
 
 
 async def test_a_read_only_connection_is_discarded_not_returned(make_settings: Callable[..., Settings]) -> None:
-    engine = make_engine(make_settings(db_pool_size=1))
-    direct = DirectStatements(engine)
+    settings = make_settings(db_statement_pool_size=1)
+    engine = make_engine(settings)
+    direct = make_statements(settings, engine)
     try:
         before = await direct.fetchrow("SELECT pg_backend_pid() AS pid")
         assert before is not None
@@ -36,12 +36,14 @@ async def test_a_read_only_connection_is_discarded_not_returned(make_settings: C
         assert after["ro"] == "off"
         await direct.execute("CREATE TEMP TABLE elicitd_direct_probe (x int)")
     finally:
+        await direct.close()
         await engine.dispose()
 
 
 async def test_a_statement_error_keeps_the_connection(make_settings: Callable[..., Settings]) -> None:
-    engine = make_engine(make_settings(db_pool_size=1))
-    direct = DirectStatements(engine)
+    settings = make_settings(db_statement_pool_size=1)
+    engine = make_engine(settings)
+    direct = make_statements(settings, engine)
     try:
         before = await direct.fetchrow("SELECT pg_backend_pid() AS pid")
         assert before is not None
@@ -53,4 +55,5 @@ async def test_a_statement_error_keeps_the_connection(make_settings: Callable[..
         assert after is not None
         assert after["pid"] == before["pid"]
     finally:
+        await direct.close()
         await engine.dispose()
