@@ -22,6 +22,7 @@ import re
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from typing import TextIO
 
 import msgspec
@@ -148,11 +149,14 @@ class JsonFormatter(logging.Formatter):
     _second_text = ""
 
     def _timestamp(self, record: logging.LogRecord) -> str:
-        second = int(record.created)
+        return self._stamp(record.created, int(record.msecs))
+
+    def _stamp(self, created: float, msecs: int) -> str:
+        second = int(created)
         if second != self._second:
             self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
             self._second = second
-        return f"{self._second_text}.{int(record.msecs):03d}+00:00"
+        return f"{self._second_text}.{msecs:03d}+00:00"
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
@@ -163,12 +167,82 @@ class JsonFormatter(logging.Formatter):
         }
         for key, value in vars(record).items():
             if key in ALLOWED_FIELDS and key not in _STANDARD:
-                line[key] = value if isinstance(value, int | float | bool) or value is None else str(value)
+                line[key] = _field(value)
         if record.exc_info and record.exc_info[0] is not None:
             line["error_type"] = record.exc_info[0].__name__
             if record.exc_info[1] is not None:
                 line["traceback"] = redacted_traceback(record.exc_info[1])
         return _encode(line).decode()
+
+    def fields_line(self, created: float, level: int, name: str, message: str, fields: Mapping[str, object]) -> str:
+        """What ``format`` writes for a record of ``name`` at ``level`` with ``message`` (a constant
+        of ours) and ``fields`` as its ``extra``, made without the record."""
+        line: dict[str, object] = {
+            "ts": self._stamp(created, int((created - int(created)) * 1000)),
+            "level": logging.getLevelName(level).lower(),
+            "logger": name,
+            "msg": message,
+        }
+        for key, value in fields.items():
+            if key in ALLOWED_FIELDS and key not in _STANDARD:
+                line[key] = _field(value)
+        return _encode(line).decode()
+
+
+_SCALARS = (int, float, bool, type(None))  # a tuple: ``int | float | bool`` builds a union per call
+
+
+def _field(value: object) -> object:
+    return value if isinstance(value, _SCALARS) else str(value)
+
+
+class LineHandler(logging.StreamHandler[TextIO]):
+    """The handler ``configure_logging`` installs on the root logger; ``log_fields`` may write to it directly."""
+
+
+def _direct_handler(logger: logging.Logger, level: int) -> LineHandler | None:
+    """The installed handler, when it writes JSON, is the only place a record of ``logger`` would
+    go, and nothing on the way would filter it; else None."""
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters:
+            return None
+        if current.handlers:
+            if current.parent is not None or len(current.handlers) != 1:
+                return None
+            handler = current.handlers[0]
+            if type(handler) is not LineHandler or type(handler.formatter) is not JsonFormatter:
+                return None
+            return None if handler.filters or level < handler.level else handler
+        if not current.propagate:
+            return None
+        current = current.parent
+    return None
+
+
+def log_fields(logger: logging.Logger, level: int, message: str, fields: Mapping[str, object]) -> None:
+    """``logger.log(level, message, extra=fields)`` for the line written on every request, the same
+    bytes at a fraction of the cost (no ``LogRecord``, no handler chain: ~3 µs instead of ~10).
+
+    Only when the line would reach the JSON handler ``configure_logging`` installed and nothing
+    else (no other handler, no filter, JSON output): otherwise, as in tests that capture records
+    or with plain output, the record goes through ``logging`` as usual. ``message`` must be a
+    constant of ours (it is written as is)."""
+    if not logger.isEnabledFor(level):
+        return
+    handler = _direct_handler(logger, level)
+    if handler is None:
+        logger.log(level, message, extra=dict(fields))
+        return
+    formatter = handler.formatter
+    assert isinstance(formatter, JsonFormatter)
+    try:
+        text = formatter.fields_line(time.time(), level, logger.name, message, fields) + handler.terminator
+        with handler.lock:  # type: ignore[union-attr]
+            handler.stream.write(text)
+            handler.stream.flush()
+    except Exception:  # as StreamHandler.emit: a failed write is reported, never raised
+        handler.handleError(logger.makeRecord(logger.name, level, "(request)", 0, message, (), None))
 
 
 class PlainFormatter(JsonFormatter):
@@ -181,7 +255,7 @@ class PlainFormatter(JsonFormatter):
 
 def configure_logging(settings: Settings, *, stream: TextIO | None = None) -> None:
     """Send every record to ``stream`` (standard error by default) through our formatter."""
-    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    handler = LineHandler(sys.stderr if stream is None else stream)
     handler.setFormatter(JsonFormatter() if settings.log_json else PlainFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from service.logs import log_fields
 from service.observability.context import close_request, open_request
 from service.observability.metrics import Metrics
 from service.observability.tracing import Tracing
@@ -117,14 +118,9 @@ class RequestObserver:
                     span.set_status(Status(StatusCode.ERROR))
                 span.end()
             close_request(context_token)
-            if logger.isEnabledFor(logging.INFO):
-                logger.info(
-                    "request",
-                    extra={
-                        **fields,
-                        "method": method,
-                        "route": route,
-                        "status": status,
-                        "duration_ms": round(seconds * 1000, 2),
-                    },
-                )
+            log_fields(
+                logger,
+                logging.INFO,
+                "request",
+                {**fields, "method": method, "route": route, "status": status, "duration_ms": round(seconds * 1000, 2)},
+            )
