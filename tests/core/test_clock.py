@@ -102,6 +102,7 @@ _ALLOWED = {
     "observability/stalls.py": "measures how late the real event loop runs: real time is the quantity",
     "devtools/": "the development stand-ins for an issuer and a provider play outside systems",
     "db/migrate.py": "a migrator polls the advisory lock while another process migrates: a wait, not a decision",
+    "logs.py": "a log line's timestamp is when it was written, as the logging module stamps its records",
 }
 
 
