@@ -323,7 +323,10 @@ class MessageClock:
     async def _note(self) -> None:
         async for message in self.pubsub.listen():
             if message.get("type") == "message":
-                self.seen[message["data"].decode()] = time.perf_counter()
+                # One message may carry several space-separated ids (a flow's and its client's).
+                at = time.perf_counter()
+                for token in message["data"].decode().split():
+                    self.seen.setdefault(token, at)
 
     async def stop(self) -> None:
         self.task.cancel()
