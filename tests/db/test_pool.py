@@ -56,13 +56,16 @@ async def test_a_full_pool_queues_then_times_out(connect: Connect) -> None:
         with pytest.raises(PoolTimeout, match="limit of size 1 reached"):
             await pool.acquire()
         assert 0.2 <= loop.time() - started < 0.6
+        assert pool.waiting() == 0  # the request that gave up left the line
         # A waiter in line gets the connection the moment it is returned.
         waiting = asyncio.ensure_future(pool.acquire())
         await asyncio.sleep(0.05)
         assert not waiting.done()
+        assert pool.waiting() == 1
         pool.release(held)
         handed = await asyncio.wait_for(waiting, 1)
         assert handed is held
+        assert pool.waiting() == 0
         assert pool.checked_out() == 1
         pool.release(handed)
     finally:
