@@ -22,7 +22,10 @@ clock, so a replica with a skewed clock never deletes early.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sqlalchemy import TextClause, text
@@ -37,6 +40,11 @@ logger = logging.getLogger("elicitd.retention")
 BATCH_SIZE = 1000
 # Wall time one pass may spend per replica; the rest waits for the next chore tick.
 PASS_BUDGET_SECONDS = 2.0
+# Within a pass, after each full batch the step rests as long as the batch took: retention works
+# at most half of the pass's time. Deleting competes with live requests for PostgreSQL's CPU and
+# has no deadline; measured over a million-flow backlog (bench/scale.py, docs/scaling.md).
+RETENTION_SHARE = 1 / 2
+Rest = Callable[[float], Awaitable[None]]
 
 _CLEAR_RESULTS = text(
     "UPDATE flows f SET result = NULL FROM ("
@@ -100,11 +108,14 @@ async def run_retention(
     batch: int = BATCH_SIZE,
     budget_seconds: float = PASS_BUDGET_SECONDS,
     clock: Clock | None = None,
+    rest: Rest = asyncio.sleep,
 ) -> dict[str, int]:
     """One pass: each step in batches until it drains or the pass's budget is spent.
 
     Returns the rows each step cleared or deleted. A failing step is logged and skipped, so one
-    table's trouble never stops the others' retention or the sweeper."""
+    table's trouble never stops the others' retention or the sweeper. The rest between batches is
+    real time (``asyncio.sleep``), as the sweeper's is: it makes room for live requests, which a
+    test's clock cannot speed up."""
     clock = clock or SystemClock()
     done: dict[str, int] = {}
     chosen = steps(settings)
@@ -113,6 +124,7 @@ async def run_retention(
         started = clock.monotonic()
         done[step.name] = 0
         while clock.monotonic() - started < budget_seconds / len(chosen):
+            batch_started = time.perf_counter()
             try:
                 async with unit_of_work(sessions) as session:
                     count = await run_step(session, step, batch)
@@ -122,6 +134,7 @@ async def run_retention(
             done[step.name] += count
             if count < batch:
                 break
+            await rest((time.perf_counter() - batch_started) * (1 - RETENTION_SHARE) / RETENTION_SHARE)
     if any(done.values()):
         logger.info("retention pass", extra={"rows": done})
     return done

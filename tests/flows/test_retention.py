@@ -119,9 +119,18 @@ async def test_each_window_takes_exactly_what_is_older_and_keeps_the_rest(
         await session.commit()
 
     # Small batches, so the passes loop; the budget is generous so a slow machine still drains.
-    done = await run_retention(app.state.sessions, make_settings(), batch=2, budget_seconds=120)
+    rests: list[float] = []
+
+    async def rest(seconds: float) -> None:
+        rests.append(seconds)
+
+    done = await run_retention(app.state.sessions, make_settings(), batch=2, budget_seconds=120, rest=rest)
 
     assert set(done) == {"flow_results", "flows", "webhook_outbox", "admin_audit_log"}
+    # After every full batch (and only then) the step rests as long as that batch took.
+    assert len(rests) == sum(count // 2 for count in done.values())
+    assert rests
+    assert all(0 < seconds < 60 for seconds in rests)
     mine = {
         row[0]: row[1]
         for row in (
