@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sqlalchemy import TextClause, text
@@ -33,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.clock import Clock, SystemClock
 from service.db.unit import unit_of_work
+from service.flows.pacing import Rest, rest_after
 from service.settings import Settings
 
 logger = logging.getLogger("elicitd.retention")
@@ -44,7 +44,6 @@ PASS_BUDGET_SECONDS = 2.0
 # at most half of the pass's time. Deleting competes with live requests for PostgreSQL's CPU and
 # has no deadline; measured over a million-flow backlog (bench/scale.py, docs/scaling.md).
 RETENTION_SHARE = 1 / 2
-Rest = Callable[[float], Awaitable[None]]
 
 _CLEAR_RESULTS = text(
     "UPDATE flows f SET result = NULL FROM ("
@@ -113,17 +112,17 @@ async def run_retention(
     """One pass: each step in batches until it drains or the pass's budget is spent.
 
     Returns the rows each step cleared or deleted. A failing step is logged and skipped, so one
-    table's trouble never stops the others' retention or the sweeper. The rest between batches is
-    real time (``asyncio.sleep``), as the sweeper's is: it makes room for live requests, which a
-    test's clock cannot speed up."""
+    table's trouble never stops the others' retention or the sweeper. Between full batches a step
+    rests (``service.flows.pacing``), unless its share of the budget is already spent."""
     clock = clock or SystemClock()
     done: dict[str, int] = {}
     chosen = steps(settings)
+    share_seconds = budget_seconds / len(chosen)
     for step in chosen:
         # Each step gets its share, so a deep backlog in one table never starves the others.
         started = clock.monotonic()
         done[step.name] = 0
-        while clock.monotonic() - started < budget_seconds / len(chosen):
+        while clock.monotonic() - started < share_seconds:
             batch_started = time.perf_counter()
             try:
                 async with unit_of_work(sessions) as session:
@@ -132,9 +131,9 @@ async def run_retention(
                 logger.warning("retention step failed", extra={"step": step.name, "error_type": type(exc).__name__})
                 break
             done[step.name] += count
-            if count < batch:
+            if count < batch or clock.monotonic() - started >= share_seconds:
                 break
-            await rest((time.perf_counter() - batch_started) * (1 - RETENTION_SHARE) / RETENTION_SHARE)
+            await rest(rest_after(time.perf_counter() - batch_started, RETENTION_SHARE))
     if any(done.values()):
         logger.info("retention pass", extra={"rows": done})
     return done

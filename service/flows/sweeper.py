@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.unit import unit_of_work
+from service.flows.pacing import Rest, rest_after
 from service.flows.retention import run_retention
 from service.flows.service import FlowService
 
@@ -31,14 +32,11 @@ CHORE_INTERVAL_SECONDS = 60.0
 # swept at two thirds of the pace one database connection allows, instead of all of it, and the
 # requests served beside it keep their latency (measured: bench/scale.py ``--parts sweep``).
 SWEEP_SHARE = 2 / 3
-Rest = Callable[[float], Awaitable[None]]
 
 
 async def drain(flows: FlowService, rest: Rest = asyncio.sleep) -> int:
-    """Expire every overdue flow, a batch at a time, resting between full batches; returns how many.
-
-    The rest is real time (``asyncio.sleep``), not the flow service's clock: it shares the CPU and
-    the database with live requests, which a test's clock cannot speed up."""
+    """Expire every overdue flow, a batch at a time, resting between full batches
+    (``service.flows.pacing``); returns how many."""
     swept = 0
     while True:
         started = time.perf_counter()
@@ -46,7 +44,7 @@ async def drain(flows: FlowService, rest: Rest = asyncio.sleep) -> int:
         swept += moved
         if moved < flows.settings.sweep_batch_size:
             return swept
-        await rest((time.perf_counter() - started) * (1 - SWEEP_SHARE) / SWEEP_SHARE)
+        await rest(rest_after(time.perf_counter() - started, SWEEP_SHARE))
 
 
 async def run_chores(flows: FlowService, chores: Sequence[Chore]) -> int:
