@@ -78,7 +78,13 @@ class DevTools:
         )
         issuer = DevIssuer(base + ID_PATH, keys, {CLIENT_ID: id_client})
         files = DemoFiles(base + FILES_PATH, keys, {CLIENT_ID: files_client})
-        app = Litestar(route_handlers=[*issuer_routes(issuer), *files_routes(files)], openapi_config=None)
+        app = Litestar(
+            route_handlers=[*issuer_routes(issuer), *files_routes(files)],
+            openapi_config=None,
+            # elicitd configured logging already (its formatter, its fields); Litestar's default
+            # config would replace the root handler and print every later line without fields.
+            logging_config=None,
+        )
         return cls(base=base, issuer=issuer, files=files, app=app)
 
     def wrap(self, app: ASGIApp) -> ASGIApp:

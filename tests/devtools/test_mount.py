@@ -131,3 +131,34 @@ def test_nothing_but_the_dev_command_imports_them() -> None:
         [sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+async def test_they_leave_the_logging_elicitd_configured_as_it_was() -> None:
+    """Litestar's default logging config would replace the root handler when the dev tools' app
+    starts: every line after that (request lines included) printed without its fields."""
+    import io
+    import logging
+
+    from litestar.testing import AsyncTestClient
+
+    from service.logs import configure_logging, log_fields
+
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    try:
+        configure_logging(dev_settings(ELICITD_LOG_JSON="false"), stream=stream)
+        installed = root.handlers[:]
+        tools = DevTools.build("http://127.0.0.1:8000", DevSecrets.generate())
+        async with AsyncTestClient(app=tools.app) as client:
+            assert (await client.get("/dev/id/.well-known/openid-configuration")).status_code == 200
+        assert root.handlers == installed
+        log_fields(
+            logging.getLogger("elicitd.requests"), logging.INFO, "request", {"route": "/v1/flows", "status": 201}
+        )
+        assert (
+            stream.getvalue().splitlines()[-1].endswith("info    elicitd.requests: request route=/v1/flows status=201")
+        )
+    finally:
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
