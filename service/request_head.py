@@ -79,6 +79,62 @@ class _Pipeline(list[Any]):
         self.insert(0, item)
 
 
+_NOT_YET = b"not yet"  # ``_OneWrite._head`` before the response head is written (compared by identity)
+
+
+class _OneWrite:
+    """The transport a request cycle writes its response to: a head announcing a body
+    (``Content-Length`` > 0) waits for the body's first bytes and goes out with them, in one write.
+
+    uvicorn writes the head and the body separately, and uvloop sends each at once: two ``send``
+    calls and two TCP segments per response (TCP_NODELAY is on), where one would do. The head is
+    held only when bytes are sure to follow: not for a ``HEAD`` request, an empty or chunked
+    (streamed) body, whose head goes out at once as before. Nothing else changes: the bytes are
+    the same, in the same order; a cycle that closes its transport first writes what it holds.
+    The cycle is kept only until its head is written (it refers back to this object).
+    """
+
+    __slots__ = ("_cycle", "_head", "_transport")
+
+    def __init__(self, cycle: Any, transport: asyncio.Transport) -> None:
+        self._cycle = cycle
+        self._transport = transport
+        self._head: bytes | None = _NOT_YET  # then the held head, or None once written
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is None:
+            self._transport.write(data)
+        elif head is not _NOT_YET:
+            self._head = None
+            self._transport.write(head + data)
+        else:
+            cycle = self._cycle
+            if not cycle.response_started:  # ``100 Continue``, before the response
+                self._transport.write(data)
+                return
+            self._cycle = None
+            if (
+                cycle.chunked_encoding is False
+                and cycle.expected_content_length > 0
+                and cycle.scope["method"] != "HEAD"
+            ):
+                self._head = data
+            else:
+                self._head = None
+                self._transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        head = self._head
+        if head is not None and head is not _NOT_YET:
+            self._head = None
+            self._transport.write(head)
+        self._transport.close()
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """``HttpToolsProtocol`` that refuses an oversized request head before keeping it.
 
@@ -141,8 +197,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         previous = self.cycle
         super().on_headers_complete()
         if self.cycle is not previous and self.cycle is not None:
-            # A new cycle, whose task has not run yet: nothing waits on or has set its event.
+            # A new cycle, whose task has not run yet: nothing waits on or has set its event,
+            # nothing has been written.
             self.cycle.message_event = _ListEvent()
+            self.cycle.transport = _OneWrite(self.cycle, self.transport)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         if self._refused is None:
