@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from sqlalchemy import text
 
-from service.flows.repository import Transition
+from service.flows.repository import SWEEP_LOCK_KEY, Transition
 from service.flows.schemas import Subject
 from service.flows.states import Actor, FlowStatus
-from service.flows.sweeper import drain
+from service.flows.sweeper import SWEEP_SHARE, drain
 from service.settings import Settings
 from tests.flows.helpers import create_external, db_events, force_expiry
 from tests.support import backends
@@ -102,7 +102,7 @@ async def test_a_drain_rests_after_each_full_batch_for_as_long_as_the_batch_took
     make_settings: Callable[..., Settings], backend: backends.Backends, subject: Subject
 ) -> None:
     """Seven due flows, batches of three: three statements, two rests (none after the short last
-    batch), each rest half as long as the batch before it (``SWEEP_SHARE`` 2/3), every flow expired
+    batch), each rest twice as long as the batch before it (``SWEEP_SHARE`` 1/3), every flow expired
     once. On a database of its own: the suite's shared instance sweeps the shared one every 0.5 s
     and would take a batch of these."""
     async with backends.migrated_database(backend.server_url) as url:
@@ -138,7 +138,41 @@ async def _drain_in(settings: Settings, subject: Subject) -> None:
         assert len(batches) == 3
         assert len(rests) == 2
         for took, rested in zip(batches, rests, strict=False):
-            # The rest is half the batch's own time, as the drain measured it around the call.
-            assert took * 0.45 <= rested <= took * 0.55 + 0.002
+            # The rest is twice the batch's own time, as the drain measured it around the call.
+            assert took * 1.9 <= rested <= took * 2.1 + 0.004
         events = [e for i in ids for e in await db_events(app, i) if e["type"] == "transition"]
         assert sorted(e["to_status"] for e in events) == ["expired"] * 7
+
+
+def test_the_drain_share_is_a_third() -> None:
+    assert SWEEP_SHARE == 1 / 3
+
+
+async def test_one_sweep_batch_at_a_time_in_the_fleet(
+    make_settings: Callable[..., Settings], backend: backends.Backends, subject: Subject
+) -> None:
+    """While another replica's batch holds the sweep's gate, a sweep expires nothing (and does not
+    wait for it); once that batch has committed, the next sweep expires every due flow. On a
+    database of its own, so no other instance's sweeper takes the flows."""
+    async with backends.migrated_database(backend.server_url) as url:
+        settings = make_settings(database_url=url, background_tasks=False)
+        async with running_app(settings) as app:
+            client = await new_server_client(app)
+            ids = []
+            async with app.http(client.api_key) as http:
+                for i in range(4):
+                    created = await create_external(http, Subject(iss=subject.iss, sub=f"{subject.sub}-g{i}"))
+                    ids.append(created["flow"]["id"])
+                    await force_expiry(app, created["flow"]["id"])
+            flows = app.state.flows
+            async with app.state.sessions() as other, other.begin():  # the other replica's batch
+                held = await other.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": SWEEP_LOCK_KEY})
+                assert held.scalar_one() is True
+                started = time.perf_counter()
+                assert await flows.sweep_once() == 0
+                assert time.perf_counter() - started < 1.0  # refused at once, not queued behind it
+                assert await drain(flows) == 0
+            assert await flows.sweep_once() == 4
+            assert await flows.sweep_once() == 0
+            events = [e for i in ids for e in await db_events(app, i) if e["type"] == "transition"]
+            assert sorted(e["to_status"] for e in events) == ["expired"] * 4
