@@ -12,7 +12,7 @@ from sqlalchemy import text
 from service.flows.repository import SWEEP_LOCK_KEY, Transition
 from service.flows.schemas import Subject
 from service.flows.states import Actor, FlowStatus
-from service.flows.sweeper import SWEEP_SHARE, drain
+from service.flows.sweeper import drain
 from service.settings import Settings
 from tests.flows.helpers import create_external, db_events, force_expiry
 from tests.support import backends
@@ -109,16 +109,22 @@ async def test_a_drain_rests_after_each_full_batch_for_as_long_as_the_batch_took
         await _drain_in(make_settings(database_url=url, background_tasks=False, sweep_batch_size=3), subject)
 
 
+async def _due_flows(app: RunningApp, subject: Subject, count: int) -> list[str]:
+    """``count`` external flows of a new server client, each past its expiry; their ids."""
+    client = await new_server_client(app)
+    ids = []
+    async with app.http(client.api_key) as http:
+        for i in range(count):
+            created = await create_external(http, Subject(iss=subject.iss, sub=f"{subject.sub}-d{i}"))
+            ids.append(created["flow"]["id"])
+            await force_expiry(app, created["flow"]["id"])
+    return ids
+
+
 async def _drain_in(settings: Settings, subject: Subject) -> None:
     async with running_app(settings) as app:
         flows = app.state.flows
-        client = await new_server_client(app)
-        ids = []
-        async with app.http(client.api_key) as http:
-            for i in range(7):
-                created = await create_external(http, Subject(iss=subject.iss, sub=f"{subject.sub}-d{i}"))
-                ids.append(created["flow"]["id"])
-                await force_expiry(app, created["flow"]["id"])
+        ids = await _due_flows(app, subject, 7)
         batches: list[float] = []
         rests: list[float] = []
         sweep_once = flows.sweep_once
@@ -144,10 +150,6 @@ async def _drain_in(settings: Settings, subject: Subject) -> None:
         assert sorted(e["to_status"] for e in events) == ["expired"] * 7
 
 
-def test_the_drain_share_is_a_third() -> None:
-    assert SWEEP_SHARE == 1 / 3
-
-
 async def test_one_sweep_batch_at_a_time_in_the_fleet(
     make_settings: Callable[..., Settings], backend: backends.Backends, subject: Subject
 ) -> None:
@@ -157,13 +159,7 @@ async def test_one_sweep_batch_at_a_time_in_the_fleet(
     async with backends.migrated_database(backend.server_url) as url:
         settings = make_settings(database_url=url, background_tasks=False)
         async with running_app(settings) as app:
-            client = await new_server_client(app)
-            ids = []
-            async with app.http(client.api_key) as http:
-                for i in range(4):
-                    created = await create_external(http, Subject(iss=subject.iss, sub=f"{subject.sub}-g{i}"))
-                    ids.append(created["flow"]["id"])
-                    await force_expiry(app, created["flow"]["id"])
+            ids = await _due_flows(app, subject, 4)
             flows = app.state.flows
             async with app.state.sessions() as other, other.begin():  # the other replica's batch
                 held = await other.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": SWEEP_LOCK_KEY})
