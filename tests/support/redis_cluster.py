@@ -144,13 +144,7 @@ class RedisCluster:
         self._bin = binaries()
         shutil.rmtree(self.root, ignore_errors=True)
         for _ in range(2 * self.size):
-            port = free_port()
-            node = Node(port, free_port(), self.root / str(port))
-            node.root.mkdir(parents=True)
-            self._launch(node)
-            self.nodes.append(node)
-        for node in self.nodes:
-            self._until(lambda n=node: _answers(n), f"node {node.port} answering")
+            self.nodes.append(self._started_node())
         subprocess.run(
             [
                 str(self._bin.cli),
@@ -168,6 +162,26 @@ class RedisCluster:
         )
         self._until(self.ready, "cluster_state:ok with every replica in sync")
         return self
+
+    def _started_node(self, attempts: int = 5) -> Node:
+        """A node answering on two free ports. A port found free can be taken by another socket
+        (any outgoing connection of the suite gets one of the same ephemeral ports) before the
+        server binds it; a node that exits before it answers is started again on other ports."""
+        taken = {port for node in self.nodes for port in (node.port, node.bus_port)}
+        log = ""
+        for _ in range(attempts):
+            port, bus_port = free_port(), free_port()
+            if len({port, bus_port} | taken) < len(taken) + 2:
+                continue  # the same port twice, or one a node of this cluster already has
+            node = Node(port, bus_port, self.root / str(port))
+            node.root.mkdir(parents=True, exist_ok=True)
+            self._launch(node)
+            self._until(lambda n=node: _answers(n) or not n.alive, f"node {node.port} answering")
+            if node.alive:
+                return node
+            with contextlib.suppress(OSError):
+                log = (node.root / "redis.log").read_text()[-2000:]
+        raise RuntimeError(f"redis cluster: no node started on {attempts} pairs of free ports; last log:\n{log}")
 
     def _launch(self, node: Node) -> None:
         assert self._bin is not None
