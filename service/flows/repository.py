@@ -26,10 +26,6 @@ from service.flows.states import Actor, FlowStatus, can_transition
 # Shared tail of every transition: the audit event, then one event per moved flow (``pl``, built
 # once so the webhook and the stream carry the same id and payload) for the completion-webhook
 # outbox and the server client's event stream.
-# ``pg_try_advisory_xact_lock`` key of the sweep's gate (``EXPIRE_DUE``): fixed, so every replica and
-# version agrees on it (the first eight bytes of sha256(b"elicitd:sweep"), as a signed bigint).
-SWEEP_LOCK_KEY = 5991534074078405868
-
 _TRANSITION_TAIL = f"""
 , ev AS (
     INSERT INTO flow_events (flow_id, type, actor, from_status, to_status, detail)
@@ -227,6 +223,10 @@ async def transition(
     result = await _flows(session, sql, params)
     return result.scalars().first()  # type: ignore[no-any-return]
 
+
+# ``pg_try_advisory_xact_lock`` key of the sweep's gate (``EXPIRE_DUE``): fixed, so every replica and
+# version agrees on it (the first eight bytes of sha256(b"elicitd:sweep"), as a signed bigint).
+SWEEP_LOCK_KEY = 5991534074078405868
 
 # Expiring a batch of overdue flows: one statement (its own transaction) run on the driver by the
 # sweeper; the moved flows come back as snapshots, not ORM instances (a sweep of 100,000 flows spent
