@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
+
 import pytest
+from sqlalchemy import text
 
 from service.flows.schemas import Subject
 from tests.flows.helpers import create_external, db_flow, external_body, resolve_body, subject_json
@@ -120,6 +124,46 @@ async def test_oversized_body_is_413(elicitd: RunningApp, server_client: ServerC
     assert response.status_code == 413
     assert response.headers["content-type"].startswith(PROBLEM)
     assert response.json()["code"] == "payload_too_large"
+
+
+async def db_flows_of(app: RunningApp, subject: Subject) -> int:
+    async with app.state.sessions() as session:
+        query = text("SELECT count(*) FROM flows WHERE subject_iss = :iss AND subject_sub = :sub")
+        return int((await session.execute(query, {"iss": subject.iss, "sub": subject.sub})).scalar_one())
+
+
+async def _pieces(payload: bytes, size: int) -> AsyncIterator[bytes]:
+    for start in range(0, len(payload), size):
+        yield payload[start : start + size]
+
+
+async def test_a_streamed_body_over_the_limit_is_413_and_creates_nothing(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
+    """No Content-Length to refuse early (chunked transfer): the bytes streamed are counted."""
+    limit = elicitd.settings.max_body_bytes
+    payload = json.dumps(external_body(subject, context={"blob": "x" * (limit + 10)})).encode()
+    headers = {"Content-Type": "application/json"}
+    async with elicitd.http(server_client.api_key) as http:
+        response = await http.post("/v1/flows", content=_pieces(payload, 4096), headers=headers)
+        assert response.request.headers["transfer-encoding"] == "chunked"
+        assert "content-length" not in response.request.headers
+        assert response.status_code == 413
+        assert response.json()["code"] == "payload_too_large"
+    assert await db_flows_of(elicitd, subject) == 0
+
+
+async def test_a_body_in_many_pieces_is_read_whole(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
+    payload = json.dumps(external_body(subject, context={"note": "y" * 3000})).encode()
+    async with elicitd.http(server_client.api_key) as http:
+        response = await http.post(
+            "/v1/flows", content=_pieces(payload, 100), headers={"Content-Type": "application/json"}
+        )
+    assert response.status_code == 201, response.text
+    assert response.json()["flow"]["status"] == "pending"
+    assert await db_flows_of(elicitd, subject) == 1
 
 
 @pytest.mark.parametrize(
