@@ -35,6 +35,7 @@ from service.oauth.api import OAUTH_ROUTES
 from service.observability.metrics import metrics_endpoint
 from service.observability.requests import RequestObserver
 from service.openapi import AllowHeaderMiddleware, DescribedJsonRenderPlugin
+from service.responses import JsonResponse
 from service.services import BACKGROUND_STOP_SECONDS, Services, bounded
 from service.serving import freeze_startup_heap
 from service.signin.routes import IDENTITY_ROUTES
@@ -126,6 +127,8 @@ def create_app(services: Services) -> Litestar:
         request_max_body_size=settings.max_body_bytes,
         # JSON bodies: Content-Type and nesting checked before decoding (service/limits.py).
         request_class=LimitedRequest,
+        # Returned data answered without Litestar's header machinery when it is plain JSON.
+        response_class=JsonResponse,
         template_config=TemplateConfig(instance=pages),
         openapi_config=OpenAPIConfig(
             title="elicitd",

@@ -28,6 +28,7 @@ from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient
 from service.identity.subject_proof import SubjectTokenHeader
 from service.observability.requests import defer
+from service.responses import JsonResponse
 
 if TYPE_CHECKING:
     from litestar.background_tasks import BackgroundTask, BackgroundTasks
@@ -176,7 +177,7 @@ class FlowController(Controller):
     ) -> Response[CreateFlowResponse]:
         await services.subjects.prove(client, iss=data.subject.iss, sub=data.subject.sub, token=subject_token)
         created, response = await services.flows.create(client, data)
-        return Response(response, status_code=201 if created else 200)
+        return JsonResponse(response, status_code=201 if created else 200)
 
     @post(
         "/resolve",
