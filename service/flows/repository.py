@@ -257,6 +257,23 @@ def expire_due_args(batch_size: int) -> list[Any]:
     return _EXPIRE_DUE.args({"batch": batch_size, **_EXPIRED_BY_SWEEPER.params()})
 
 
+# Completing or failing an ``external`` flow through the API (``transition`` with the caller's
+# server client and a live flow, plus its kind), as one autocommit statement on the driver: the
+# moved flow comes back as a snapshot. Through a session the same change took BEGIN, the
+# statement, an ORM row and COMMIT: three round trips where one does (`bench/README.md`).
+_FINISH_EXTERNAL = Statement.named(
+    f"WITH t AS (UPDATE flows SET {_SET_TERMINAL} WHERE id = :flow_id AND status = 'pending' "
+    "AND server_client_id = :server_client_id AND kind = 'external' AND expires_at > now() RETURNING flows.*)"
+    + _TRANSITION_TAIL.replace("SELECT t.* FROM t", f"SELECT {_SNAPSHOT_COLUMNS} FROM t")
+)
+FINISH_EXTERNAL = _FINISH_EXTERNAL.sql
+
+
+def finish_external_args(flow_id: uuid.UUID, server_client_id: uuid.UUID, change: Transition) -> list[Any]:
+    """``FINISH_EXTERNAL``'s positional parameters."""
+    return _FINISH_EXTERNAL.args({"flow_id": flow_id, "server_client_id": server_client_id, **change.params()})
+
+
 async def expire_stale_reusable(
     session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str, subject_sub: str, kind: str, reuse_key: str
 ) -> Flow | None:

@@ -582,16 +582,24 @@ class FlowService:
 
     # ---- external kind -----------------------------------------------------------------------------
     async def finish_external(self, client: AuthenticatedClient, flow_ref: str, change: Transition) -> StatusResponse:
-        flow = await self.owned(client, flow_ref)
-        if flow.kind != "external":
-            raise InvalidRequest(
-                "Only 'external' flows are completed through the API; elicitd runs this kind.",
-                extra={"code": "not_external"},
+        """The one conditional statement first (this client's pending, live ``external`` flow);
+        only when it moved nothing is the flow read, to say why."""
+        flow_id = FLOW_ID.parse(flow_ref)
+        row = None
+        if flow_id is not None:
+            row = await self.direct.fetchrow(
+                repo.FINISH_EXTERNAL, *repo.finish_external_args(flow_id, client.id, change)
             )
-        moved = await self.finish(flow.id, change, server_client_id=client.id)
-        if moved is None:
-            current = await self.read(flow.id)
-            raise FlowNotPending(f"The flow is {current.status if current else 'gone'}; it cannot change again.")
+        if row is None:
+            flow = await self.owned(client, flow_ref)
+            if flow.kind != "external":
+                raise InvalidRequest(
+                    "Only 'external' flows are completed through the API; elicitd runs this kind.",
+                    extra={"code": "not_external"},
+                )
+            raise FlowNotPending(f"The flow is {flow.status}; it cannot change again.")
+        moved = repo.FlowSnapshot(*row)
+        await self.announce([moved])
         self._tag(moved, moved.status)
         return StatusResponse(flow=self.view(moved), result=moved.result if moved.status == "completed" else None)
 

@@ -211,6 +211,51 @@ async def test_complete_is_only_for_external_flows(
     assert (await db_flow(elicitd, flow_id))["status"] == "pending"
 
 
+async def test_another_clients_flow_cannot_be_finished(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
+    """The completing statement names the caller's client: another client's flow is "not found"
+    and stays as it was; its owner can still complete it."""
+    other = await new_server_client(elicitd)
+    async with elicitd.http(server_client.api_key) as http:
+        created = await create_external(http, subject)
+    flow_id = created["flow"]["id"]
+    async with elicitd.http(other.api_key) as http:
+        completed = await http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"by": "other"}})
+        failed = await http.post(f"/v1/flows/{flow_id}/fail", json={"code": "nope"})
+        unknown = await http.post("/v1/flows/fl_" + "0" * 32 + "/complete", json={"result": {}})
+    assert [r.status_code for r in (completed, failed, unknown)] == [404, 404, 404]
+    assert {r.json()["code"] for r in (completed, failed, unknown)} == {"flow_not_found"}
+    assert (await db_flow(elicitd, flow_id))["status"] == "pending"
+    async with elicitd.http(server_client.api_key) as http:
+        mine = await http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"by": "owner"}})
+    assert mine.status_code == 200
+    assert mine.json()["flow"]["status"] == "completed"
+    assert mine.json()["result"] == {"by": "owner"}
+    events = await db_events(elicitd, flow_id)
+    assert [(e["type"], e["actor"], e["to_status"]) for e in events] == [
+        ("created", "api", "pending"),
+        ("transition", "api", "completed"),
+    ]
+
+
+async def test_a_pending_flow_past_its_expiry_is_not_completed(
+    elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
+) -> None:
+    """Past its time by the database clock (swept or not yet): the expiry wins."""
+    async with elicitd.http(server_client.api_key) as http:
+        created = await create_external(http, subject)
+        flow_id = created["flow"]["id"]
+        await force_expiry(elicitd, flow_id)
+        late = await http.post(f"/v1/flows/{flow_id}/complete", json={"result": {}})
+    assert late.status_code == 409
+    assert late.json()["code"] == "flow_not_pending"
+    # The app's sweeper may expire it meanwhile; nothing completes it.
+    moved = [e["to_status"] for e in await db_events(elicitd, flow_id) if e["type"] == "transition"]
+    status = (await db_flow(elicitd, flow_id))["status"]
+    assert (status, moved) in (("pending", []), ("expired", ["expired"]))
+
+
 async def test_expiry_by_database_clock(
     elicitd: RunningApp, server_client: ServerClientHandle, subject: Subject
 ) -> None:
