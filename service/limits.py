@@ -100,8 +100,11 @@ def check_object_size(value: Any, field: str, limit: int = MAX_OBJECT_BYTES) -> 
         raise ValueError(f"`{field}` is larger than {limit} bytes once encoded as JSON")
 
 
-def _header(scope: Any, name: bytes) -> str | None:
-    """The first value of a header, read from the ASGI scope (names are lower case there)."""
+def header_value(scope: Any, name: bytes) -> str | None:
+    """The first value of a header, read from the ASGI scope (names are lower case there).
+
+    Litestar's ``request.headers`` builds ``Headers``: every header decoded into a case-insensitive
+    multidict (~8 µs here, and ~2 KB that a parked long-poll would hold) to read one of them."""
     for key, value in scope["headers"]:
         if key == name:
             text: str = value.decode("latin-1")
@@ -134,7 +137,7 @@ class LimitedRequest(Request[Any, Any, Any]):
         if not self.is_connected:
             raise InternalServerException("stream consumed")
         limit = self.route_handler.resolve_request_max_body_size() or math.inf
-        announced = _header(self.scope, b"content-length")
+        announced = header_value(self.scope, b"content-length")
         # The HTTP parser refuses a Content-Length that is not a number before any app runs.
         if announced is not None and announced.isdigit() and int(announced) > limit:
             raise RequestEntityTooLarge
@@ -158,7 +161,7 @@ class LimitedRequest(Request[Any, Any, Any]):
     async def json(self) -> Any:
         body = await self.body()
         if body:
-            media_type = (_header(self.scope, b"content-type") or "").partition(";")[0]
+            media_type = (header_value(self.scope, b"content-type") or "").partition(";")[0]
             if not is_json_media_type(media_type):
                 raise UnsupportedMediaType
             # Nesting needs an opening bracket per level: a body with few brackets (every body the

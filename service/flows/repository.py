@@ -199,7 +199,6 @@ async def transition(
     flow_id: uuid.UUID,
     change: Transition,
     *,
-    server_client_id: uuid.UUID | None = None,
     require_live: bool = True,
     require_due: bool = False,
 ) -> Flow | None:
@@ -209,8 +208,6 @@ async def transition(
     ``require_due`` is for expiring: only a flow whose time is up.
     """
     conditions = ["id = :flow_id", "status = 'pending'"]
-    if server_client_id is not None:
-        conditions.append("server_client_id = :server_client_id")
     if require_live:
         conditions.append("expires_at > now()")
     if require_due:
@@ -219,7 +216,7 @@ async def transition(
         f"WITH t AS (UPDATE flows SET {_SET_TERMINAL} WHERE {' AND '.join(conditions)} RETURNING flows.*)"
         + _TRANSITION_TAIL
     )
-    params = {"flow_id": flow_id, "server_client_id": server_client_id, **change.params()}
+    params = {"flow_id": flow_id, **change.params()}
     result = await _flows(session, sql, params)
     return result.scalars().first()  # type: ignore[no-any-return]
 

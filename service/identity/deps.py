@@ -14,25 +14,15 @@ from litestar import Request
 from litestar.di import Provide
 
 from service.identity.keys import AuthenticatedClient
+from service.limits import header_value
 
 if TYPE_CHECKING:
     from service.services import Services
 
 
-def _authorization(request: Request) -> str | None:  # type: ignore[type-arg]
-    """The ``Authorization`` header, read from the ASGI scope (names are lower case there).
-
-    ``request.headers`` would build Litestar's ``Headers`` (a decoded copy of every header in a
-    case-insensitive multidict): ~2 KB that a long-poll then holds for as long as it waits.
-    """
-    for name, value in request.scope["headers"]:
-        if name == b"authorization":
-            return value.decode("latin-1")
-    return None
-
-
 async def _server_client(request: Request, services: Services) -> AuthenticatedClient:  # type: ignore[type-arg]
-    return await services.authenticator.authenticate(_authorization(request))
+    # From the scope, not ``request.headers``: see ``header_value``.
+    return await services.authenticator.authenticate(header_value(request.scope, b"authorization"))
 
 
 provide_server_client = Provide(_server_client)
