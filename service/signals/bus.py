@@ -20,9 +20,11 @@ A Redis that hangs (paused, or its network silently gone) is noticed, not waited
   the process to polling within the poll interval (both are half of it, at most 1 s each), and a
   Redis that answers again is subscribed to within ``RECONNECT_MAX_SECONDS``;
 * publishing never makes a request wait for Redis: ``publish`` wakes this process's waiters and
-  queues the ids (at most ``PUBLISH_QUEUE_LIMIT``), and one task sends them in pipelined batches,
-  each bounded by ``PUBLISH_TIMEOUT_SECONDS``. A batch that fails is dropped and counted: the
-  transition is already committed, and waiters elsewhere find it by polling;
+  writes the ids on the transport's publishing connection at once when it has one and nothing is
+  queued (one Redis; the write does not wait for the answer), else queues them (at most
+  ``PUBLISH_QUEUE_LIMIT``) for one task that sends them in pipelined batches. Either way each
+  batch must be answered within ``PUBLISH_TIMEOUT_SECONDS``; one that fails is dropped and
+  counted: the transition is already committed, and waiters elsewhere find it by polling;
 * every Redis call has a socket timeout and no retries of redis-py's own (its default retries a
   timed-out command three times with backoff, which is what made a completion wait 2 s before).
 
@@ -172,6 +174,7 @@ class WaiterHub:
         self.published = 0
         self.publish_failures = 0  # ids whose batch Redis did not take in time
         self.publish_dropped = 0  # ids never sent because the queue was full
+        self._failing = False  # the last batch failed: the next failure is not logged again
         self.received = 0  # ids that came through Redis
 
     # ---- state -----------------------------------------------------------------------------------
@@ -272,6 +275,11 @@ class WaiterHub:
             self.wake(flow_id)
         if self._transport is None or not ids:
             return
+        if not self._outbox:  # nothing queued before these: write them now, in this loop turn
+            sent = self._transport.send(ids)
+            if sent is not None:
+                sent.add_done_callback(functools.partial(self._sent, len(ids)))
+                return
         room = max(0, PUBLISH_QUEUE_LIMIT - len(self._outbox))
         if room < len(ids):
             self.publish_dropped += len(ids) - room
@@ -282,7 +290,6 @@ class WaiterHub:
     async def _publish_queued(self) -> None:
         """Send queued ids in batches until the queue is empty and the hub is stopping."""
         assert self._transport is not None
-        failing = False
         while True:
             await self._outbox_ready.wait()
             self._outbox_ready.clear()
@@ -291,18 +298,27 @@ class WaiterHub:
                 try:
                     async with asyncio.timeout(PUBLISH_TIMEOUT_SECONDS):
                         await self._transport.publish(batch)
-                    self.published += len(batch)
-                    failing = False
                 except (RedisError, OSError) as exc:  # TimeoutError is an OSError
-                    self.publish_failures += len(batch)
-                    # Once per run of failures: Redis being away is already said by the listener.
-                    if not failing:
-                        logger.warning(
-                            "publish failed; waiters elsewhere will poll", extra={"error_type": type(exc).__name__}
-                        )
-                    failing = True
+                    self._count(len(batch), exc)
+                else:
+                    self._count(len(batch), None)
             if self._stopping:
                 return
+
+    def _sent(self, count: int, future: asyncio.Future[None]) -> None:
+        """A batch written by ``publish`` itself was answered, or failed."""
+        self._count(count, None if future.cancelled() else future.exception())
+
+    def _count(self, count: int, failure: BaseException | None) -> None:
+        if failure is None:
+            self.published += count
+            self._failing = False
+            return
+        self.publish_failures += count
+        # Once per run of failures: Redis being away is already said by the listener.
+        if not self._failing:
+            logger.warning("publish failed; waiters elsewhere will poll", extra={"error_type": type(failure).__name__})
+        self._failing = True
 
     # ---- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
