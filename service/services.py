@@ -198,7 +198,8 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         hub=hub,
         codec=RequestStateCodec(settings.keys, clock=clock),
         handlers={name: plugin.handler for name, plugin in kinds.items()},
-        listeners=(metrics.flow_finished, webhooks.wake, events.on_transition),
+        listeners=(metrics.flow_finished, webhooks.wake),
+        also_wakes=events.stream_of,
         rate_limiter=FlowRateLimiter(on_limited=metrics.limited),
         clock=clock,
     )

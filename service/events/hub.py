@@ -154,23 +154,14 @@ class EventHub:
         self.hub = hub
         self.clock: Clock = clock or SystemClock()
         self._tails: dict[uuid.UUID, _Tail] = {}
-        self._to_announce: set[uuid.UUID] = set()
-        self._announcing: set[asyncio.Task[None]] = set()
 
     # ---- after a commit ------------------------------------------------------------------------
-    def on_transition(self, flow: FlowLike) -> None:
-        """A ``FlowService`` listener (called after each commit that moved flows): wake the tails of
-        the flows' server clients, in every process, with one publish per batch."""
-        first = not self._to_announce
-        self._to_announce.add(flow.server_client_id)
-        if first:
-            task = asyncio.get_running_loop().create_task(self._flush())
-            self._announcing.add(task)
-            task.add_done_callback(self._announcing.discard)
-
-    async def _flush(self) -> None:
-        ids, self._to_announce = self._to_announce, set()
-        await self.announce(ids)
+    @staticmethod
+    def stream_of(flow: FlowLike) -> uuid.UUID:
+        """The id whose waiters a flow's transition wakes besides the flow's own: its server
+        client's, whose tails read the event the transition appended. ``FlowService.announce``
+        publishes it in the same message as the flow's id (one ``PUBLISH`` for both)."""
+        return flow.server_client_id
 
     async def announce(self, server_client_ids: Iterable[uuid.UUID]) -> None:
         """After a commit that appended events (``repository.record`` returns whose): wake the
@@ -307,7 +298,7 @@ class EventHub:
         for tail in list(self._tails.values()):
             if tail.task is not None:
                 tail.task.cancel()
-        for task in [t.task for t in self._tails.values() if t.task is not None] + list(self._announcing):
+        for task in [t.task for t in self._tails.values() if t.task is not None]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tails.clear()

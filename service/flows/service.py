@@ -91,6 +91,7 @@ class FlowService:
         read_sessions: async_sessionmaker[AsyncSession] | None = None,
         direct: DirectStatements,
         listeners: Sequence[TransitionListener] = (),
+        also_wakes: Callable[[FlowFields], uuid.UUID] | None = None,
         rate_limiter: RateLimiter | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -105,6 +106,9 @@ class FlowService:
         self.handlers = handlers
         # Told of every committed transition, in process (metrics, the webhook worker's wake-up).
         self.listeners = tuple(listeners)
+        # The other id a transition wakes (its server client's event-stream tails), published in
+        # the same message as the flow's.
+        self.also_wakes = also_wakes
         # Flow creations per minute per server client, counted in the creating transaction.
         self.rate_limiter = rate_limiter
         self.clock: Clock = clock or SystemClock()
@@ -143,7 +147,10 @@ class FlowService:
                 listener(flow)
         if batch is not None:
             logger.info(batch, extra={"count": len(flows)})
-        await self.hub.publish(f.id for f in flows)
+        ids = [f.id for f in flows]
+        if self.also_wakes is not None:
+            ids.extend(dict.fromkeys(self.also_wakes(f) for f in flows))
+        await self.hub.publish(ids)
 
     async def finish(self, flow_id: uuid.UUID, change: Transition, **kwargs: Any) -> Flow | None:
         """One terminal transition in its own unit of work (None when the flow was not pending)."""
