@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -336,6 +337,12 @@ class MessageClock:
         await self.client.aclose()
 
 
+async def _stamped(request: Awaitable[httpx.Response]) -> tuple[httpx.Response, float]:
+    """The response and the moment it was received (read and parsed) by the client."""
+    response = await request
+    return response, time.perf_counter()
+
+
 async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: str) -> dict[str, Any]:
     stats_env = dict(env, ELICITD_BENCH_STATS="1")
     a = Server("elicitd-A", "elicitd_factory:create", stats_env, workers=1).start()
@@ -368,19 +375,18 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
                 # Alternate the two ways an MCP server waits: status long-poll and resolve(accept).
                 mode = "status" if i % 2 == 0 else "resolve"
                 if mode == "status":
-                    waiter = asyncio.create_task(on_b.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 10}))
+                    request = on_b.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 10})
                 else:
-                    waiter = asyncio.create_task(
-                        on_b.post(
-                            "/v1/flows/resolve",
-                            json={
-                                "subject": {"iss": SUBJECT["iss"], "sub": sub},
-                                "request_state": created["mcp"]["requestState"],
-                                "wait_seconds": 10,
-                                "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}},
-                            },
-                        )
+                    request = on_b.post(
+                        "/v1/flows/resolve",
+                        json={
+                            "subject": {"iss": SUBJECT["iss"], "sub": sub},
+                            "request_state": created["mcp"]["requestState"],
+                            "wait_seconds": 10,
+                            "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}},
+                        },
                     )
+                waiter = asyncio.create_task(_stamped(request))
                 # Complete only once B really holds the waiter (registered and past its first read).
                 deadline = time.monotonic() + 5
                 while (await on_b.get("/_bench/stats")).json()["waiters"] < 1:
@@ -391,8 +397,9 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
                 t0 = time.perf_counter()
                 done = await on_a.post(f"/v1/flows/{flow_id}/complete", json={"result": {"n": i}})
                 t_complete = time.perf_counter()
-                answer = await waiter
-                t1 = time.perf_counter()
+                # B's answer is stamped by the task that received it, which may be before A's answer
+                # to `complete` has reached this client.
+                answer, t1 = await waiter
                 mark = (await on_a.get(f"/_bench/committed/{flow_id}")).json()["at"]
                 assert mark is not None, "instance A announced no transition of the flow"
                 commit_ms.append((t1 - mark) * 1000)
