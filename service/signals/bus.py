@@ -48,14 +48,8 @@ from redis.exceptions import RedisError
 
 from service.clock import Clock, SystemClock
 from service.settings import DEFAULT_REDIS_SHARDS
-from service.signals.transport import (
-    CONNECT_TIMEOUT_SECONDS,
-    PUBLISH_TIMEOUT_SECONDS,
-    RedisSilent,
-    Subscription,
-    Transport,
-    transport_for,
-)
+from service.signals.direct import CONNECT_TIMEOUT_SECONDS, PUBLISH_TIMEOUT_SECONDS, RedisSilent
+from service.signals.transport import Subscription, Transport, transport_for
 
 logger = logging.getLogger("elicitd.signals")
 
@@ -65,7 +59,7 @@ FinishedLookup = Callable[[list[uuid.UUID]], Awaitable[Iterable[uuid.UUID]]]
 
 TIMEOUT_SLOT_SECONDS = 0.05
 
-# Redis I/O bounds (``CONNECT_TIMEOUT_SECONDS``, ``PUBLISH_TIMEOUT_SECONDS``, in the transport) run
+# Redis I/O bounds (``CONNECT_TIMEOUT_SECONDS``, ``PUBLISH_TIMEOUT_SECONDS``, in ``direct``) run
 # on the event loop's clock (``asyncio.timeout`` and socket timeouts), not the injected one: they
 # bound another process, which a test cannot speed up.
 __all__ = ["CONNECT_TIMEOUT_SECONDS", "PUBLISH_TIMEOUT_SECONDS", "RedisSilent", "Waiter", "WaiterHub"]

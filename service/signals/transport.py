@@ -30,45 +30,35 @@ channels are the only thing that needs slots.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.connection import AbstractConnection
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError
 
 from service.settings import ClusterAddress
+from service.signals.direct import (
+    CONNECT_TIMEOUT_SECONDS,
+    HEARTBEAT,
+    PUBLISH_TIMEOUT_SECONDS,
+    Deliver,
+    DirectPublisher,
+    DirectSubscription,
+    RedisSilent,
+    bounded,
+    connection_maker,
+    messages,
+)
 
-CONNECT_TIMEOUT_SECONDS = 1.0  # connect, handshake and the subscription's confirmation
-PUBLISH_TIMEOUT_SECONDS = 0.5  # one pipelined batch of PUBLISH commands
-_HEARTBEAT = b"elicitd-heartbeat"
 SUBSCRIBER_NAME = "elicitd-wakeups"
 # A UUIDv7 starts with a millisecond timestamp; its last 62 bits are random (as a UUIDv4's are).
 _RANDOM_BITS = (1 << 62) - 1
-
-IDS_PER_MESSAGE = 100  # ~3.3 KB of payload
-
-Deliver = Callable[[object], None]
-
-
-def messages(ids: Sequence[uuid.UUID]) -> Iterator[str]:
-    """The payloads that carry ``ids``: up to ``IDS_PER_MESSAGE`` hex ids each, space-separated."""
-    for start in range(0, len(ids), IDS_PER_MESSAGE):
-        yield " ".join(flow_id.hex for flow_id in ids[start : start + IDS_PER_MESSAGE])
-
-
-class RedisSilent(TimeoutError):
-    """The subscription sent a PING and heard nothing back in time."""
 
 
 class ShardMoved(RedisError):
@@ -114,27 +104,6 @@ def transport_for(
     return ClusterRedis(address, channel=channel, shards=shards, heartbeat=heartbeat, pong_timeout=pong_timeout)
 
 
-def _redis(url: str, *, socket_timeout: float) -> aioredis.Redis:
-    """A client whose every call is bounded and never retried by redis-py itself: a retry is ours
-    to decide (the listener reconnects with backoff; a failed publish is dropped)."""
-    return aioredis.Redis.from_url(url, **_bounded(socket_timeout, unix=_is_unix(url)))
-
-
-def _is_unix(url: str) -> bool:
-    return url.lower().startswith("unix:")
-
-
-def _bounded(socket_timeout: float, *, unix: bool = False) -> dict[str, Any]:
-    bounds: dict[str, Any] = {
-        "socket_timeout": socket_timeout,
-        "socket_connect_timeout": CONNECT_TIMEOUT_SECONDS,
-        "retry": Retry(NoBackoff(), 0),
-    }
-    if not unix:  # TCP keepalive; a unix socket's connection refuses the option
-        bounds["socket_keepalive"] = True
-    return bounds
-
-
 async def _confirm(pubsub: PubSub, kind: str, count: int) -> None:
     """Subscribed only once Redis confirmed it: a connection accepted by a paused Redis's
     kernel is not a subscription."""
@@ -155,7 +124,7 @@ async def _receive(pubsub: PubSub, kind: str, deliver: Deliver, heartbeat: float
     while True:
         message = await pubsub.get_message(timeout=heartbeat)
         if message is None:
-            await pubsub.ping(_HEARTBEAT)
+            await pubsub.ping(HEARTBEAT)
             try:
                 async with asyncio.timeout(pong_timeout):
                     while message is None or message["type"] != "pong":
@@ -211,22 +180,22 @@ class _NodeSubscription:
 
 
 class SingleRedis:
-    """One Redis server: ``SUBSCRIBE``/``PUBLISH`` on one channel."""
+    """One Redis server: ``SUBSCRIBE``/``PUBLISH`` on one channel, on connections spoken to
+    directly (``service.signals.direct``)."""
 
     def __init__(self, url: str, *, channel: str, heartbeat: float, pong_timeout: float) -> None:
         self.url = url
         self.channel = channel
         self.heartbeat = heartbeat
         self.pong_timeout = pong_timeout
+        self._make = connection_maker(url)
         self._publisher = DirectPublisher(url, channel=channel)
 
-    async def subscribe(self) -> _NodeSubscription:
-        subscription = _NodeSubscription(
-            _redis(self.url, socket_timeout=CONNECT_TIMEOUT_SECONDS), "message", self.heartbeat, self.pong_timeout
-        )
-        async with _closed_on_failure(subscription), asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
-            await subscription.pubsub.subscribe(self.channel)
-            await _confirm(subscription.pubsub, "subscribe", 1)
+    async def subscribe(self) -> DirectSubscription:
+        async with asyncio.timeout(2 * CONNECT_TIMEOUT_SECONDS):  # the connection, then the confirmation
+            subscription = await DirectSubscription.open(
+                self._make, self.channel, heartbeat=self.heartbeat, pong_timeout=self.pong_timeout
+            )
         # Redis answers (again): have the publishing connection ready before the first wake-up,
         # which would otherwise wait for the publishing task to make it.
         with contextlib.suppress(RedisError, OSError):
@@ -241,183 +210,6 @@ class SingleRedis:
 
     async def aclose(self) -> None:
         await self._publisher.aclose()
-
-
-class _Sent:
-    """One write of ``PUBLISH`` commands: how many replies it still waits for, and by when."""
-
-    __slots__ = ("deadline", "future", "left")
-
-    def __init__(self, left: int, future: asyncio.Future[None], deadline: float) -> None:
-        self.left = left
-        self.future = future
-        self.deadline = deadline
-
-
-def publish_command(channel: bytes, payload: str) -> bytes:
-    """``PUBLISH channel payload`` in RESP: what redis-py would pack, without its command layer."""
-    data = payload.encode("ascii")
-    return b"*3\r\n$7\r\nPUBLISH\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(channel), channel, len(data), data)
-
-
-class DirectPublisher:
-    """``PUBLISH`` written on one connection by the call that announces, in the same loop turn.
-
-    redis-py makes and authenticates the connection (TCP, TLS or a unix socket, ``AUTH``, the
-    database, as the URL says); from then on the publisher writes the commands itself and one task
-    reads the replies (``:<subscribers>``). Each write is a future settled by its replies: every
-    write must be answered within ``PUBLISH_TIMEOUT_SECONDS`` or the connection is cut and every
-    write still waiting fails (a paused Redis, a silent network). A lost connection fails what it
-    carried the same way. ``send`` then returns None until ``connect`` made a new one: the caller
-    queues the ids and its publishing task reconnects.
-
-    Through redis-py the same wake-up waited for the announcing request to finish its response,
-    then for the publishing task's turn, then went through the command and pipeline layers: about
-    0.6 ms p50 of a 1.6 ms hop on a quiet machine (``bench/README.md``, the wake path hop by hop).
-    """
-
-    def __init__(self, url: str, *, channel: str) -> None:
-        # RESP2: a PUBLISH reply is ``:<n>`` and nothing arrives unasked on this connection. The
-        # pool only makes connections (TCP, TLS or unix, as the URL says); it never lends one.
-        pool = aioredis.ConnectionPool.from_url(
-            url, protocol=2, **_bounded(PUBLISH_TIMEOUT_SECONDS, unix=_is_unix(url))
-        )
-        self._make: Callable[[], AbstractConnection] = pool.make_connection
-        self._channel = channel.encode()
-        self._writer: asyncio.StreamWriter | None = None
-        self._reading: asyncio.Task[None] | None = None
-        self._sent: collections.deque[_Sent] = collections.deque()
-        self._timer: asyncio.TimerHandle | None = None
-        self._connecting: asyncio.Lock | None = None
-
-    @property
-    def connected(self) -> bool:
-        return self._writer is not None
-
-    def send(self, ids: Sequence[uuid.UUID]) -> asyncio.Future[None] | None:
-        """Write the ids' messages now; the future settles when Redis answered them all (or
-        raises ``RedisError``/``TimeoutError``). None when there is no connection to write on."""
-        writer = self._writer
-        if writer is None:
-            return None
-        loop = asyncio.get_running_loop()
-        count = 0
-        data = []
-        for payload in messages(ids):
-            data.append(publish_command(self._channel, payload))
-            count += 1
-        future: asyncio.Future[None] = loop.create_future()
-        if count == 0:
-            future.set_result(None)
-            return future
-        writer.write(b"".join(data))
-        self._sent.append(_Sent(count, future, loop.time() + PUBLISH_TIMEOUT_SECONDS))
-        if self._timer is None:
-            self._timer = loop.call_at(self._sent[0].deadline, self._check)
-        return future
-
-    async def publish(self, ids: Sequence[uuid.UUID]) -> None:
-        """Connect if there is no connection, send, and wait for Redis's replies."""
-        future = self.send(ids)
-        if future is None:
-            await self.connect()
-            future = self.send(ids)
-            if future is None:  # lost again between connecting and sending
-                raise RedisConnectionError("the publishing connection was lost")
-        await future
-
-    async def connect(self) -> None:
-        if self._connecting is None:
-            self._connecting = asyncio.Lock()
-        async with self._connecting:
-            if self._writer is not None:
-                return
-            connection = self._make()
-            try:
-                async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
-                    await connection.connect()  # type: ignore[no-untyped-call]
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await connection.disconnect(nowait=True)
-                raise
-            # The streams are the publisher's from here on: redis-py's connection object is let go
-            # (it would otherwise warn of an unclosed connection when collected).
-            reader, writer = connection._reader, connection._writer
-            connection._reader = connection._writer = None
-            if reader is None or writer is None:
-                raise RedisConnectionError("the publishing connection closed while it was made")
-            self._writer = writer
-            self._reading = asyncio.get_running_loop().create_task(
-                self._read(reader, writer), name="elicitd-redis-publish-replies"
-            )
-
-    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        failure: RedisError = RedisConnectionError("the publishing connection was lost")
-        try:
-            while True:
-                line = await reader.readuntil(b"\r\n")
-                if writer is not self._writer:
-                    return
-                kind = line[:1]
-                if kind not in (b":", b"-") or not self._sent:
-                    failure = RedisConnectionError("unexpected reply on the publishing connection")
-                    return
-                sent = self._sent[0]
-                if kind == b"-" and not sent.future.done():
-                    # The server's own words (e.g. NOAUTH, a READONLY replica): never a secret.
-                    sent.future.set_exception(ResponseError(line[1:-2].decode("utf-8", "replace")))
-                sent.left -= 1
-                if sent.left == 0:
-                    self._sent.popleft()
-                    if not sent.future.done():
-                        sent.future.set_result(None)
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass
-        finally:
-            if writer is self._writer:
-                self._drop(failure)
-
-    def _check(self) -> None:
-        """The oldest write's replies are overdue: Redis is not answering on this connection."""
-        self._timer = None
-        if not self._sent:
-            return
-        loop = asyncio.get_running_loop()
-        if self._sent[0].deadline <= loop.time():
-            self._drop(TimeoutError("redis did not answer the publish in time"))
-        else:
-            self._timer = loop.call_at(self._sent[0].deadline, self._check)
-
-    def _drop(self, failure: BaseException) -> None:
-        """Forget the connection (cut, not closed politely: the peer may be hung) and fail every
-        write still waiting for an answer on it."""
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.transport.abort()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        sent, self._sent = self._sent, collections.deque()
-        for entry in sent:
-            if not entry.future.done():
-                entry.future.set_exception(failure)
-                # A write whose failure nobody awaits (the hub counts it in a done callback) must
-                # not be reported as "exception never retrieved".
-                entry.future.exception()
-        reading, self._reading = self._reading, None
-        if reading is not None and reading is not asyncio.current_task():
-            reading.cancel()
-
-    async def aclose(self) -> None:
-        """Close once what was written is answered (a command's last wake-up must leave before
-        the process ends), within ``PUBLISH_TIMEOUT_SECONDS``."""
-        if self._sent:
-            await asyncio.wait([entry.future for entry in self._sent], timeout=PUBLISH_TIMEOUT_SECONDS)
-        reading = self._reading
-        self._drop(RedisConnectionError("the publisher is closed"))
-        if reading is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reading
 
 
 @functools.lru_cache(maxsize=8)
@@ -486,7 +278,7 @@ class ClusterRedis:
         return RedisCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in self.address.nodes],
             **self._credentials(),
-            **_bounded(socket_timeout),
+            **bounded(socket_timeout),
         )
 
     async def owners(self) -> tuple[dict[str, list[str]], RedisCluster]:
@@ -529,7 +321,7 @@ class ClusterRedis:
                     # Named, so CLIENT LIST on a master shows whose subscription a connection is.
                     client_name=SUBSCRIBER_NAME,
                     **self._credentials(),
-                    **_bounded(CONNECT_TIMEOUT_SECONDS),
+                    **bounded(CONNECT_TIMEOUT_SECONDS),
                 )
                 node = _NodeSubscription(client, "smessage", self.heartbeat, self.pong_timeout)
                 subscription.nodes.append(node)

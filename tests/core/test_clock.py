@@ -103,7 +103,7 @@ _ALLOWED = {
     "devtools/": "the development stand-ins for an issuer and a provider play outside systems",
     "db/migrate.py": "a migrator polls the advisory lock while another process migrates: a wait, not a decision",
     "logs.py": "a log line's timestamp is when it was written, as the logging module stamps its records",
-    "signals/transport.py": "a publish's reply deadline bounds another process (Redis), like a socket timeout",
+    "signals/direct.py": "a publish's reply deadline and the heartbeat bound another process (Redis), like socket timeouts",
 }
 
 

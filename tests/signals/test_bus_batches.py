@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import redis.asyncio as aioredis
 
 from service.signals.bus import WaiterHub
-from service.signals.transport import IDS_PER_MESSAGE, messages
+from service.signals.direct import IDS_PER_MESSAGE, messages
 from tests.support import backends
 from tests.support.waiting import until
 

@@ -1,7 +1,11 @@
-"""One Redis's publishing connection (``DirectPublisher``): the announcing call writes ``PUBLISH``
-itself; every write is answered within ``PUBLISH_TIMEOUT_SECONDS`` or fails, and a new connection
-is made once Redis answers again. Against real redis-server processes: paused (SIGSTOP), killed
-and restarted on the same port, and one with a password and an ACL user on a unix socket."""
+"""One Redis spoken to directly (``service.signals.direct``).
+
+The publishing connection: the announcing call writes ``PUBLISH`` itself; every write is answered
+within ``PUBLISH_TIMEOUT_SECONDS`` or fails, and a new connection is made once Redis answers again.
+The subscription: messages delivered as they are read, a silent Redis noticed within the
+heartbeat and its PONG's bound, a lost one at once. Against real redis-server processes: paused
+(SIGSTOP), killed and restarted on the same port, and one with a password and an ACL user on a
+unix socket."""
 
 from __future__ import annotations
 
@@ -18,19 +22,28 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
-from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, RedisError, ResponseError
 
 from service.embedded import redis_server_binary
 from service.signals.bus import WaiterHub
-from service.signals.transport import PUBLISH_TIMEOUT_SECONDS, DirectPublisher, publish_command
+from service.signals.direct import (
+    PUBLISH_TIMEOUT_SECONDS,
+    DirectPublisher,
+    DirectSubscription,
+    RedisSilent,
+    command,
+    connection_maker,
+    frames,
+    publish_command,
+)
 from tests.signals.test_bus_logging import Records, bus_log  # noqa: F401 - the fixture
 from tests.support import backends
 from tests.support.faults import PrivateRedis, private_redis
 from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
-APP_PASSWORD = "APP-PW-7f3c"  # noqa: S105 - a test server's
+APP_PASSWORD = "APP-PW-7f3c"
 
 
 def _channel() -> str:
@@ -160,7 +173,7 @@ def acl_redis() -> Iterator[Path]:
     root = ROOT / ".data" / "test" / f"acl-redis-{uuid.uuid4().hex[:6]}"
     root.mkdir(parents=True)
     socket = root / "redis.sock"
-    process = subprocess.Popen(  # noqa: S603 - fixed binary and arguments
+    process = subprocess.Popen(
         [
             redis_server_binary(),
             *("--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700"),
@@ -192,10 +205,10 @@ async def test_a_user_and_password_on_a_unix_socket(acl_redis: Path) -> None:
         assert await _received(spy, 1) == [flow.hex]
     # Redis refusing a command is that write's failure; the connection goes on.
     async with _publisher(url, "forbidden") as publisher:
-        with pytest.raises(ResponseError, match="^NOPERM"):
+        with pytest.raises(ResponseError, match=r"^NOPERM"):
             await asyncio.wait_for(publisher.publish([uuid.uuid4()]), 5)
         assert publisher.connected
-        with pytest.raises(ResponseError, match="^NOPERM"):
+        with pytest.raises(ResponseError, match=r"^NOPERM"):
             await asyncio.wait_for(publisher.publish([uuid.uuid4()]), 5)
     # A wrong password is refused at connect, and the error does not repeat it.
     async with _publisher(f"unix://app:WRONG-PW-2b1e@{acl_redis}", channel) as publisher:
@@ -273,3 +286,104 @@ async def test_wakeups_cross_hubs_on_a_unix_socket_with_an_acl_user(acl_redis: P
     finally:
         await a.stop()
         await b.stop()
+
+
+# ---- the subscription ----------------------------------------------------------------------------
+MESSAGE = b"*3\r\n$7\r\nmessage\r\n$5\r\nchan1\r\n$11\r\nab cd ef 12\r\n"
+CONFIRMED = b"*3\r\n$9\r\nsubscribe\r\n$5\r\nchan1\r\n:1\r\n"
+PONG = b"*2\r\n$4\r\npong\r\n$17\r\nelicitd-heartbeat\r\n"
+
+
+def test_replies_are_read_whole_however_the_bytes_arrive() -> None:
+    stream = CONFIRMED + MESSAGE + PONG + MESSAGE
+    expected = [[b"subscribe", b"chan1", 1], [b"message", b"chan1", b"ab cd ef 12"], [b"pong", b"elicitd-heartbeat"]]
+    expected.append(expected[1])
+    assert frames(stream) == (expected, b"")
+    # One byte at a time: nothing is read before it is whole, and nothing is lost.
+    found: list[object] = []
+    rest = b""
+    for i in range(len(stream)):
+        got, rest = frames(rest + stream[i : i + 1])
+        found.extend(got)
+    assert (found, rest) == (expected, b"")
+    # A reply cut anywhere is kept for the next read.
+    assert frames(MESSAGE + MESSAGE[:20]) == ([expected[1]], MESSAGE[:20])
+
+
+def test_an_error_reply_is_the_server_words_and_garbage_is_refused() -> None:
+    (error,), rest = frames(b"-NOPERM this user has no permissions\r\n")
+    assert isinstance(error, ResponseError) and str(error) == "NOPERM this user has no permissions"
+    assert rest == b""
+    for garbage in (b"+OK\r\n", b"*1\r\n+OK\r\n", b"*x\r\n", b"*1\r\n$-1\r\n"):
+        with pytest.raises(InvalidResponse):
+            frames(garbage)
+
+
+def test_commands_are_what_redis_reads() -> None:
+    assert command(b"SUBSCRIBE", b"chan1") == b"*2\r\n$9\r\nSUBSCRIBE\r\n$5\r\nchan1\r\n"
+
+
+async def _subscribed(url: str, channel: str, **bounds: float) -> DirectSubscription:
+    return await DirectSubscription.open(
+        connection_maker(url), channel, heartbeat=bounds.get("heartbeat", 1.0), pong_timeout=bounds.get("pong", 1.0)
+    )
+
+
+async def test_a_subscription_delivers_each_message_as_it_is_read(backend: backends.Backends) -> None:
+    channel = _channel()
+    subscription = await _subscribed(backend.redis_url, channel)
+    delivered: list[object] = []
+    receiving = asyncio.create_task(subscription.receive(delivered.append))
+    client = aioredis.Redis.from_url(backend.redis_url)
+    try:
+        payloads = [f"{uuid.uuid4().hex} {uuid.uuid4().hex}" for _ in range(50)] + ["x" * 70_000]
+        for payload in payloads:
+            assert await client.publish(channel, payload) == 1
+        await until(lambda: len(delivered) == len(payloads), what="every message delivered")
+        assert delivered == [p.encode() for p in payloads]
+        assert not receiving.done()
+    finally:
+        receiving.cancel()
+        await subscription.aclose()
+        await client.aclose()
+
+
+async def test_a_quiet_redis_is_pinged_and_a_paused_one_is_silent_within_the_bounds(
+    paused_redis: PrivateRedis,
+) -> None:
+    subscription = await _subscribed(paused_redis.url, _channel(), heartbeat=0.2, pong=0.2)
+    receiving = asyncio.create_task(subscription.receive(lambda _: None))
+    try:
+        await asyncio.sleep(1.2)  # quiet: five heartbeats, each PING answered
+        assert not receiving.done()
+        paused_redis.pause()
+        started = time.monotonic()
+        with pytest.raises(RedisSilent):
+            await asyncio.wait_for(receiving, 3)
+        # At most a heartbeat of quiet, then the PONG's bound (and the timer's turn).
+        assert time.monotonic() - started < 0.2 + 0.2 + 0.3
+    finally:
+        paused_redis.resume()
+        await subscription.aclose()
+
+
+async def test_a_killed_redis_ends_the_subscription_at_once(paused_redis: PrivateRedis) -> None:
+    subscription = await _subscribed(paused_redis.url, _channel())
+    receiving = asyncio.create_task(subscription.receive(lambda _: None))
+    try:
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        paused_redis.kill()
+        with pytest.raises(RedisConnectionError):
+            await asyncio.wait_for(receiving, 3)
+        assert time.monotonic() - started < 0.5
+    finally:
+        await subscription.aclose()
+
+
+async def test_a_subscription_redis_refuses_is_its_error(acl_redis: Path) -> None:
+    url = f"unix://app:{APP_PASSWORD}@{acl_redis}"
+    with pytest.raises(ResponseError, match=r"^NOPERM"):
+        await _subscribed(url, "forbidden")
+    subscription = await _subscribed(url, _channel())  # its own channels are allowed
+    await subscription.aclose()
