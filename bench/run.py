@@ -25,7 +25,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -52,6 +51,7 @@ from bench.harness import (
     server_env,
     server_impl_args,
 )
+from bench.loadgen import build_request
 from service.settings import KeyRing, normalize_database_url
 
 SUBJECT = {"iss": "https://id.bench.example", "sub": "bench-user"}
@@ -337,10 +337,51 @@ class MessageClock:
         await self.client.aclose()
 
 
-async def _stamped(request: Awaitable[httpx.Response]) -> tuple[httpx.Response, float]:
-    """The response and the moment it was received (read and parsed) by the client."""
-    response = await request
-    return response, time.perf_counter()
+class RawWaiter:
+    """B's waiting requests, on one keep-alive socket of their own: each answer is stamped when its
+    last byte has been read off the socket, before anything parses it (as wrk's clock stops in
+    the throughput phase). Through httpx the stamp also held the client's own parsing of the
+    answer, in the loop that was parsing A's answer to ``complete`` at the same moment."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, url: httpx.URL, key: str) -> None:
+        self.reader, self.writer = reader, writer
+        self.url = url
+        self.headers = [f"Authorization: Bearer {key}", "Content-Type: application/json"]
+
+    @classmethod
+    async def open(cls, base_url: str, key: str) -> RawWaiter:
+        url = httpx.URL(base_url)
+        reader, writer = await asyncio.open_connection(url.host, url.port)
+        return cls(reader, writer, url, key)
+
+    async def send(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes, float]:
+        """The answer's status and body, and the ``perf_counter`` at which its last byte was read."""
+        assert self.url.port is not None
+        self.writer.write(build_request(method, self.url.host, self.url.port, path, self.headers, body))
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(value)
+            for name, _, value in (line.partition(b":") for line in head.split(b"\r\n")[1:])
+            if name.strip().lower() == b"content-length"
+        )
+        answer = await self.reader.readexactly(length)
+        return int(head[9:12]), answer, time.perf_counter()
+
+    async def wait_on(self, mode: str, created: dict[str, Any], sub: str) -> tuple[int, bytes, float]:
+        """A status long-poll, or a resolve with ``accept``, on the flow ``created`` answered."""
+        flow_id = created["flow"]["id"]
+        if mode == "status":
+            return await self.send("GET", f"/v1/flows/{flow_id}?wait_seconds=10")
+        retry = {
+            "subject": {"iss": SUBJECT["iss"], "sub": sub},
+            "request_state": created["mcp"]["requestState"],
+            "wait_seconds": 10,
+            "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}},
+        }
+        return await self.send("POST", "/v1/flows/resolve", json.dumps(retry).encode())
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: str) -> dict[str, Any]:
@@ -353,6 +394,7 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
     commit_ms: list[float] = []
     published_ms: list[float] = []
     heard = await MessageClock.start(env["ELICITD_REDIS_URL"], env["ELICITD_REDIS_CHANNEL"])
+    waiting = await RawWaiter.open(b.url, api_key)
     try:
         async with (
             httpx.AsyncClient(base_url=a.url, headers=headers, timeout=30) as on_a,
@@ -374,19 +416,7 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
                 flow_id = created["flow"]["id"]
                 # Alternate the two ways an MCP server waits: status long-poll and resolve(accept).
                 mode = "status" if i % 2 == 0 else "resolve"
-                if mode == "status":
-                    request = on_b.get(f"/v1/flows/{flow_id}", params={"wait_seconds": 10})
-                else:
-                    request = on_b.post(
-                        "/v1/flows/resolve",
-                        json={
-                            "subject": {"iss": SUBJECT["iss"], "sub": sub},
-                            "request_state": created["mcp"]["requestState"],
-                            "wait_seconds": 10,
-                            "input_responses": {f"elicitd_{flow_id}": {"action": "accept"}},
-                        },
-                    )
-                waiter = asyncio.create_task(_stamped(request))
+                waiter = asyncio.create_task(waiting.wait_on(mode, created, sub))
                 # Complete only once B really holds the waiter (registered and past its first read).
                 deadline = time.monotonic() + 5
                 while (await on_b.get("/_bench/stats")).json()["waiters"] < 1:
@@ -397,23 +427,24 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
                 t0 = time.perf_counter()
                 done = await on_a.post(f"/v1/flows/{flow_id}/complete", json={"result": {"n": i}})
                 t_complete = time.perf_counter()
-                # B's answer is stamped by the task that received it, which may be before A's answer
-                # to `complete` has reached this client.
-                answer, t1 = await waiter
+                # B's answer is stamped when it was read, which may be before A's answer to
+                # `complete` has reached this client.
+                answer_status, answer, t1 = await waiter
                 mark = (await on_a.get(f"/_bench/committed/{flow_id}")).json()["at"]
                 assert mark is not None, "instance A announced no transition of the flow"
                 commit_ms.append((t1 - mark) * 1000)
                 if (at := heard.seen.get(flow_id.removeprefix("fl_"))) is not None:
                     published_ms.append((at - mark) * 1000)
                 assert done.status_code == 200, done.text
-                body = answer.json()
-                state = body["flow"]["status"] if mode == "status" else body["outcome"]
-                assert answer.status_code == 200, answer.text
-                assert state == "completed", answer.text
+                answered = json.loads(answer)
+                state = answered["flow"]["status"] if mode == "status" else answered["outcome"]
+                assert answer_status == 200, answer
+                assert state == "completed", answer
                 samples[mode].append((t1 - t0) * 1000)
                 complete_ms.append((t_complete - t0) * 1000)
             received = (await on_b.get("/_bench/stats")).json()["received"] - received_before
     finally:
+        waiting.close()
         await heard.stop()
         a.stop()
         b.stop()
