@@ -143,6 +143,9 @@ class DirectPublisher:
         writer = self._writer
         if writer is None:
             return None
+        if writer.transport.is_closing():  # lost, and the reading task has not seen it yet
+            self._drop(RedisConnectionError("the publishing connection was lost"))
+            return None
         loop = asyncio.get_running_loop()
         count = 0
         data = []
@@ -392,6 +395,9 @@ class DirectSubscription:
                 return
             due = self._pinged + self.pong_timeout
         elif now >= self._heard + self.heartbeat:
+            if self._writer.transport.is_closing():  # lost: the read is ending the subscription
+                self._watchdog = None
+                return
             self._writer.write(command(b"PING", HEARTBEAT))
             self._pinged = now
             due = now + self.pong_timeout
