@@ -131,7 +131,7 @@ async def test_a_paused_redis_fails_the_writes_within_the_bound_and_a_new_connec
             outcomes = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 5)  # type: ignore[arg-type]
             failed_after = time.monotonic() - started
             assert [type(o) for o in outcomes] == [TimeoutError] * 3
-            assert PUBLISH_TIMEOUT_SECONDS - 0.05 <= failed_after < PUBLISH_TIMEOUT_SECONDS + 0.5
+            assert PUBLISH_TIMEOUT_SECONDS - 0.05 <= failed_after < PUBLISH_TIMEOUT_SECONDS + 0.8
             assert not publisher.connected
             assert publisher.send([uuid.uuid4()]) is None
             # A connection to a hung Redis is not made: the handshake is bounded too.
@@ -360,8 +360,8 @@ async def test_a_quiet_redis_is_pinged_and_a_paused_one_is_silent_within_the_bou
         started = time.monotonic()
         with pytest.raises(RedisSilent):
             await asyncio.wait_for(receiving, 3)
-        # At most a heartbeat of quiet, then the PONG's bound (and the timer's turn).
-        assert time.monotonic() - started < 0.2 + 0.2 + 0.3
+        # At most a heartbeat of quiet, then the PONG's bound, and the timer's turn on a busy machine.
+        assert time.monotonic() - started < 0.2 + 0.2 + 0.8
     finally:
         paused_redis.resume()
         await subscription.aclose()
@@ -376,7 +376,7 @@ async def test_a_killed_redis_ends_the_subscription_at_once(paused_redis: Privat
         paused_redis.kill()
         with pytest.raises(RedisConnectionError):
             await asyncio.wait_for(receiving, 3)
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 1.0
     finally:
         await subscription.aclose()
 
