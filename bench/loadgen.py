@@ -39,6 +39,12 @@ def build_request(method: str, host: str, port: int, path: str, headers: list[st
 
 async def read_response(reader: asyncio.StreamReader) -> int:
     """Read one response with a Content-Length body; return its status code."""
+    status, _ = await read_answer(reader)
+    return status
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """Read one response with a Content-Length body; return its status code and body."""
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
     length = 0
@@ -49,9 +55,7 @@ async def read_response(reader: asyncio.StreamReader) -> int:
             length = int(value)
         elif lowered == b"transfer-encoding":
             raise RuntimeError("chunked responses are not supported by this generator")
-    if length:
-        await reader.readexactly(length)
-    return status
+    return status, await reader.readexactly(length) if length else b""
 
 
 # ---- throughput ----------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from bench.harness import (
     server_env,
     server_impl_args,
 )
-from bench.loadgen import build_request
+from bench.loadgen import build_request, read_answer
 from service.settings import KeyRing, normalize_database_url
 from service.signals.direct import DirectSubscription, connection_maker
 
@@ -360,14 +360,8 @@ class RawClient:
         """The answer's status and body, and the ``perf_counter`` at which its last byte was read."""
         assert self.url.port is not None
         self.writer.write(build_request(method, self.url.host, self.url.port, path, self.headers, body))
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(value)
-            for name, _, value in (line.partition(b":") for line in head.split(b"\r\n")[1:])
-            if name.strip().lower() == b"content-length"
-        )
-        answer = await self.reader.readexactly(length)
-        return int(head[9:12]), answer, time.perf_counter()
+        status, answer = await read_answer(self.reader)
+        return status, answer, time.perf_counter()
 
     async def wait_on(self, mode: str, created: dict[str, Any], sub: str) -> tuple[int, bytes, float]:
         """A status long-poll, or a resolve with ``accept``, on the flow ``created`` answered."""
