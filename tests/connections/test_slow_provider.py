@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import statistics
 import time
 import uuid
@@ -15,7 +16,7 @@ import uuid
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.pool import QueuePool
 
 from service.connections.service import REFRESH_WAIT_SECONDS
@@ -42,8 +43,18 @@ RESOLVE_WORKERS = 2
 RESOLVE_BOUND_SECONDS = 1.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Checkout:
+    """One pooled connection out and back: when, and which task's coroutine took it."""
+
+    start: float
+    end: float
+    holder: str
+
+
 class PoolWatch:
-    """Samples how many pooled connections are checked out, every 2 ms, until stopped."""
+    """Samples how many pooled connections are checked out, every 2 ms, until stopped; and records
+    every checkout exactly (the pool's own checkout and checkin events) with the task that made it."""
 
     def __init__(self, app: RunningApp) -> None:
         pool = app.services.engine.pool
@@ -52,8 +63,20 @@ class PoolWatch:
         self.size = pool.size()
         self.samples: list[int] = []
         self.times: list[float] = []
+        self.checkouts: list[Checkout] = []
+        self._out: dict[int, tuple[float, str]] = {}
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    def _checked_out(self, _dbapi: object, record: object, _proxy: object) -> None:
+        task = asyncio.current_task()
+        holder = task.get_coro().__qualname__ if task is not None else "?"  # type: ignore[union-attr]
+        self._out[id(record)] = (time.perf_counter(), holder)
+
+    def _checked_in(self, _dbapi: object, record: object) -> None:
+        taken = self._out.pop(id(record), None)
+        if taken is not None:
+            self.checkouts.append(Checkout(taken[0], time.perf_counter(), taken[1]))
 
     async def _run(self) -> None:
         while not self._stop.is_set():
@@ -62,15 +85,24 @@ class PoolWatch:
             await asyncio.sleep(0.002)
 
     def start(self) -> None:
+        event.listen(self.pool, "checkout", self._checked_out)
+        event.listen(self.pool, "checkin", self._checked_in)
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
         self._stop.set()
         assert self._task is not None
         await self._task
+        event.remove(self.pool, "checkout", self._checked_out)
+        event.remove(self.pool, "checkin", self._checked_in)
+        now = time.perf_counter()
+        self.checkouts.extend(Checkout(at, now, holder) for at, holder in self._out.values())  # still out
 
     def between(self, start: float, end: float) -> list[int]:
         return [n for n, at in zip(self.samples, self.times, strict=True) if start <= at <= end]
+
+    def overlapping(self, start: float, end: float) -> list[Checkout]:
+        return sorted((c for c in self.checkouts if c.end >= start and c.start <= end), key=lambda c: c.start)
 
 
 async def set_row(env: Env, connection_ref: str, assignments: str) -> None:
@@ -229,11 +261,19 @@ async def test_two_replicas_refreshing_one_connection_make_one_provider_call(
     assert arrived_refreshes(env) == arrived + 1
     assert sorted(counted) == [0, 1]  # one replica refreshed, the other read its token
     # While the provider sleeps, neither replica holds a connection for it. What is checked out at
-    # all is a short read now and then (the loser's look at the row, the sweeper's round), one at a
-    # time, and most of the time nothing.
-    sleeping = [watch.between(reached + 0.5, reached + 2.5) for watch in watches]
+    # all is a short read now and then: the loser's look at the row (its one flight, so never two
+    # looks at once) and the background loops' own rounds (the webhook worker's poll, which may
+    # coincide with a look); most of the time nothing.
+    lo, hi = reached + 0.5, reached + 2.5
+    sleeping = [watch.between(lo, hi) for watch in watches]
     assert all(len(samples) > 100 for samples in sleeping)
-    assert all(max(samples) <= 1 for samples in sleeping), [max(samples) for samples in sleeping]
+    for watch in watches:
+        out = watch.overlapping(lo, hi)
+        assert all(c.end - c.start < 0.1 for c in out), [(c.holder, c.end - c.start) for c in out]
+        looks = [c for c in out if c.holder == "ConnectionService._refresh_flight"]
+        assert all(a.end <= b.start for a, b in itertools.pairwise(looks)), looks
+    holders = {c.holder for watch in watches for c in watch.overlapping(lo, hi)}
+    assert "ConnectionService._refresh_flight" in holders  # the loser did look meanwhile
     busy = [sum(samples) / len(samples) for samples in sleeping]
     assert all(share < 0.1 for share in busy), busy
     print(f"\ntwo replicas: 1 provider call for 10 requests; share of time a connection was out: {busy}")
