@@ -139,7 +139,12 @@ async def run(args: argparse.Namespace, env: dict[str, str]) -> dict[str, dict[s
 
     floor = floor_factory.create()
     elicitd = elicitd_factory.create()
-    spans = [Lifespan(floor), Lifespan(elicitd)]
+    # The same app with the hot routes left to Litestar (``ELICITD_HOT_ROUTES=false``): the
+    # ``status-litestar`` and ``resolve-litestar`` targets.
+    os.environ["ELICITD_HOT_ROUTES"] = "false"
+    plain = elicitd_factory.create()
+    del os.environ["ELICITD_HOT_ROUTES"]
+    spans = [Lifespan(floor), Lifespan(elicitd), Lifespan(plain)]
     for span in spans:
         await span.start()
     try:
@@ -169,6 +174,8 @@ async def run(args: argparse.Namespace, env: dict[str, str]) -> dict[str, dict[s
             "status": (elicitd, "GET", f"/v1/flows/{flow_id}", auth, b""),
             "resolve": (elicitd, "POST", "/v1/flows/resolve", auth + json_type, resolve),
             "token": (elicitd, "GET", f"/v1/connections/{TOKEN_PROVIDER}/token?{query}", auth, b""),
+            "status-litestar": (plain, "GET", f"/v1/flows/{flow_id}", auth, b""),
+            "resolve-litestar": (plain, "POST", "/v1/flows/resolve", auth + json_type, resolve),
         }
         chosen = [name for name in args.targets.split(",") if name]
         series: dict[str, list[tuple[float, float, float]]] = {name: [] for name in chosen}
@@ -209,7 +216,7 @@ def main() -> None:
         figures = uvloop.run(run(args, env))
     for name, figure in figures.items():
         own, machine, wall = figure["process"], figure["machine"], figure["wall"]
-        print(f"{name:8} µs per request: this process {own:7.1f}  machine {machine:7.1f}  wall {wall:7.1f}")
+        print(f"{name:16} µs per request: this process {own:7.1f}  machine {machine:7.1f}  wall {wall:7.1f}")
     print(json.dumps({"us_per_request": figures}))
 
 

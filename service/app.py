@@ -27,6 +27,7 @@ from service.domains import display_origin
 from service.errors import EXCEPTION_HANDLERS
 from service.events.api import EventController
 from service.flows.api import FlowController
+from service.flows.hot import HotFlowRoutes
 from service.flows.pages import open_flow
 from service.grants.pages import ROUTES as GRANT_ROUTES
 from service.health import healthz, readyz
@@ -146,6 +147,10 @@ def create_app(services: Services) -> Litestar:
         debug=False,
         logging_config=None,
     )
+    handler = app.asgi_handler
+    if settings.hot_routes:
+        # Ordinary status reads and resolves are answered without Litestar's per-request work.
+        handler = HotFlowRoutes(handler, app, services)
     # Observe every request, routed or not (``asgi_handler`` is the outermost handler).
-    app.asgi_handler = RequestObserver(app.asgi_handler, metrics=services.metrics, tracing=services.tracing)
+    app.asgi_handler = RequestObserver(handler, metrics=services.metrics, tracing=services.tracing)
     return app

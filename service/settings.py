@@ -181,6 +181,8 @@ class Settings:
     db_statement_cache: bool = True
     log_level: str = "INFO"
     log_json: bool = True
+    # Status reads and resolves answered by ``service.flows.hot`` (False: through Litestar's routing).
+    hot_routes: bool = True
     background_tasks: bool = True
     # Consent receipts: one or more PEM EC P-256 private keys; the first signs, all are published.
     signing_key: str | None = field(default=None, repr=False)
@@ -320,6 +322,8 @@ class Settings:
             values["log_level"] = raw.upper()
         if (raw := get("LOG_JSON")) is not None:
             values["log_json"] = _bool(raw, "ELICITD_LOG_JSON")
+        if (raw := get("HOT_ROUTES")) is not None:
+            values["hot_routes"] = _bool(raw, "ELICITD_HOT_ROUTES")
         if (raw := get("DB_STATEMENT_CACHE")) is not None:
             values["db_statement_cache"] = _bool(raw, "ELICITD_DB_STATEMENT_CACHE")
         values.update(_kind_settings(get))

@@ -60,7 +60,7 @@ _RESOLVE_EXAMPLE = Example(
 )
 
 
-class _LongPollAnswer(ASGIResponse):
+class LongPollAnswer(ASGIResponse):
     """The ASGI answer to a parked long-poll (a status read or a resolve): waits, then answers as
     the handler would have.
 
@@ -104,7 +104,11 @@ class _LongPollAnswer(ASGIResponse):
             return self._failed(failed)
 
     def _failed(self, failed: Exception) -> ASGIApp:
-        request = self._request
+        return self.failed(self._request, failed)
+
+    @staticmethod
+    def failed(request: Request[Any, Any, Any], failed: Exception) -> ASGIApp:
+        """The answer the request's route gives ``failed``, as its exception handling would."""
         return response_for(request, failed).to_asgi_response(
             app=None, request=request, type_encoders=request.route_handler.resolve_type_encoders()
         )
@@ -132,7 +136,7 @@ class _ParkLongPoll(Response[None]):
         status_code: int | None = None,
         type_encoders: TypeEncodersMap | None = None,
     ) -> ASGIResponse:
-        return _LongPollAnswer(self._parked, request)
+        return LongPollAnswer(self._parked, request)
 
 
 def _or_parked(answer: Answer | Parked[Answer]) -> Answer:
