@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from litestar._asgi.utils import is_valid_host  # the router's own check; pinned in constraints.txt
 from litestar.handlers import HTTPRouteHandler
+from litestar.utils.scope.state import ScopeState
 
 from service.flows.api import FlowController, LongPollAnswer
 from service.flows.schemas import ResolveRequest
@@ -120,11 +121,12 @@ class HotFlowRoutes:
     async def _resolve_call(self, scope: Any, receive: Any, send: Any) -> None:
         arrived, body = await self._body(scope, receive)
         data = _resolve_request(scope, body) if body is not None and _host_ok(scope) else None
-        if data is None:
+        if body is None or data is None:
             await self._app(scope, _replay(arrived, receive), send)
             return
         handler, template = self._resolve
         scope["path_params"] = {}
+        ScopeState.from_scope(scope).body = body  # read, as Litestar's request leaves it
         request = self._routed(scope, receive, send, handler, template)
         try:
             services = self._services
