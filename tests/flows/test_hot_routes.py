@@ -115,16 +115,24 @@ def as_json(body: Any) -> bytes:
 JSON = {"Content-Type": "application/json"}
 
 
+async def two_clients_two_flows(
+    app: RunningApp, subject: Subject
+) -> tuple[ServerClientHandle, ServerClientHandle, dict[str, Any], dict[str, Any]]:
+    """A server client with a pending flow and a completed one (as created), and another client."""
+    client, other = await new_server_client(app), await new_server_client(app)
+    async with app.http(client.api_key) as http:
+        pending = await create_external(http, subject)
+        done = await create_external(http, subject, url="https://app.example.com/done")
+        completed = await http.post(f"/v1/flows/{done['flow']['id']}/complete", json={"result": {"ok": True}})
+        assert completed.status_code == 200
+    return client, other, pending, done
+
+
 async def test_status_reads_answer_as_litestar_does(
     elicitd: RunningApp, plain: RunningApp, routed: dict[int, int], subject: Subject
 ) -> None:
-    client = await new_server_client(elicitd)
-    other = await new_server_client(elicitd)
-    async with elicitd.http(client.api_key) as http:
-        pending = (await create_external(http, subject))["flow"]["id"]
-        done = (await create_external(http, subject, url="https://app.example.com/other"))["flow"]["id"]
-        completed = await http.post(f"/v1/flows/{done}/complete", json={"result": {"ok": True}})
-        assert completed.status_code == 200
+    client, other, created_pending, created_done = await two_clients_two_flows(elicitd, subject)
+    pending, done = created_pending["flow"]["id"], created_done["flow"]["id"]
     key = auth(client)
     cases: list[tuple[str, bool, dict[str, str]]] = [
         (f"/v1/flows/{done}", True, key),
@@ -183,13 +191,7 @@ async def test_status_long_poll_answers_the_completion_on_both(
 async def test_resolves_answer_as_litestar_does(
     elicitd: RunningApp, plain: RunningApp, routed: dict[int, int], subject: Subject
 ) -> None:
-    client = await new_server_client(elicitd)
-    other = await new_server_client(elicitd)
-    async with elicitd.http(client.api_key) as http:
-        pending = await create_external(http, subject)
-        done = await create_external(http, subject, url="https://app.example.com/done")
-        completed = await http.post(f"/v1/flows/{done['flow']['id']}/complete", json={"result": {"ok": True}})
-        assert completed.status_code == 200
+    client, other, pending, done = await two_clients_two_flows(elicitd, subject)
     key = auth(client, **JSON)
     accept_done = resolve_body(done, subject)
     accept_pending = resolve_body(pending, subject)
