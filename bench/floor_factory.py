@@ -10,6 +10,12 @@
   DO NOTHING RETURNING``, with its ``created`` audit event in the same statement), committed, the
   new id back as JSON. elicitd's create is measured against this.
 
+* ``GET /raw/flows/{uuid}`` — the same read and answer with no framework at all: a bare ASGI
+  function in front of Litestar parses the id, runs the statement on the same pool and sends the
+  two ASGI messages itself. elicitd's hot routes (``service/flows/hot.py``) skip Litestar's
+  per-request work, so status and resolve are also reported against this thinner reference
+  (``asgi_floor_*`` in the final JSON line); the targets stay on the Litestar floor.
+
 No elicitd module is imported: the floor must not get faster or slower when elicitd changes.
 """
 
@@ -90,7 +96,7 @@ async def _init(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", schema="pg_catalog", encoder=_encode_text, decoder=_decode_json)
 
 
-def create() -> Litestar:
+def create() -> _BareRead:
     dsn = os.environ["ELICITD_DATABASE_URL"]
     pool_size = int(os.environ.get("ELICITD_DB_POOL_SIZE", "10"))
     client_id = uuid.UUID(os.environ.get("ELICITD_BENCH_CLIENT_ID", str(uuid.UUID(int=0))))
@@ -130,6 +136,35 @@ def create() -> Litestar:
         finally:
             await pool.close()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[read_flow, create_flow, healthz], lifespan=[lifespan], debug=False, logging_config=None
     )
+    return _BareRead(app, pools)
+
+
+_RAW_PREFIX = "/raw/flows/"
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class _BareRead:
+    """``GET /raw/flows/{uuid}`` answered as plain ASGI; everything else (and the lifespan) is
+    Litestar's."""
+
+    def __init__(self, app: Litestar, pools: list[asyncpg.Pool]) -> None:
+        self.app = app
+        self.pools = pools
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(_RAW_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        try:
+            flow_id = uuid.UUID(scope["path"][len(_RAW_PREFIX) :])
+        except ValueError:
+            row = None
+        else:
+            row = await self.pools[0].fetchrow(READ, flow_id)
+        status, body = (200, _encode_json(Row(*row))) if row is not None else (404, b'{"status":404}')
+        headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})

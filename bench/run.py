@@ -155,8 +155,16 @@ def stall_max_ms(url: str, api_key: str) -> float | None:
 # floor, or the insert floor for create), and is compared with their mean. Other work on the
 # machine comes and goes within seconds; a target compared with the floor measured just before
 # and just after it sees the same neighbours, where one floor measurement per round would not.
-ROUND = ("floor", "status", "floor", "resolve", "floor", "token", "floor", "orm", "floor", "insert", "create", "insert")
-BRACKETED = (("status", "floor"), ("resolve", "floor"), ("token", "floor"), ("orm", "floor"), ("create", "insert"))
+# ``asgi`` (the same read with no framework) is bracketed by the floor too: status and resolve over
+# it are their ratios over the floor divided by its own.
+ROUND = (
+    "floor", "status", "floor", "resolve", "floor", "token", "floor", "orm", "floor", "asgi", "floor",
+    "insert", "create", "insert",
+)  # fmt: skip
+BRACKETED = (
+    ("status", "floor"), ("resolve", "floor"), ("token", "floor"), ("orm", "floor"), ("asgi", "floor"),
+    ("create", "insert"),
+)  # fmt: skip
 
 
 def _measure(
@@ -227,6 +235,7 @@ def throughput(
             assert token.json()["access_token"] == "gho_bench_access_token", token.text
         raw_id = uuid.UUID(hex=flow_id.removeprefix("fl_"))
         assert httpx.get(f"{floor.url}/flows/{raw_id}").json()["status"] == "completed"
+        assert httpx.get(f"{floor.url}/raw/flows/{raw_id}").json() == httpx.get(f"{floor.url}/flows/{raw_id}").json()
         assert httpx.get(f"{base.url}/flows/{raw_id}").json()["status"] == "completed"
         create_body = json.dumps(
             {
@@ -237,10 +246,10 @@ def throughput(
             }
         )
         status, resolve, create = hot_targets(app.url, auth, flow_id, resolve_body, create_body)
-        floor_read, insert = floor_targets(floor.url, raw_id, create_body)
+        floor_read, bare_read, insert = floor_targets(floor.url, raw_id, create_body)
         orm = Target("orm", f"{base.url}/flows/{raw_id}")
         token_target = Target("token", f"{app.url}{token_path}", headers=(f"Authorization: {auth}",))
-        targets = [floor_read, orm, status, resolve, token_target, insert, create]
+        targets = [floor_read, bare_read, orm, status, resolve, token_target, insert, create]
         gen = Generator.choose(args.generator, args.connections)
         say(
             f"[throughput] generator={gen.kind} connections={gen.connections} workers={args.workers} "
@@ -280,6 +289,13 @@ def throughput(
         "create_floor_ratio": ratio("create"),
         "token_floor_ratio": ratio("token"),
         "orm_floor_ratio": ratio("orm"),
+        # The same read with no framework (``floor_factory._BareRead``) as a thinner reference:
+        # its own ratio over the floor, and status and resolve over it (not targets).
+        "asgi_floor_rps": round(med["asgi"], 1),
+        "asgi_floor_p99_ms": round(p99["asgi"], 2),
+        "asgi_over_floor_ratio": ratio("asgi"),
+        "status_asgi_floor_ratio": round(status_ratio / ratio("asgi"), 3),
+        "resolve_asgi_floor_ratio": round(resolve_ratio / ratio("asgi"), 3),
         # The ORM baseline (one keyed read through an ORM session) as a second reference.
         "status_orm_ratio": round(med["status"] / med["orm"], 3),
         "resolve_orm_ratio": round(med["resolve"] / med["orm"], 3),
