@@ -81,8 +81,9 @@ class HotFlowRoutes:
         self._litestar = litestar
         self._services = services
         self._flows = services.flows
-        self._limit = services.settings.max_body_bytes
         self._resolve = _route(litestar, RESOLVE_PATH, "POST", {}, FlowController.resolve)
+        # The body limit Litestar's request applies on this route (``LimitedRequest``).
+        self._limit = self._resolve[0].resolve_request_max_body_size() or services.settings.max_body_bytes
         self._status = _route(
             litestar, _STATUS_PREFIX + _PROBE_FLOW, "GET", {"flow_id": _PROBE_FLOW}, FlowController.status
         )
