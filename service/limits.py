@@ -160,12 +160,20 @@ class LimitedRequest(Request[Any, Any, Any]):
 
     async def json(self) -> Any:
         body = await self.body()
-        if body:
-            media_type = (header_value(self.scope, b"content-type") or "").partition(";")[0]
-            if not is_json_media_type(media_type):
-                raise UnsupportedMediaType
-            # Nesting needs an opening bracket per level: a body with few brackets (every body the
-            # API expects) cannot be too deep, and skips the scan (~2% of a resolve's CPU).
-            if body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH and json_depth(body) > MAX_JSON_DEPTH:
-                raise JsonTooDeep
+        if body and (refused := json_body_refusal(self.scope, body)) is not None:
+            raise refused
         return await super().json()
+
+
+def json_body_refusal(scope: Any, body: bytes) -> ElicitdError | None:
+    """Why a non-empty body may not be decoded as JSON (its ``Content-Type``, its nesting), or None.
+
+    ``LimitedRequest.json`` raises it; ``service.flows.hot`` leaves such a body to Litestar."""
+    media_type = (header_value(scope, b"content-type") or "").partition(";")[0]
+    if not is_json_media_type(media_type):
+        return UnsupportedMediaType()
+    # Nesting needs an opening bracket per level: a body with few brackets (every body the API
+    # expects) cannot be too deep, and skips the scan (~2% of a resolve's CPU).
+    if body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH and json_depth(body) > MAX_JSON_DEPTH:
+        return JsonTooDeep()
+    return None

@@ -49,7 +49,7 @@ from service.flows.api import FlowController, LongPollAnswer
 from service.flows.schemas import ResolveRequest
 from service.flows.service import Parked
 from service.identity.subject_proof import SUBJECT_TOKEN_HEADER
-from service.limits import MAX_JSON_DEPTH, LimitedRequest, header_value, is_json_media_type
+from service.limits import LimitedRequest, header_value, json_body_refusal
 from service.observability.requests import defer
 from service.openapi import AllowHeaderMiddleware
 
@@ -189,10 +189,9 @@ def _resolve_request(scope: Any, body: bytes) -> ResolveRequest | None:
 
     Strict decoding accepts less than Litestar's (it converts decoded JSON with ``strict=False``);
     whatever it accepts, Litestar accepts with the same values. The JSON rules of
-    ``LimitedRequest.json`` are applied the same way; a body they refuse is Litestar's to refuse."""
-    if not body or not is_json_media_type((header_value(scope, b"content-type") or "").partition(";")[0]):
-        return None
-    if body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH:
+    ``LimitedRequest.json`` (``json_body_refusal``) are the same; a body they refuse is Litestar's
+    to refuse."""
+    if not body or json_body_refusal(scope, body) is not None:
         return None
     if sum(1 for name, _ in scope["headers"] if name == _SUBJECT_TOKEN) > 1:
         return None
