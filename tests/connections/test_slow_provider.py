@@ -41,6 +41,7 @@ TOKEN_REQUESTS = 50
 RESOLVES = 200
 RESOLVE_WORKERS = 2
 RESOLVE_BOUND_SECONDS = 1.0
+HELD_FOR_THE_CALL_SECONDS = 1.0  # the provider sleeps 3 s in the two-replica test
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,19 +264,23 @@ async def test_two_replicas_refreshing_one_connection_make_one_provider_call(
     # While the provider sleeps, neither replica holds a connection for it. What is checked out at
     # all is a short read now and then: the loser's look at the row (its one flight, so never two
     # looks at once) and the background loops' own rounds (the webhook worker's poll, which may
-    # coincide with a look); most of the time nothing.
+    # coincide with a look); most of the time nothing. A connection held for the provider's call
+    # would be out for the whole 3 s sleep (a share of 1.0), so no checkout may last
+    # HELD_FOR_THE_CALL_SECONDS and the share stays under half. A read is milliseconds, but on a
+    # loaded machine one has taken a quarter of a second (the test, both replicas and their loops
+    # share one event loop), which says nothing about the design.
     lo, hi = reached + 0.5, reached + 2.5
     sleeping = [watch.between(lo, hi) for watch in watches]
     assert all(len(samples) > 100 for samples in sleeping)
     for watch in watches:
         out = watch.overlapping(lo, hi)
-        assert all(c.end - c.start < 0.1 for c in out), [(c.holder, c.end - c.start) for c in out]
+        assert all(c.end - c.start < HELD_FOR_THE_CALL_SECONDS for c in out), [(c.holder, c.end - c.start) for c in out]
         looks = [c for c in out if c.holder == "ConnectionService._refresh_flight"]
         assert all(a.end <= b.start for a, b in itertools.pairwise(looks)), looks
     holders = {c.holder for watch in watches for c in watch.overlapping(lo, hi)}
     assert "ConnectionService._refresh_flight" in holders  # the loser did look meanwhile
     busy = [sum(samples) / len(samples) for samples in sleeping]
-    assert all(share < 0.1 for share in busy), busy
+    assert all(share < 0.5 for share in busy), busy
     print(f"\ntwo replicas: 1 provider call for 10 requests; share of time a connection was out: {busy}")
     assert await claim_columns(env, connection) == (None, None)
 
