@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -396,6 +397,59 @@ class RawClient:
         self.writer.close()
 
 
+@dataclasses.dataclass(frozen=True)
+class Wake:
+    """One wake-up's clock readings (``perf_counter``): the ``complete`` call sent, its answer read,
+    A's commit mark, and B's answer read."""
+
+    flow_id: str
+    sent: float
+    completed: float
+    committed: float
+    answered: float
+
+
+async def one_wake(
+    i: int, mode: str, on_a: httpx.AsyncClient, on_b: httpx.AsyncClient, waiting: RawClient, completing: RawClient
+) -> Wake:
+    """A flow created on A, waited on through B (``mode``), completed on A; checked, then timed."""
+    sub = f"wake-{i}"
+    created = (
+        await on_a.post(
+            "/v1/flows",
+            json={
+                "subject": {"iss": SUBJECT["iss"], "sub": sub},
+                "kind": "external",
+                "url": "https://mcp.bench.example/step",
+            },
+        )
+    ).json()
+    flow_id = created["flow"]["id"]
+    waiter = asyncio.create_task(waiting.wait_on(mode, created, sub))
+    # Complete only once B really holds the waiter (registered and past its first read).
+    deadline = time.monotonic() + 5
+    while (await on_b.get("/_bench/stats")).json()["waiters"] < 1:
+        assert time.monotonic() < deadline, "waiter never registered"
+        assert not waiter.done(), "waiter answered before it parked"
+        await asyncio.sleep(0.002)
+    await asyncio.sleep(0.005)
+    t0 = time.perf_counter()
+    done_status, done, t_complete = await completing.send(
+        "POST", f"/v1/flows/{flow_id}/complete", b'{"result": {"n": %d}}' % i
+    )
+    # B's answer is stamped when it was read, which may be before A's answer to
+    # `complete` has reached this client.
+    answer_status, answer, t1 = await waiter
+    mark = (await on_a.get(f"/_bench/committed/{flow_id}")).json()["at"]
+    assert mark is not None, "instance A announced no transition of the flow"
+    assert done_status == 200, done
+    answered = json.loads(answer)
+    state = answered["flow"]["status"] if mode == "status" else answered["outcome"]
+    assert answer_status == 200, answer
+    assert state == "completed", answer
+    return Wake(flow_id, t0, t_complete, mark, t1)
+
+
 async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: str) -> dict[str, Any]:
     stats_env = dict(env, ELICITD_BENCH_STATS="1")
     a = Server("elicitd-A", "elicitd_factory:create", stats_env, workers=1).start()
@@ -413,49 +467,23 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
             httpx.AsyncClient(base_url=a.url, headers=headers, timeout=30) as on_a,
             httpx.AsyncClient(base_url=b.url, headers=headers, timeout=30) as on_b,
         ):
-            received_before = (await on_b.get("/_bench/stats")).json()["received"]
-            for i in range(args.samples):
-                sub = f"wake-{i}"
-                created = (
-                    await on_a.post(
-                        "/v1/flows",
-                        json={
-                            "subject": {"iss": SUBJECT["iss"], "sub": sub},
-                            "kind": "external",
-                            "url": "https://mcp.bench.example/step",
-                        },
-                    )
-                ).json()
-                flow_id = created["flow"]["id"]
+            received_before = 0
+            # The first wake-ups of a fresh pair of instances are their first of everything (the
+            # pool's statements, the code paths, the caches); like the throughput phase's warm-up
+            # they are run and not counted.
+            for i in range(-args.wake_warmup, args.samples):
+                if i == 0:
+                    received_before = (await on_b.get("/_bench/stats")).json()["received"]
                 # Alternate the two ways an MCP server waits: status long-poll and resolve(accept).
                 mode = "status" if i % 2 == 0 else "resolve"
-                waiter = asyncio.create_task(waiting.wait_on(mode, created, sub))
-                # Complete only once B really holds the waiter (registered and past its first read).
-                deadline = time.monotonic() + 5
-                while (await on_b.get("/_bench/stats")).json()["waiters"] < 1:
-                    assert time.monotonic() < deadline, "waiter never registered"
-                    assert not waiter.done(), "waiter answered before it parked"
-                    await asyncio.sleep(0.002)
-                await asyncio.sleep(0.005)
-                t0 = time.perf_counter()
-                done_status, done, t_complete = await completing.send(
-                    "POST", f"/v1/flows/{flow_id}/complete", b'{"result": {"n": %d}}' % i
-                )
-                # B's answer is stamped when it was read, which may be before A's answer to
-                # `complete` has reached this client.
-                answer_status, answer, t1 = await waiter
-                mark = (await on_a.get(f"/_bench/committed/{flow_id}")).json()["at"]
-                assert mark is not None, "instance A announced no transition of the flow"
-                commit_ms.append((t1 - mark) * 1000)
-                if (at := heard.seen.get(flow_id.removeprefix("fl_"))) is not None:
-                    published_ms.append((at - mark) * 1000)
-                assert done_status == 200, done
-                answered = json.loads(answer)
-                state = answered["flow"]["status"] if mode == "status" else answered["outcome"]
-                assert answer_status == 200, answer
-                assert state == "completed", answer
-                samples[mode].append((t1 - t0) * 1000)
-                complete_ms.append((t_complete - t0) * 1000)
+                woke = await one_wake(i, mode, on_a, on_b, waiting, completing)
+                if i < 0:
+                    continue
+                commit_ms.append((woke.answered - woke.committed) * 1000)
+                if (at := heard.seen.get(woke.flow_id.removeprefix("fl_"))) is not None:
+                    published_ms.append((at - woke.committed) * 1000)
+                samples[mode].append((woke.answered - woke.sent) * 1000)
+                complete_ms.append((woke.completed - woke.sent) * 1000)
             received = (await on_b.get("/_bench/stats")).json()["received"] - received_before
     finally:
         waiting.close()
@@ -466,6 +494,7 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
     every = samples["status"] + samples["resolve"]
     return {
         "wake_samples": len(every),
+        "wake_warmup": args.wake_warmup,
         "wake_p50_ms": round(percentile(every, 50), 2),
         "wake_p99_ms": round(percentile(every, 99), 2),
         "wake_max_ms": round(max(every), 2),
@@ -650,7 +679,8 @@ def main() -> None:
     )
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds; the median counts")
-    parser.add_argument("--samples", type=int, default=200, help="wake-latency samples")
+    parser.add_argument("--samples", type=int, default=1000, help="wake-latency samples")
+    parser.add_argument("--wake-warmup", type=int, default=20, help="wake-ups run first and not counted")
     parser.add_argument("--waiters", type=int, default=10_000)
     parser.add_argument(
         "--waiter-batch",
