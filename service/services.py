@@ -198,8 +198,9 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         hub=hub,
         codec=RequestStateCodec(settings.keys, clock=clock),
         handlers={name: plugin.handler for name, plugin in kinds.items()},
-        listeners=(metrics.flow_finished, webhooks.wake),
+        listeners=(metrics.flow_finished,),
         also_wakes=events.stream_of,
+        on_webhook_queued=webhooks.wake,
         rate_limiter=FlowRateLimiter(on_limited=metrics.limited),
         clock=clock,
     )

@@ -12,9 +12,9 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import Boolean, bindparam, column, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.base import FLOW_ID
@@ -22,6 +22,11 @@ from service.db.direct import Statement
 from service.events.repository import stream_tail
 from service.flows.models import Flow
 from service.flows.states import Actor, FlowStatus, can_transition
+
+# Whether the transition queued a completion webhook for its flow: the last column of every
+# transition's rows, so the replica that made it wakes its webhook worker only when there is
+# something to deliver (a claim round is a transaction on both sides).
+_QUEUED = "t.id IN (SELECT flow_id FROM ob) AS webhook_queued"
 
 # Shared tail of every transition: the audit event, then one event per moved flow (``pl``, built
 # once so the webhook and the stream carry the same id and payload) for the completion-webhook
@@ -48,8 +53,9 @@ _TRANSITION_TAIL = f"""
     SELECT pl.event_id, pl.server_client_id, pl.flow_id, pl.type, pl.payload
     FROM pl JOIN server_clients sc ON sc.id = pl.server_client_id
     WHERE sc.webhook_url IS NOT NULL
+    RETURNING flow_id
 ){stream_tail("pl")}
-SELECT t.* FROM t
+SELECT t.*, {_QUEUED} FROM t
 """
 
 _SET_TERMINAL = """
@@ -94,6 +100,17 @@ class Transition:
 def _flows(session: AsyncSession, sql: str, params: dict[str, Any]) -> Any:
     stmt = select(Flow).from_statement(text(sql)).execution_options(populate_existing=True)
     return session.execute(stmt, params)
+
+
+async def _moved(session: AsyncSession, sql: str, params: dict[str, Any]) -> tuple[Flow, bool] | None:
+    """The flow a transition statement moved (an ORM instance) and its ``webhook_queued`` flag."""
+    stmt = (
+        select(Flow, column("webhook_queued", Boolean))
+        .from_statement(text(sql))
+        .execution_options(populate_existing=True)
+    )
+    row = (await session.execute(stmt, params)).first()
+    return None if row is None else (row[0], bool(row[1]))
 
 
 # Built once: this is the hot path's only query, and building the expression per call (three
@@ -182,6 +199,22 @@ def snapshot(row: Any) -> tuple[FlowSnapshot, bool]:
     return FlowSnapshot(*row[:16]), bool(row[16])
 
 
+F = TypeVar("F", Flow, FlowSnapshot)
+
+
+class Moved(NamedTuple, Generic[F]):
+    """A flow a transition moved (an ORM ``Flow`` or a ``FlowSnapshot``), and whether the same
+    statement queued a completion webhook for it."""
+
+    flow: F
+    webhook_queued: bool
+
+
+def moved_snapshot(row: Any) -> Moved[FlowSnapshot]:
+    """A row of ``EXPIRE_DUE`` or ``FINISH_EXTERNAL``: the snapshot and its ``webhook_queued`` flag."""
+    return Moved(FlowSnapshot(*row[:16]), bool(row[16]))
+
+
 # An audit event that is not a transition, as one autocommit statement (``add_event``'s SQL).
 ADD_EVENT = "INSERT INTO flow_events (flow_id, type, actor, detail) VALUES ($1, $2, $3, $4::jsonb)"
 
@@ -201,7 +234,7 @@ async def transition(
     *,
     require_live: bool = True,
     require_due: bool = False,
-) -> Flow | None:
+) -> Moved[Flow] | None:
     """Make the one terminal transition, or return None when the flow is not (or no longer) eligible.
 
     ``require_live`` refuses a completion once the flow is past its expiry (the expiry wins);
@@ -217,8 +250,8 @@ async def transition(
         + _TRANSITION_TAIL
     )
     params = {"flow_id": flow_id, **change.params()}
-    result = await _flows(session, sql, params)
-    return result.scalars().first()  # type: ignore[no-any-return]
+    moved = await _moved(session, sql, params)
+    return None if moved is None else Moved(*moved)
 
 
 # ``pg_try_advisory_xact_lock`` key of the sweep's gate (``EXPIRE_DUE``): fixed, so every replica and
@@ -243,7 +276,7 @@ _EXPIRE_DUE = Statement.named(
     "ORDER BY expires_at LIMIT :batch FOR UPDATE SKIP LOCKED), "
     f"t AS (UPDATE flows SET {_SET_TERMINAL} FROM due WHERE flows.id = due.id "
     "AND flows.status = 'pending' RETURNING flows.*)"
-    + _TRANSITION_TAIL.replace("SELECT t.* FROM t", f"SELECT {_SNAPSHOT_COLUMNS} FROM t")
+    + _TRANSITION_TAIL.replace("SELECT t.*,", f"SELECT {_SNAPSHOT_COLUMNS},")
 )
 EXPIRE_DUE = _EXPIRE_DUE.sql
 _EXPIRED_BY_SWEEPER = Transition(FlowStatus.EXPIRED, Actor.SWEEPER, error_code="expired")
@@ -261,7 +294,7 @@ def expire_due_args(batch_size: int) -> list[Any]:
 _FINISH_EXTERNAL = Statement.named(
     f"WITH t AS (UPDATE flows SET {_SET_TERMINAL} WHERE id = :flow_id AND status = 'pending' "
     "AND server_client_id = :server_client_id AND kind = 'external' AND expires_at > now() RETURNING flows.*)"
-    + _TRANSITION_TAIL.replace("SELECT t.* FROM t", f"SELECT {_SNAPSHOT_COLUMNS} FROM t")
+    + _TRANSITION_TAIL.replace("SELECT t.*,", f"SELECT {_SNAPSHOT_COLUMNS},")
 )
 FINISH_EXTERNAL = _FINISH_EXTERNAL.sql
 
@@ -273,7 +306,7 @@ def finish_external_args(flow_id: uuid.UUID, server_client_id: uuid.UUID, change
 
 async def expire_stale_reusable(
     session: AsyncSession, *, server_client_id: uuid.UUID, subject_iss: str, subject_sub: str, kind: str, reuse_key: str
-) -> Flow | None:
+) -> Moved[Flow] | None:
     """Expire the reusable pending flow if its time is up, so a fresh one can take its slot."""
     change = Transition(FlowStatus.EXPIRED, Actor.API, error_code="expired")
     sql = (
@@ -289,8 +322,8 @@ async def expire_stale_reusable(
         "reuse_key": reuse_key,
         **change.params(),
     }
-    result = await _flows(session, sql, params)
-    return result.scalars().first()  # type: ignore[no-any-return]
+    moved = await _moved(session, sql, params)
+    return None if moved is None else Moved(*moved)
 
 
 _INSERT_PENDING = """

@@ -65,13 +65,14 @@ class UnitOfWork:
 
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
-        self.moved: list[Flow] = []
+        self.moved: list[repo.Moved[Flow]] = []
 
     async def transition(self, flow_id: uuid.UUID, change: Transition, **kwargs: Any) -> Flow | None:
-        flow = await repo.transition(self.session, flow_id, change, **kwargs)
-        if flow is not None:
-            self.moved.append(flow)
-        return flow
+        moved = await repo.transition(self.session, flow_id, change, **kwargs)
+        if moved is None:
+            return None
+        self.moved.append(moved)
+        return moved.flow
 
     async def event(
         self, flow_id: uuid.UUID, event_type: str, actor: Actor, detail: dict[str, Any] | None = None
@@ -92,6 +93,7 @@ class FlowService:
         direct: DirectStatements,
         listeners: Sequence[TransitionListener] = (),
         also_wakes: Callable[[FlowFields], uuid.UUID] | None = None,
+        on_webhook_queued: Callable[[], None] | None = None,
         rate_limiter: RateLimiter | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -104,8 +106,10 @@ class FlowService:
         self.hub = hub
         self.codec = codec
         self.handlers = handlers
-        # Told of every committed transition, in process (metrics, the webhook worker's wake-up).
+        # Told of every committed transition, in process (metrics).
         self.listeners = tuple(listeners)
+        # Told after a commit that queued a completion webhook (the webhook worker's wake-up).
+        self.on_webhook_queued = on_webhook_queued
         # The other id a transition wakes (its server client's event-stream tails), published in
         # the same message as the flow's.
         self.also_wakes = also_wakes
@@ -121,15 +125,21 @@ class FlowService:
             yield uow
         await self.announce(uow.moved)
 
-    async def announce(self, flows: Sequence[FlowFields], *, batch: str | None = None) -> None:
-        """After commit: wake waiters everywhere and tell in-process listeners (metrics, logs).
+    async def announce(self, moved: Sequence[repo.Moved[Any]], *, batch: str | None = None) -> None:
+        """After commit: wake waiters everywhere, tell in-process listeners (metrics, logs), and
+        wake this replica's webhook worker when the transitions queued a delivery.
 
         Each flow gets its ``flow transition`` line, except in a ``batch`` (a sweep's expiries):
         then one line named ``batch`` carries the count and the flows' own lines are DEBUG. A
         burst of 100,000 expiries is otherwise 100,000 lines, and ~50 µs of the event loop each.
+
+        The webhook worker is woken only when a delivery was queued: its round is a transaction
+        (a pool checkout, BEGIN, the claim, COMMIT) in the same millisecond as the completing
+        request's answer and the waiters it wakes, and most server clients have no webhook.
         """
-        if not flows:
+        if not moved:
             return
+        flows = [m.flow for m in moved]
         per_flow = batch is None or logger.isEnabledFor(logging.DEBUG)
         level = logging.INFO if batch is None else logging.DEBUG
         for flow in flows:
@@ -151,6 +161,8 @@ class FlowService:
         if self.also_wakes is not None:
             ids.extend(dict.fromkeys(self.also_wakes(f) for f in flows))
         await self.hub.publish(ids)
+        if self.on_webhook_queued is not None and any(m.webhook_queued for m in moved):
+            self.on_webhook_queued()
 
     async def finish(self, flow_id: uuid.UUID, change: Transition, **kwargs: Any) -> Flow | None:
         """One terminal transition in its own unit of work (None when the flow was not pending)."""
@@ -605,16 +617,17 @@ class FlowService:
                     extra={"code": "not_external"},
                 )
             raise FlowNotPending(f"The flow is {flow.status}; it cannot change again.")
-        moved = repo.FlowSnapshot(*row)
+        moved = repo.moved_snapshot(row)
         await self.announce([moved])
-        self._tag(moved, moved.status)
-        return StatusResponse(flow=self.view(moved), result=moved.result if moved.status == "completed" else None)
+        flow = moved.flow
+        self._tag(flow, flow.status)
+        return StatusResponse(flow=self.view(flow), result=flow.result if flow.status == "completed" else None)
 
     # ---- sweeping --------------------------------------------------------------------------------
     async def sweep_once(self) -> int:
         """Expire one batch of overdue flows (one statement, its own transaction), then announce them."""
         rows = await self.direct.fetch(repo.EXPIRE_DUE, *repo.expire_due_args(self.settings.sweep_batch_size))
-        await self.announce([repo.FlowSnapshot(*row) for row in rows], batch="flows expired")
+        await self.announce([repo.moved_snapshot(row) for row in rows], batch="flows expired")
         return len(rows)
 
     async def finished_among(self, ids: list[uuid.UUID]) -> list[uuid.UUID]:

@@ -169,6 +169,53 @@ async def test_delivery_only_after_the_transition_commits(make_settings: Callabl
         assert len(receiver.received) == 1
 
 
+async def test_only_a_transition_that_queued_a_delivery_wakes_the_worker(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """A worker's round is a transaction; a transition of a server client without a webhook queues
+    nothing and must not start one. With the poll tick an hour away and no background sweep, what
+    is delivered within seconds was delivered because the transition woke the worker."""
+    settings = make_settings(sweep_interval_seconds=3600, extra={"WEBHOOK_POLL_INTERVAL_SECONDS": "3600"})
+    async with receiving() as receiver, running_app(settings) as app:
+        worker = app.state.webhooks
+        rounds: list[int] = []
+        claim = worker.claim
+
+        async def counted() -> list[Any]:
+            claimed = await claim()
+            rounds.append(len(claimed))
+            return claimed
+
+        worker.claim = counted  # type: ignore[method-assign]
+        hooked, _ = await with_webhook(app, receiver.url)
+        plain = await new_server_client(app)
+        flows = app.state.flows
+        await asyncio.sleep(0.3)
+        assert rounds == []  # the startup round ran before the count began, the next is an hour away
+
+        # No webhook: completed through the API (one statement), failed through a unit of work.
+        completed = await create_flow(app, plain)
+        assert (await complete_flow(app, plain, completed)).status_code == 200
+        failed = await create_flow(app, plain)
+        moved = await flows.finish(uuid.UUID(failed[3:]), Transition(FlowStatus.FAILED, Actor.API, error_code="x"))
+        assert moved is not None and moved.status == "failed"
+        await asyncio.sleep(0.5)
+        assert rounds == []
+
+        # A webhook: either way of moving a flow wakes the worker, which delivers at once. (A sweep's
+        # expiries carry the same flag from the same statement tail as the API's completion.)
+        completed = await create_flow(app, hooked)
+        assert (await complete_flow(app, hooked, completed)).status_code == 200
+        await until(lambda: len(receiver.ok()) == 1, timeout=10, what="the API completion delivered")
+        failed = await create_flow(app, hooked)
+        moved = await flows.finish(uuid.UUID(failed[3:]), Transition(FlowStatus.FAILED, Actor.API, error_code="x"))
+        assert moved is not None
+        await until(lambda: len(receiver.ok()) == 2, timeout=10, what="the unit of work's transition delivered")
+    assert [json.loads(r.body)["type"] for r in receiver.ok()] == ["flow.completed", "flow.failed"]
+    assert [json.loads(r.body)["data"]["flow_id"] for r in receiver.ok()] == [completed, failed]
+    assert len(rounds) >= 2
+
+
 async def test_retries_after_receiver_errors_then_delivers(make_settings: Callable[..., Settings]) -> None:
     receiver = Receiver(answer=lambda _event, seen: 500 if seen <= 2 else 204)
     async with receiving(receiver), running_app(fast(make_settings)) as app:
