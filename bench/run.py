@@ -403,6 +403,7 @@ class Wake:
     A's commit mark, and B's answer read."""
 
     flow_id: str
+    mode: str
     sent: float
     completed: float
     committed: float
@@ -410,9 +411,11 @@ class Wake:
 
 
 async def one_wake(
-    i: int, mode: str, on_a: httpx.AsyncClient, on_b: httpx.AsyncClient, waiting: RawClient, completing: RawClient
+    i: int, on_a: httpx.AsyncClient, on_b: httpx.AsyncClient, waiting: RawClient, completing: RawClient
 ) -> Wake:
-    """A flow created on A, waited on through B (``mode``), completed on A; checked, then timed."""
+    """A flow created on A, waited on through B, completed on A; checked, then timed. The waiter
+    alternates the two ways an MCP server waits: a status long-poll and resolve(accept)."""
+    mode = "status" if i % 2 == 0 else "resolve"
     sub = f"wake-{i}"
     created = (
         await on_a.post(
@@ -447,7 +450,7 @@ async def one_wake(
     state = answered["flow"]["status"] if mode == "status" else answered["outcome"]
     assert answer_status == 200, answer
     assert state == "completed", answer
-    return Wake(flow_id, t0, t_complete, mark, t1)
+    return Wake(flow_id, mode, t0, t_complete, mark, t1)
 
 
 async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: str) -> dict[str, Any]:
@@ -467,22 +470,18 @@ async def wake_latency(args: argparse.Namespace, env: dict[str, str], api_key: s
             httpx.AsyncClient(base_url=a.url, headers=headers, timeout=30) as on_a,
             httpx.AsyncClient(base_url=b.url, headers=headers, timeout=30) as on_b,
         ):
-            received_before = 0
             # The first wake-ups of a fresh pair of instances are their first of everything (the
             # pool's statements, the code paths, the caches); like the throughput phase's warm-up
             # they are run and not counted.
-            for i in range(-args.wake_warmup, args.samples):
-                if i == 0:
-                    received_before = (await on_b.get("/_bench/stats")).json()["received"]
-                # Alternate the two ways an MCP server waits: status long-poll and resolve(accept).
-                mode = "status" if i % 2 == 0 else "resolve"
-                woke = await one_wake(i, mode, on_a, on_b, waiting, completing)
-                if i < 0:
-                    continue
+            for i in range(-args.wake_warmup, 0):
+                await one_wake(i, on_a, on_b, waiting, completing)
+            received_before = (await on_b.get("/_bench/stats")).json()["received"]
+            for i in range(args.samples):
+                woke = await one_wake(i, on_a, on_b, waiting, completing)
                 commit_ms.append((woke.answered - woke.committed) * 1000)
                 if (at := heard.seen.get(woke.flow_id.removeprefix("fl_"))) is not None:
                     published_ms.append((at - woke.committed) * 1000)
-                samples[mode].append((woke.answered - woke.sent) * 1000)
+                samples[woke.mode].append((woke.answered - woke.sent) * 1000)
                 complete_ms.append((woke.completed - woke.sent) * 1000)
             received = (await on_b.get("/_bench/stats")).json()["received"] - received_before
     finally:
