@@ -6,7 +6,7 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from service.settings import Settings
 from service.signals.signing import new_secret
 from tests.admin.conftest import admin_http, complete_flow, create_flow, make_token
 from tests.signals.receiver import Receiver, receiving
+from tests.support import backends
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 from tests.support.waiting import until
 
@@ -170,50 +171,78 @@ async def test_delivery_only_after_the_transition_commits(make_settings: Callabl
 
 
 async def test_only_a_transition_that_queued_a_delivery_wakes_the_worker(
-    make_settings: Callable[..., Settings],
+    make_settings: Callable[..., Settings], backend: backends.Backends
 ) -> None:
     """A worker's round is a transaction; a transition of a server client without a webhook queues
     nothing and must not start one. With the poll tick an hour away and no background sweep, what
-    is delivered within seconds was delivered because the transition woke the worker."""
-    settings = make_settings(sweep_interval_seconds=3600, extra={"WEBHOOK_POLL_INTERVAL_SECONDS": "3600"})
-    async with receiving() as receiver, running_app(settings) as app:
-        worker = app.state.webhooks
-        rounds: list[int] = []
-        claim = worker.claim
+    is delivered within seconds was delivered because the transition woke the worker. On a
+    database of its own: the suite's shared instance sweeps the shared one every 0.5 s and would
+    expire the flows made due here itself."""
+    async with backends.migrated_database(backend.server_url) as url:
+        settings = make_settings(
+            database_url=url, sweep_interval_seconds=3600, extra={"WEBHOOK_POLL_INTERVAL_SECONDS": "3600"}
+        )
+        async with receiving() as receiver, running_app(settings) as app:
+            rounds = count_rounds(app)
+            hooked, _ = await with_webhook(app, receiver.url)
+            plain = await new_server_client(app)
+            await asyncio.sleep(0.3)
+            assert rounds == []  # the startup round ran before the count began, the next is an hour away
 
-        async def counted() -> list[Any]:
-            claimed = await claim()
-            rounds.append(len(claimed))
-            return claimed
+            # No webhook: completed through the API (one statement), failed through a unit of work,
+            # expired by a sweep.
+            await move_three_ways(app, plain)
+            await asyncio.sleep(0.5)
+            assert rounds == []
 
-        worker.claim = counted  # type: ignore[method-assign]
-        hooked, _ = await with_webhook(app, receiver.url)
-        plain = await new_server_client(app)
-        flows = app.state.flows
-        await asyncio.sleep(0.3)
-        assert rounds == []  # the startup round ran before the count began, the next is an hour away
+            # A webhook: each way of moving a flow wakes the worker, which delivers at once.
+            moved = await move_three_ways(app, hooked, delivered=lambda n: until(lambda: len(receiver.ok()) == n))
+        assert [json.loads(r.body)["type"] for r in receiver.ok()] == ["flow.completed", "flow.failed", "flow.expired"]
+        assert [json.loads(r.body)["data"]["flow_id"] for r in receiver.ok()] == moved
+        assert sum(rounds) == 3  # every delivery claimed by a woken round, none by a poll
 
-        # No webhook: completed through the API (one statement), failed through a unit of work.
-        completed = await create_flow(app, plain)
-        assert (await complete_flow(app, plain, completed)).status_code == 200
-        failed = await create_flow(app, plain)
-        moved = await flows.finish(uuid.UUID(failed[3:]), Transition(FlowStatus.FAILED, Actor.API, error_code="x"))
-        assert moved is not None and moved.status == "failed"
-        await asyncio.sleep(0.5)
-        assert rounds == []
 
-        # A webhook: either way of moving a flow wakes the worker, which delivers at once. (A sweep's
-        # expiries carry the same flag from the same statement tail as the API's completion.)
-        completed = await create_flow(app, hooked)
-        assert (await complete_flow(app, hooked, completed)).status_code == 200
-        await until(lambda: len(receiver.ok()) == 1, timeout=10, what="the API completion delivered")
-        failed = await create_flow(app, hooked)
-        moved = await flows.finish(uuid.UUID(failed[3:]), Transition(FlowStatus.FAILED, Actor.API, error_code="x"))
-        assert moved is not None
-        await until(lambda: len(receiver.ok()) == 2, timeout=10, what="the unit of work's transition delivered")
-    assert [json.loads(r.body)["type"] for r in receiver.ok()] == ["flow.completed", "flow.failed"]
-    assert [json.loads(r.body)["data"]["flow_id"] for r in receiver.ok()] == [completed, failed]
-    assert len(rounds) >= 2
+def count_rounds(app: RunningApp) -> list[int]:
+    """The number of events each of the app's worker rounds claims, from now on."""
+    worker = app.state.webhooks
+    rounds: list[int] = []
+    claim = worker.claim
+
+    async def counted() -> list[Any]:
+        claimed = await claim()
+        rounds.append(len(claimed))
+        return claimed
+
+    worker.claim = counted  # type: ignore[method-assign]
+    return rounds
+
+
+async def move_three_ways(
+    app: RunningApp, client: ServerClientHandle, delivered: Callable[[int], Awaitable[None]] | None = None
+) -> list[str]:
+    """Complete a flow of ``client`` through the API, fail one through a unit of work, expire one by
+    a sweep; after each, await ``delivered`` with the count so far. The three flow ids."""
+    flows = app.state.flows
+    completed = await create_flow(app, client)
+    assert (await complete_flow(app, client, completed)).status_code == 200
+    if delivered is not None:
+        await delivered(1)
+    failed = await create_flow(app, client)
+    moved = await flows.finish(uuid.UUID(failed[3:]), Transition(FlowStatus.FAILED, Actor.API, error_code="x"))
+    assert moved is not None and moved.status == "failed"
+    if delivered is not None:
+        await delivered(2)
+    expired = await create_flow(app, client)
+    async with app.state.sessions() as session:
+        await session.execute(
+            text("UPDATE flows SET expires_at = now() - interval '1 second' WHERE id = :i"),
+            {"i": uuid.UUID(expired[3:])},
+        )
+        await session.commit()
+    assert await flows.sweep_once() == 1
+    if delivered is not None:
+        await delivered(3)
+    return [completed, failed, expired]
 
 
 async def test_retries_after_receiver_errors_then_delivers(make_settings: Callable[..., Settings]) -> None:
