@@ -110,15 +110,17 @@ async def record(session: AsyncSession, events: Sequence[NewEvent]) -> list[uuid
     return [r[0] for r in rows]
 
 
-# Who hears that a connection is gone: every server client that was ever granted it (directly, or
-# as a member of the trust group it was granted to). Others could not read its token, so they are
-# not told it existed.
+# Who hears that a connection is gone: the server clients holding a live grant of it when it is
+# revoked (directly, or as a member of the trust group it was granted to). A client whose grant was
+# revoked earlier was told then (``grant.revoked``) and can no longer read the token; a client never
+# granted it could not read it at all. Neither is told the connection existed. Callers revoke the
+# connection before its grants (``disconnect``), so the grants ending with it still count as live.
 _CONNECTION_AUDIENCE = text(
     """
 SELECT DISTINCT COALESCE(g.server_client_id, m.server_client_id) AS server_client_id, c.id AS connection_id,
        c.provider, c.account_id, c.subject_iss, c.subject_sub, c.revoked_at
 FROM connections c
-JOIN grants g ON g.connection_id = c.id
+JOIN grants g ON g.connection_id = c.id AND g.revoked_at IS NULL
 LEFT JOIN trust_group_members m ON g.server_client_id IS NULL AND m.group_id = g.trust_group_id
 WHERE c.id = ANY(:ids) AND COALESCE(g.server_client_id, m.server_client_id) IS NOT NULL
 ORDER BY 1, 2

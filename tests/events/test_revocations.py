@@ -98,3 +98,66 @@ async def test_revocations_reach_the_granted_clients_only(make_settings: Callabl
         CONNECTION_ID.format(second),
         "disconnect",
     )
+
+
+async def stored_types(app: RunningApp, client: ServerClientHandle) -> list[str]:
+    """The event types stored for ``client``, in stream order."""
+    async with app.state.sessions() as session:
+        found = await session.execute(
+            text("SELECT type FROM events WHERE server_client_id = :c ORDER BY seq"), {"c": client.id}
+        )
+        return [str(t) for t in found.scalars()]
+
+
+async def queued_types(app: RunningApp, client: ServerClientHandle) -> list[str]:
+    """The webhook outbox's event types for ``client``, oldest first."""
+    async with app.state.sessions() as session:
+        found = await session.execute(
+            text("SELECT event_type FROM webhook_outbox WHERE server_client_id = :c ORDER BY id"), {"c": client.id}
+        )
+        return [str(t) for t in found.scalars()]
+
+
+async def test_connection_revoked_reaches_only_the_grants_still_live(make_settings: Callable[..., Settings]) -> None:
+    """A client whose grant ended before the connection did was told then, by ``grant.revoked``,
+    and hears nothing of the connection afterwards; the client still holding a grant hears
+    ``connection.revoked``."""
+    async with running_app(make_settings(extra=FAST)) as app:
+        provider = f"files-{uuid.uuid4().hex[:8]}"
+        async with app.state.sessions() as session:
+            await upsert_provider(
+                session,
+                ProviderSpec(
+                    name=provider,
+                    catalog="oauth2",
+                    display_name="Files",
+                    authorization_endpoint="https://files.example.com/authorize",
+                    token_endpoint="https://files.example.com/token",
+                    client_id="elicitd",
+                    client_secret="secret",
+                ),
+                app.state.vault,
+            )
+            await session.commit()
+        live, ended = [await new_server_client(app) for _ in range(2)]
+        sub = f"u{uuid.uuid4().hex[:8]}"
+        connection = await connection_granted_to(app, provider, sub, "work", live, ended)
+        async with reading(app, live) as to_live, reading(app, ended) as to_ended:
+            grant = await grant_of(app, connection, ended)
+            assert await app.state.grants.revoke_for_subject(GRANT_ID.format(grant), iss=ISS, sub=sub) is True
+            await until(lambda: len(to_ended.events) == 1, what="grant.revoked")
+            outcome = await app.state.connections.revoke_by_id(connection)
+            assert outcome is not None
+            assert outcome.revoked == [CONNECTION_ID.format(connection)]
+            await until(lambda: len(to_live.events) == 1, what="connection.revoked")
+        # The events table is what every stream reads: exact per client, committed before
+        # ``revoke_by_id`` returned.
+        assert [(e.type, e.data["connection_id"]) for e in to_live.events] == [
+            ("connection.revoked", CONNECTION_ID.format(connection))
+        ]
+        assert [(e.type, e.data["grant_id"]) for e in to_ended.events] == [("grant.revoked", GRANT_ID.format(grant))]
+        assert await stored_types(app, live) == ["connection.revoked"]
+        assert await stored_types(app, ended) == ["grant.revoked"]
+        # Revocations are stream events: neither client gets one through the webhook outbox.
+        assert await queued_types(app, live) == []
+        assert await queued_types(app, ended) == []
