@@ -84,7 +84,7 @@ EXAMPLES: dict[str, Any] = {
                 },
             }
         },
-        "requestState": "v1.k1.bWluZWQgYnkgZWxpY2l0ZDsgb3BhcXVlIHRvIHRoZSBjYWxsZXI",
+        "requestState": "v2.k1.498611.bWluZWQgYnkgZWxpY2l0ZDsgb3BhcXVlIHRvIHRoZSBjYWxsZXI",
     },
 }
 

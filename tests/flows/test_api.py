@@ -43,7 +43,7 @@ async def test_create_returns_ready_mcp_and_legacy_objects(
             "params": {"mode": "url", "message": "Finish the setup.", "url": "https://app.example.com/step"},
         }
     }
-    assert body["mcp"]["requestState"].startswith("v1.test2.")
+    assert body["mcp"]["requestState"].startswith("v2.test2.")
     legacy = body["legacy"]
     assert legacy["code"] == -32042
     assert legacy["elicitation"] == {

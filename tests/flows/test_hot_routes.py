@@ -35,7 +35,7 @@ from tests.support.apps import LogCapture, RunningApp, ServerClientHandle, new_s
 # uvicorn's own headers, the same on both paths but not the same second.
 _SERVER_HEADERS = {"date", "server"}
 _ID = re.compile(r"fl_[0-9a-f]{32}")
-_STATE = re.compile(rb"v1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{40,}")
+_STATE = re.compile(rb"v2\.[A-Za-z0-9_-]+\.[0-9]+\.[A-Za-z0-9_-]{40,}")
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
 
