@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import uuid
+import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -32,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.clock import Clock, SystemClock
 from service.crypto.vault import Vault
 from service.db.base import CLIENT_ID
-from service.errors import ElicitdError, InvalidRequest
+from service.errors import ElicitdError, InvalidRequest, RateLimited
 from service.events import repository as repo
 from service.settings import Settings, positive_extras
 from service.signals.bus import WaiterHub
@@ -56,6 +58,9 @@ class EventSettings:
     # While Redis wakes the tail, it still reads this often, in case a publish was lost.
     poll_seconds: float = 10.0
     page_size: int = 100
+    # Streams one server client may hold open in one process (each holds a connection, a buffer
+    # and a task's share of the tail): a leaked key cannot pin a replica's sockets and memory.
+    streams_per_client: int = 8
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EventSettings:
@@ -65,6 +70,7 @@ class EventSettings:
             "buffer_size": int,
             "poll_seconds": float,
             "page_size": int,
+            "streams_per_client": int,
         }
         return cls(**positive_extras(settings, "EVENTS_", kinds))
 
@@ -125,6 +131,17 @@ class Subscription:
         return self._ready.is_set()
 
 
+class StreamSlot:
+    """One stream's place under ``EventSettings.streams_per_client``.
+
+    Taken by the handler before the answer starts, so that a refusal is a 429 rather than a stream
+    that closes at once; held by the stream's generator, which gives it back when it ends. A
+    generator that never ran (the client left before the answer started) has no ``finally`` to
+    run: the hub holds slots weakly, so such a slot goes when its generator is dropped."""
+
+    __slots__ = ("__weakref__",)
+
+
 @dataclass(eq=False)
 class _Tail:
     server_client_id: uuid.UUID
@@ -154,6 +171,7 @@ class EventHub:
         self.hub = hub
         self.clock: Clock = clock or SystemClock()
         self._tails: dict[uuid.UUID, _Tail] = {}
+        self._slots: dict[uuid.UUID, weakref.WeakSet[StreamSlot]] = {}
 
     # ---- after a commit ------------------------------------------------------------------------
     @staticmethod
@@ -169,6 +187,37 @@ class EventHub:
         await self.hub.publish(set(server_client_ids))
 
     # ---- consumers -----------------------------------------------------------------------------
+    def claim(self, server_client_id: uuid.UUID) -> StreamSlot:
+        """A place for one more stream of this server client in this process, or ``TooManyStreams``.
+
+        No await between the count and the add: concurrent requests of one client cannot both
+        take the last place. The count is per process (each replica has its own)."""
+        held = self._slots.get(server_client_id)
+        if held is None:
+            held = self._slots[server_client_id] = weakref.WeakSet()
+        if len(held) >= self.settings.streams_per_client:
+            # A consumer that went away unannounced is found out at its next heartbeat at the latest.
+            raise TooManyStreams(
+                f"This server client already holds {self.settings.streams_per_client} event streams "
+                "on this replica; close one or retry later.",
+                retry_after=math.ceil(self.settings.heartbeat_seconds),
+            )
+        slot = StreamSlot()
+        held.add(slot)
+        return slot
+
+    def release(self, server_client_id: uuid.UUID, slot: StreamSlot) -> None:
+        held = self._slots.get(server_client_id)
+        if held is not None:
+            held.discard(slot)
+            if not held:
+                del self._slots[server_client_id]
+
+    def streams_of(self, server_client_id: uuid.UUID) -> int:
+        """Streams of this server client open (or opening) in this process."""
+        held = self._slots.get(server_client_id)
+        return len(held) if held is not None else 0
+
     async def start(self, server_client_id: uuid.UUID, after: int | None) -> int:
         """Where a stream starts: after ``after`` (the consumer's ``Last-Event-ID``) when it is
         still resumable, or after the latest event when it gave none. Raises ``EventsExpired`` when
@@ -196,7 +245,7 @@ class EventHub:
             key_id, blob, owner=CLIENT_ID.format(server_client_id), purpose=WEBHOOK_SECRET_PURPOSE
         )
 
-    async def stream(self, server_client_id: uuid.UUID, after: int) -> AsyncIterator[list[repo.Row] | None]:
+    async def stream(self, server_client_id: uuid.UUID, after: int) -> AsyncGenerator[list[repo.Row] | None]:
         """Every event after ``after``, in order, as batches; ``None`` when a heartbeat is due."""
         async with self._subscribe(server_client_id) as (subscription, tail):
             position = after
@@ -310,6 +359,12 @@ class EventsExpired(ElicitdError):
     code = "events_expired"
     status = 410
     title = "Events expired"
+
+
+class TooManyStreams(RateLimited):
+    """The server client holds ``EventSettings.streams_per_client`` streams in this process."""
+
+    code = "too_many_streams"
 
 
 class InvalidCursor(InvalidRequest):

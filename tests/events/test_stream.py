@@ -37,6 +37,8 @@ class Reader:
     heartbeats: int = 0
     opened_at: int | None = None
     status: int | None = None
+    # The server ended the stream (the response's body finished).
+    ended: bool = False
 
 
 @contextlib.asynccontextmanager
@@ -68,6 +70,7 @@ async def reading(
                     seq, kind, data = message
                     assert seq is not None
                     reader.events.append(Event.parse(int(seq), kind, data))
+            reader.ended = True
 
     task = asyncio.get_running_loop().create_task(run())
     done = asyncio.ensure_future(opened.wait())
