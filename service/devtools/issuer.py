@@ -73,8 +73,8 @@ class DevIssuer(AuthorizationServer):
             "authorization_response_iss_parameter_supported": True,
         }
 
-    def sign(self, claims: dict[str, Any]) -> str:
-        return jwt.encode({"alg": "ES256", "kid": self.keys.kid, "typ": "JWT"}, claims, self.signing_key)
+    def sign(self, claims: dict[str, Any], *, typ: str = "JWT") -> str:
+        return jwt.encode({"alg": "ES256", "kid": self.keys.kid, "typ": typ}, claims, self.signing_key)
 
     def id_token(self, grant: Grant) -> str:
         now = int(time.time())
@@ -93,6 +93,8 @@ class DevIssuer(AuthorizationServer):
         return self.sign(claims)
 
     def access_token(self, sub: str, *, audience: str, client_id: str, scope: str, ttl: int) -> str:
+        """An RFC 9068 access token: ``typ: at+jwt``, which elicitd requires of a subject token (an
+        ID token, ``typ: JWT``, is not one)."""
         now = int(time.time())
         return self.sign(
             {
@@ -104,7 +106,8 @@ class DevIssuer(AuthorizationServer):
                 "iat": now,
                 "exp": now + ttl,
                 "jti": secrets.token_urlsafe(12),
-            }
+            },
+            typ="at+jwt",
         )
 
     def verify_access_token(self, token: str, audience: str | None = None) -> dict[str, Any] | None:

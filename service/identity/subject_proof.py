@@ -7,10 +7,13 @@ resolve, token, revoke; the token exchange carries it as ``subject_token``). eli
 before anything is read or written:
 
 * a **JWT** by its signature against the issuer's JWKS (discovered, cached by ``IssuerDirectory``;
-  asymmetric algorithms only), ``iss`` = the registered issuer, ``sub``, ``exp`` and ``nbf`` with
-  ``LEEWAY_SECONDS``;
+  asymmetric algorithms only), its header's ``typ`` = ``at+jwt`` (RFC 9068 §4: an ID token or any
+  other JWT the issuer signs is not an access token, however alike its claims), ``iss`` = the
+  registered issuer, ``sub``, ``exp`` and ``nbf`` with ``LEEWAY_SECONDS``;
 * an **opaque token** by RFC 7662 introspection at the issuer, with the credentials configured on
-  the issuer row (``active``, ``iss`` when given, ``sub``, ``exp``);
+  the issuer row (``active``, ``iss`` when given, ``sub``, and an ``exp``: RFC 7662 makes it
+  optional, but without one a token revoked at the issuer would be taken for the cache's minute
+  after every introspection, for ever);
 * for both, an ``aud`` or ``resource`` (RFC 8707 / RFC 9068) equal to one of the server client's
   registered ``resource_uris``: a token minted for another MCP server proves nothing to this one;
 * and that its ``iss`` + ``sub`` are the subject the call names.
@@ -61,6 +64,9 @@ LEEWAY_SECONDS = 30
 # Access tokens are a few hundred bytes to a few kilobytes; anything longer is not one.
 MAX_TOKEN_LENGTH = 8192
 MAX_RESOURCE_URIS = 20
+# RFC 9068 §2.1 / §4: an access token's JWT header says ``typ: at+jwt``; media types compare
+# without case, and RFC 7515 §4.1.9 lets ``application/`` be written or left out.
+ACCESS_TOKEN_TYPES = frozenset({"at+jwt", "application/at+jwt"})
 _CACHE_LIMIT = 10_000
 _INTROSPECTION_HEADERS = {
     "Accept": "application/json",
@@ -108,6 +114,7 @@ _REASONS = {
     "unknown_issuer": "The subject token's issuer is not one elicitd trusts.",
     "other_issuer": "The subject token was issued by another issuer than the subject's.",
     "signature": "The subject token's signature could not be verified.",
+    "token_type": "The subject token is not an access token (its JWT header must say typ: at+jwt, RFC 9068).",
     "expired": "The subject token has expired or is not valid yet.",
     "claims": "The subject token lacks a required claim (iss, sub, exp).",
     "inactive": "The issuer reports the subject token as not active.",
@@ -292,6 +299,9 @@ class SubjectProver:
             decoded = await decode_signed(self._issuers, resolved, token)
         except (JoseError, ValueError):
             raise refused("signature") from None
+        typ = decoded.header.get("typ")
+        if not isinstance(typ, str) or typ.lower() not in ACCESS_TOKEN_TYPES:
+            raise refused("token_type")
         claims = decoded.claims
         now = int(self._clock.time())
         # Time first: the registry reports a future ``nbf`` as it reports a malformed ``aud``.
@@ -350,6 +360,8 @@ class SubjectProver:
             raise refused("inactive")
         if "iss" in answer and answer["iss"] != resolved.issuer:
             raise refused("other_issuer")
+        if not _number(answer.get("exp")):
+            raise refused("claims")
         now = self._clock.time()
         if _past(answer.get("exp"), now) or _future(answer.get("nbf"), now):
             raise refused("expired")

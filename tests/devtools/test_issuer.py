@@ -84,7 +84,10 @@ async def test_a_sign_in_gives_a_code_for_one_es256_id_token_with_the_nonce(
     assert answer.headers["cache-control"] == "no-store"
     keys = KeySet.import_key_set((await http.get(f"{dev_tools.issuer.issuer}/jwks")).json())
     token = jwt.decode(answer.json()["id_token"], keys, algorithms=["ES256"])
-    assert token.header["kid"] == dev_tools.issuer.keys.kid
+    assert (token.header["kid"], token.header["typ"]) == (dev_tools.issuer.keys.kid, "JWT")
+    # The access token is an RFC 9068 one, as elicitd requires of a subject token.
+    access = jwt.decode(answer.json()["access_token"], keys, algorithms=["ES256"])
+    assert access.header["typ"] == "at+jwt"
     claims = token.claims
     assert (claims["iss"], claims["sub"], claims["aud"], claims["nonce"]) == (
         dev_tools.issuer.issuer,
@@ -178,6 +181,8 @@ async def test_mint_gives_an_access_token_for_an_audience(dev_tools: DevTools, h
     assert minted.status_code == 200
     claims = dev_tools.issuer.verify_access_token(minted.json()["access_token"], "http://127.0.0.1:9000/mcp")
     assert claims is not None
+    keys = KeySet.import_key_set(dev_tools.issuer.jwks)
+    assert jwt.decode(minted.json()["access_token"], keys, algorithms=["ES256"]).header["typ"] == "at+jwt"
     assert (claims["iss"], claims["sub"]) == (iss, "alice")
     assert dev_tools.issuer.verify_access_token(minted.json()["access_token"], "http://127.0.0.1:9001/mcp") is None
     no_audience = await http.post(f"{iss}/mint", json={"sub": "alice"})

@@ -178,6 +178,30 @@ ATTACKS: list[tuple[str, str, Callable[[Scene, OAuthServer], str | None], int, s
         "other_issuer",
     ),
     (
+        "a JWT of the trusted issuer that is not an access token (typ: JWT, as an ID token)",
+        "alice",
+        lambda s, r: s.world.user_token(s.alice, typ="JWT"),
+        403,
+        "subject_token_invalid",
+        "token_type",
+    ),
+    (
+        "a JWT of the trusted issuer with no typ",
+        "alice",
+        lambda s, r: s.world.user_token(s.alice, typ=None),
+        403,
+        "subject_token_invalid",
+        "token_type",
+    ),
+    (
+        "an opaque token the issuer calls active with no exp",
+        "alice",
+        lambda s, r: s.world.user_token(s.alice, format="opaque", expires=False),
+        403,
+        "subject_token_invalid",
+        "claims",
+    ),
+    (
         "revoked opaque token (introspection: inactive)",
         "alice",
         lambda s, r: revoked_opaque(s),
@@ -283,6 +307,25 @@ async def test_a_token_for_one_of_several_resources_or_with_a_resource_claim_is_
                 f"/v1/connections/{world.provider}/token", params={"iss": world.iss, "sub": scene.alice}
             )
         assert answer.status_code == 200, answer.text
+
+
+async def test_an_access_token_type_is_accepted_as_rfc_9068_spells_it(scene: Scene) -> None:
+    """``at+jwt`` or ``application/at+jwt``, in any case: media types compare without case."""
+    world = scene.world
+    for typ in ("at+jwt", "application/at+jwt", "AT+JWT", "Application/At+Jwt"):
+        token = world.user_token(scene.alice, typ=typ)
+        async with world.app.http(world.client.api_key, headers=proof(token)) as http:
+            answer = await http.get(
+                f"/v1/connections/{world.provider}/token", params={"iss": world.iss, "sub": scene.alice}
+            )
+        assert answer.status_code == 200, (typ, answer.text)
+    for typ in ("JWT", "at+jwt+x", "application/jwt", "token-introspection+jwt"):
+        token = world.user_token(scene.alice, typ=typ)
+        async with world.app.http(world.client.api_key, headers=proof(token)) as http:
+            answer = await http.get(
+                f"/v1/connections/{world.provider}/token", params={"iss": world.iss, "sub": scene.alice}
+            )
+        assert (answer.status_code, answer.json()["reason"]) == (403, "token_type"), typ
 
 
 async def test_a_client_without_subject_proof_is_not_asked_and_its_header_is_ignored(scene: Scene) -> None:

@@ -513,14 +513,19 @@ class OAuthServer:
         format: Literal["opaque", "jwt"] = "opaque",
         ttl: int | None = None,
         iss: str | None = None,
+        typ: str | None = "at+jwt",
+        expires: bool = True,
     ) -> dict[str, Any]:
         """Issue tokens directly (not counted as a token call), e.g. a signed ID token for ``sub``.
 
         For an MCP server's user: ``audience`` (and ``resource``) name what the access token is for,
         ``format="jwt"`` makes it an RFC 9068 JWT (else opaque, for RFC 7662 introspection at
         ``/introspect``), ``ttl`` overrides its lifetime (negative: already expired), and ``iss``
-        puts another issuer's URL in the JWT while this server signs it (a forgery)."""
+        puts another issuer's URL in the JWT while this server signs it (a forgery). ``typ`` is the
+        JWT header's ``typ`` (None leaves it out), and ``expires=False`` makes a token with no
+        ``exp`` at all, in the JWT or the introspection answer."""
         body: dict[str, Any] = {"sub": sub, "client_id": client_id, "scope": scope, "nonce": nonce, "format": format}
+        body.update(typ=typ, expires=expires)
         optional = {"audience": audience, "resource": resource, "ttl": ttl, "iss": iss}
         body.update({key: value for key, value in optional.items() if value is not None})
         result: dict[str, Any] = self._control("POST", "/mint", body)

@@ -56,10 +56,20 @@ class World:
         ttl: int | None = None,
         iss: str | None = None,
         server: OAuthServer | None = None,
+        typ: str | None = "at+jwt",
+        expires: bool = True,
     ) -> str:
         """An access token the users' issuer (or ``server``) minted for ``sub``, as an MCP client holds."""
         minted = (server or self.idp).mint(
-            sub, client_id=MCP_CLIENT, scope="files", audience=audience, format=format, ttl=ttl, iss=iss
+            sub,
+            client_id=MCP_CLIENT,
+            scope="files",
+            audience=audience,
+            format=format,
+            ttl=ttl,
+            iss=iss,
+            typ=typ,
+            expires=expires,
         )
         return str(minted["access_token"])
 

@@ -434,7 +434,8 @@ function verifyClient(credentials) {
 // ---------------------------------------------------------------------------------------------
 
 /** RFC 9068: a JWT access token for `audience` (a string or a list), signed like the ID tokens. */
-function jwtAccessToken({ sub, clientId, scope, audience, resource, issuedAt, expiresAt, claimedIssuer }) {
+function jwtAccessToken({ sub, clientId, scope, audience, resource, issuedAt, expiresAt, claimedIssuer,
+  typ = 'at+jwt' }) {
   const claims = {
     // Another server's URL here makes a forgery: a token that names a trusted issuer, signed by this one.
     iss: claimedIssuer || issuer,
@@ -444,23 +445,28 @@ function jwtAccessToken({ sub, clientId, scope, audience, resource, issuedAt, ex
     scope,
     iat: Math.floor(issuedAt),
     nbf: Math.floor(issuedAt),
-    exp: Math.floor(expiresAt),
+    exp: expiresAt === null ? null : Math.floor(expiresAt),
     jti: crypto.randomBytes(12).toString('base64url'),
   };
+  if (expiresAt === null) delete claims.exp;
   if (audience === null) delete claims.aud;
   if (resource !== null) claims.resource = resource;
-  const header = { alg: 'RS256', typ: 'at+jwt', kid: KEY_ID };
+  const header = { alg: 'RS256', kid: KEY_ID };
+  if (typ !== null) header.typ = typ;
   const input = `${b64url(JSON.stringify(header))}.${b64url(JSON.stringify(claims))}`;
   return `${input}.${b64url(crypto.sign('sha256', Buffer.from(input), privateKey))}`;
 }
 
 function issueTokens({ sub, clientId, scope, nonce, authTime, family, grantType, withRefresh,
-  audience = null, resource = null, format = 'opaque', ttl = undefined, claimedIssuer = null }) {
+  audience = null, resource = null, format = 'opaque', ttl = undefined, claimedIssuer = null,
+  typ = undefined, expires = true }) {
   const at = now();
   const config = state.config;
   const lifetime = ttl === undefined ? config.access_token_ttl : ttl;
+  // `expires: false`: a token with no expiry at all (no `exp` in the JWT or the introspection answer).
+  const expiresAt = expires ? at + lifetime : null;
   const accessToken = format === 'jwt'
-    ? jwtAccessToken({ sub, clientId, scope, audience, resource, issuedAt: at, expiresAt: at + lifetime, claimedIssuer })
+    ? jwtAccessToken({ sub, clientId, scope, audience, resource, issuedAt: at, expiresAt, claimedIssuer, typ })
     : takePlanted('access_token') || randomToken('at');
   state.tokens.set(accessToken, {
     token: accessToken,
@@ -471,7 +477,7 @@ function issueTokens({ sub, clientId, scope, nonce, authTime, family, grantType,
     family,
     grant_type: grantType,
     issued_at: at,
-    expires_at: at + lifetime,
+    expires_at: expiresAt,
     used_at: null,
     revoked_at: null,
     replaced_by: null,
@@ -483,6 +489,7 @@ function issueTokens({ sub, clientId, scope, nonce, authTime, family, grantType,
     expires_in: lifetime,
     scope,
   };
+  if (expiresAt === null) delete body.expires_in;
   if (withRefresh) {
     const refreshToken = takePlanted('refresh_token') || randomToken('rt');
     state.tokens.set(refreshToken, {
@@ -928,6 +935,13 @@ async function handleControl(req, res, url) {
         || (Array.isArray(audience) && audience.every((a) => typeof a === 'string'));
       if (!audienceOk) throw new HttpError(400, 'audience must be a string or a list of strings');
       if (body.ttl !== undefined && !Number.isInteger(body.ttl)) throw new HttpError(400, 'ttl must be an integer');
+      // `typ`: the JWT header's typ (null leaves it out; default at+jwt); `expires: false`: no exp.
+      if (body.typ !== undefined && body.typ !== null && typeof body.typ !== 'string') {
+        throw new HttpError(400, 'typ must be a string or null');
+      }
+      if (body.expires !== undefined && typeof body.expires !== 'boolean') {
+        throw new HttpError(400, 'expires must be a boolean');
+      }
       const tokens = issueTokens({
         sub,
         clientId: stringOrNull(body, 'client_id') || 'test-client',
@@ -942,6 +956,8 @@ async function handleControl(req, res, url) {
         format,
         ttl: body.ttl,
         claimedIssuer: stringOrNull(body, 'iss'),
+        typ: body.typ,
+        expires: body.expires !== false,
       });
       return sendJson(res, 200, tokens);
     }
