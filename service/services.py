@@ -157,7 +157,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
     sessions = make_sessionmaker(engine)
     read_sessions = make_read_sessionmaker(engine)
     http = make_http_client(settings.outbound_timeout_seconds)
-    vault = Vault(settings.keys)
+    vault = Vault(settings.keys, accept_unbound=settings.accept_unbound_secrets)
     direct = make_statements(settings, engine)
 
     async def finished(ids: list[uuid.UUID]) -> list[uuid.UUID]:
@@ -190,6 +190,8 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         clock=clock,
     )
     kinds = load_plugins(settings)
+    issuers = IssuerDirectory(sessions, vault, http=http, clock=clock, read_sessions=read_sessions)
+    subjects = SubjectProver(issuers, read_sessions, http=http, clock=clock)
     flows = FlowService(
         settings=settings,
         sessions=sessions,
@@ -202,9 +204,9 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         also_wakes=events.stream_of,
         on_webhook_queued=webhooks.wake,
         rate_limiter=FlowRateLimiter(on_limited=metrics.limited),
+        subjects=subjects,
         clock=clock,
     )
-    issuers = IssuerDirectory(sessions, vault, http=http, clock=clock, read_sessions=read_sessions)
     connections = ConnectionService(
         sessions=sessions,
         read_sessions=read_sessions,
@@ -217,7 +219,6 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         on_events=events.announce,
     )
     authenticator = ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds, clock=clock)
-    subjects = SubjectProver(issuers, read_sessions, http=http, clock=clock)
     signer = ReceiptSigner.from_pem(settings.signing_key) if settings.signing_key else None
     logins = LoginService(
         settings=settings,
@@ -251,13 +252,19 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         gate=BrowserGate(settings=settings, issuers=issuers, flows=flows, logins=logins),
         connections=connections,
         connect=ConnectService(
-            connections=connections, flows=flows, read_sessions=read_sessions, http=http, public_url=settings.public_url
+            connections=connections,
+            flows=flows,
+            read_sessions=read_sessions,
+            http=http,
+            public_url=settings.public_url,
+            vault=vault,
         ),
         grants=GrantService(
             sessions=sessions,
             read_sessions=read_sessions,
             flows=flows,
             connections=connections,
+            vault=vault,
             on_events=events.announce,
         ),
         consent=ConsentService(flows, signer, settings.public_url, clock=clock),

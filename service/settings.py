@@ -167,6 +167,9 @@ class Settings:
     sweep_interval_seconds: float = 5.0
     sweep_batch_size: int = 500
     api_key_cache_seconds: float = 5.0
+    # Open secrets sealed before their owner's fields were bound (an upgrade, until
+    # ``elicitd keys rotate`` has rebound them) and grants that carry no MAC yet (service.crypto.vault).
+    accept_unbound_secrets: bool = False
     redis_channel: str = "elicitd:flows"
     # Shard channels wake-ups are spread over on a Redis Cluster (docs/scaling.md); unused otherwise.
     redis_shards: int = DEFAULT_REDIS_SHARDS
@@ -322,6 +325,8 @@ class Settings:
             values["log_level"] = raw.upper()
         if (raw := get("LOG_JSON")) is not None:
             values["log_json"] = _bool(raw, "ELICITD_LOG_JSON")
+        if (raw := get("ACCEPT_UNBOUND_SECRETS")) is not None:
+            values["accept_unbound_secrets"] = _bool(raw, "ELICITD_ACCEPT_UNBOUND_SECRETS")
         if (raw := get("HOT_ROUTES")) is not None:
             values["hot_routes"] = _bool(raw, "ELICITD_HOT_ROUTES")
         if (raw := get("DB_STATEMENT_CACHE")) is not None:

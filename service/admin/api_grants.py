@@ -86,14 +86,15 @@ class AdminConnectionGrantsController(Controller):
         operation_id="adminGiveGrant",
         opt=ADMIN,
         summary="Let a server client (sc_… or name) or a trust group (tg_…) use a connection for some scopes",
-        description="Widens the grantee's live grant when it has one. The audit row names the connection "
-        "and the grantee.",
+        description="The grant points at the connection's authorization that holds exactly these scopes "
+        "(409 `no_matching_authorization` when none does: a grant never hands out more than it names); it "
+        "replaces the grantee's live grant when it has one. The audit row names the connection and the grantee.",
     )
     async def give(
         self, request: Request[Any, Any, Any], services: Services, connection_id: str, grantee: str, data: GiveGrant
     ) -> GrantView:
         async with unit(services) as session:
-            return await operators.give_grant(session, connection_id, grantee, list(data.scopes))
+            return await operators.give_grant(session, services.vault, connection_id, grantee, list(data.scopes))
 
 
 class AdminTrustGroupsController(Controller):
@@ -111,12 +112,18 @@ class AdminTrustGroupsController(Controller):
         status_code=201,
         opt=ADMIN,
         summary="Declare server clients one party: grants then go to the group and pages name every member",
+        description="A member without subject proof (its API key alone names any user, so it would read every "
+        "grant of the group) is refused with 409 `unproven_member` unless `allow_unproven` is true; a group "
+        "that allows them says so in `allow_unproven` and `warnings`.",
     )
     async def create(
         self, request: Request[Any, Any, Any], services: Services, data: CreateTrustGroup
     ) -> TrustGroupView:
         async with unit(services) as session:
-            return operators.group_view(await groups.create_group(session, data.name, data.display_name, data.members))
+            made = await groups.create_group(
+                session, data.name, data.display_name, data.members, allow_unproven=data.allow_unproven
+            )
+            return operators.group_view(made)
 
     @get("/{group:str}", operation_id="adminGetTrustGroup", summary="One trust group (tg_… id or name)")
     async def show(self, request: Request[Any, Any, Any], services: Services, group: str) -> TrustGroupView:
@@ -127,13 +134,21 @@ class AdminTrustGroupsController(Controller):
         "/{group:str}",
         operation_id="adminUpdateTrustGroup",
         opt=ADMIN,
-        summary="Change the display name or the complete member list",
+        summary="Change the display name, the complete member list or whether unproven members are allowed",
+        description="`allow_unproven: false` is refused with 409 `unproven_member` while a member without "
+        "subject proof remains (after the member list of the same call is applied).",
     )
     async def update(
         self, request: Request[Any, Any, Any], services: Services, group: str, data: UpdateTrustGroup
     ) -> TrustGroupView:
         async with unit(services) as session:
-            updated = await groups.update_group(session, group, display_name=data.display_name, members=data.members)
+            updated = await groups.update_group(
+                session,
+                group,
+                display_name=data.display_name,
+                members=data.members,
+                allow_unproven=data.allow_unproven,
+            )
             return operators.group_view(updated)
 
     @delete(

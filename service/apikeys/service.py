@@ -178,6 +178,7 @@ class ApiKeyService:
                     sub=flow.subject_sub,
                     provider=provider.name,
                     account_id=account_id,
+                    connected_by=flow.server_client_id,
                 )
                 owner = CONNECTION_ID.format(connection_id)
                 result: dict[str, Any] = {
@@ -209,7 +210,9 @@ class ApiKeyService:
                     {"blob": sealed, "kid": key_id, "fields": json.dumps(fields), "id": connection_id},
                 )
                 # The client whose form this was may use the key; no other client may without a grant.
-                await grant_for_flow(uow.session, flow, connection_id=connection_id, connection_scopes=[])
+                await grant_for_flow(
+                    uow.session, flow, vault=self.vault, connection_id=connection_id, authorization_id=None, scopes=[]
+                )
         except _NotPending:
             return None
         return moved

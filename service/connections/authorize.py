@@ -27,15 +27,17 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.connections import oauth
 from service.connections import repository as repo
-from service.connections.models import REVOKED, Connection, OAuthState
+from service.connections.models import REAUTHORIZATION_REQUIRED, REVOKED, Connection, OAuthState
 from service.connections.providers import ResolvedProvider, get_provider
-from service.connections.service import ConnectionService
+from service.connections.service import AccountMismatch, ConnectionService, granted_scopes
+from service.crypto.vault import Vault
 from service.db.base import FLOW_ID, uuid7
 from service.flows.models import Flow
 from service.flows.repository import Transition
 from service.flows.service import FlowService, UnitOfWork
 from service.flows.states import Actor, FlowStatus
-from service.grants.service import approved_scopes, grant_for_flow
+from service.grants import repository as grant_repo
+from service.grants.service import grant_for_flow
 from service.identity.models import ServerClient
 
 logger = logging.getLogger("elicitd.connections.pages")
@@ -66,7 +68,8 @@ class FinalPage:
 @dataclass(frozen=True, slots=True)
 class Refused:
     """A callback refused before anything was stored. ``reason`` is one of ``state_invalid``,
-    ``state_unusable``, ``iss_missing``, ``iss_mismatch``, ``code_missing``; ``provider`` is the
+    ``state_unusable``, ``iss_missing``, ``iss_mismatch``, ``code_missing``, ``account_mismatch``
+    (the provider answered for another account than the one the flow names); ``provider`` is the
     display name of the provider the state was for, when known."""
 
     reason: str
@@ -107,7 +110,9 @@ class ConnectService:
         read_sessions: async_sessionmaker[AsyncSession],
         http: httpx.AsyncClient,
         public_url: str,
+        vault: Vault,
     ) -> None:
+        self.vault = vault
         self.connections = connections
         self.flows = flows
         self.read_sessions = read_sessions
@@ -148,22 +153,42 @@ class ConnectService:
         )
 
     async def kept_scopes(self, flow: Flow) -> list[str]:
-        """Scopes of the connection a reconnect replaces that the flow does not name: the provider is
-        asked for them again, so the new authorization keeps what other clients were granted."""
+        """Scopes the asking server client already holds on the flow's connection that the flow does
+        not name: the provider is asked for them again, so its new authorization keeps them. Read
+        from the live grant when the user goes to the provider (not when the flow was made), and
+        only the asking client's own — never what other servers hold on the account."""
         if flow.connection_id is None:
             return []
         async with self.read_sessions() as session:
-            held = (
-                await session.execute(
-                    select(Connection.scopes).where(
-                        Connection.id == flow.connection_id,
-                        Connection.subject_iss == flow.subject_iss,
-                        Connection.subject_sub == flow.subject_sub,
-                        Connection.status != REVOKED,
-                    )
-                )
-            ).scalar_one_or_none()
-        return sorted(set(held or []) - set(flow.scopes or []))
+            connection = await session.get(Connection, flow.connection_id)
+            if (
+                connection is None
+                or connection.status == REVOKED
+                or (connection.subject_iss, connection.subject_sub) != (flow.subject_iss, flow.subject_sub)
+            ):
+                return []
+            mine = (await grant_repo.client_grants(session, flow.server_client_id, [flow.connection_id])).get(
+                flow.connection_id
+            )
+        return sorted(set(mine.scopes if mine else ()) - set(flow.scopes or []))
+
+    async def _in_place(self, session: AsyncSession, flow: Flow, scopes: list[str]) -> uuid.UUID | None:
+        """The authorization a reconnect may write into: the asking client's own, when the provider
+        stopped accepting it and the new tokens carry exactly its scopes (so every grant on it gets
+        back what it had, no more)."""
+        if flow.connection_id is None:
+            return None
+        mine = (await grant_repo.client_grants(session, flow.server_client_id, [flow.connection_id])).get(
+            flow.connection_id
+        )
+        if (
+            mine is None
+            or mine.authorization_id is None
+            or mine.authorization_status != REAUTHORIZATION_REQUIRED
+            or mine.authorization_scopes != frozenset(scopes)
+        ):
+            return None
+        return mine.authorization_id
 
     async def decline(self, flow: Flow) -> FinalPage:
         moved = await self.flows.finish(flow.id, Transition(FlowStatus.DECLINED, Actor.BROWSER, error_code="declined"))
@@ -250,8 +275,10 @@ class ConnectService:
                 ),
             )
             return await self.final_page(moved or flow, provider.display_name)
+        requested = list(used.scopes or [])
         try:
             async with self.flows.unit_of_work() as uow:
+                scopes = granted_scopes(tokens, requested, provider.scope_separator)
                 done = await service.store_authorization(
                     uow.session,
                     iss=flow.subject_iss,
@@ -260,28 +287,43 @@ class ConnectService:
                     tokens=tokens,
                     account_id=account_id,
                     account_login=account_login,
-                    requested=list(used.scopes or []),
+                    requested=requested,
                     reconnect=flow.connection_id,
+                    in_place=await self._in_place(uow.session, flow, scopes),
+                    connected_by=flow.server_client_id,
                 )
-                held = list(done.connection.scopes or [])
-                await grant_for_flow(uow.session, flow, connection_id=done.connection.id, connection_scopes=held)
-                # The client is told the scopes it was granted, not those others hold on the connection.
-                result = {**done.result, "scopes": approved_scopes(list(flow.scopes or []), held)}
+                given = await grant_for_flow(
+                    uow.session,
+                    flow,
+                    vault=self.vault,
+                    connection_id=done.connection.id,
+                    authorization_id=done.authorization.id,
+                    scopes=done.authorization.scopes,
+                )
+                # The client is told its own authorization's scopes, not those others hold on the account.
                 moved = await uow.transition(
                     flow.id,
-                    Transition(FlowStatus.COMPLETED, Actor.PROVIDER, result=result, connection_id=done.connection.id),
+                    Transition(
+                        FlowStatus.COMPLETED, Actor.PROVIDER, result=done.result, connection_id=done.connection.id
+                    ),
                 )
                 if moved is None:
                     raise _FlowGone
+        except AccountMismatch:
+            # Another account than the one the flow names: nothing is stored, the flow stays
+            # pending, and the tokens just issued are handed back.
+            await self._hand_back(provider, tokens)
+            async with self.flows.unit_of_work() as uow:
+                await self._refused_event(uow, flow, "account_mismatch")
+            return Refused("account_mismatch", flow, provider.display_name)
         except _FlowGone:
             # Too late: the grant is useless to anyone, so hand it back rather than leave it live.
-            await oauth.revoke(
-                self.http,
-                provider,
-                tokens.refresh_token or tokens.access_token,
-                "refresh_token" if tokens.refresh_token else "access_token",
-            )
+            await self._hand_back(provider, tokens)
             return await self.final_page(await self.flows.read(flow.id) or flow, provider.display_name)
+        if given is not None and given.replaced is not None:
+            # The client's grant moved to the new authorization: the one it replaced is handed back
+            # at the provider (RFC 7009) once nobody else holds it.
+            await service.retire([given.replaced])
         logger.info(
             "connection stored",
             extra={
@@ -291,6 +333,14 @@ class ConnectService:
             },
         )
         return Connected(flow=moved)
+
+    async def _hand_back(self, provider: ResolvedProvider, tokens: oauth.TokenSet) -> None:
+        await oauth.revoke(
+            self.http,
+            provider,
+            tokens.refresh_token or tokens.access_token,
+            "refresh_token" if tokens.refresh_token else "access_token",
+        )
 
     # ---- the final page ---------------------------------------------------------------------------
     async def final_page(self, flow: Flow, provider_display: str | None = None) -> FinalPage:

@@ -30,6 +30,10 @@ class CatalogEntry:
     scope_descriptions: dict[str, str] = field(default_factory=dict)
     authorize_params: dict[str, Any] = field(default_factory=dict)
     needs_issuer: bool = False
+    # Whether the provider issues a second, separate token set for the same app and user (so a
+    # server can be connected with just the scopes it asked while another holds more). Where it
+    # cannot, the grant page does not offer "Connect separately" (DESIGN §10).
+    second_token_set: bool = True
 
 
 CATALOG: dict[str, CatalogEntry] = {
@@ -62,7 +66,8 @@ CATALOG: dict[str, CatalogEntry] = {
         account_id_field="sub",
         account_login_field="email",
         default_scopes=("openid", "email"),
-        authorize_params={"access_type": "offline", "prompt": "consent", "include_granted_scopes": "true"},
+        # No ``include_granted_scopes``: a token set carries only what its own request asked for.
+        authorize_params={"access_type": "offline", "prompt": "consent"},
         scope_descriptions={
             "openid": "Confirm who you are",
             "email": "See your email address",
@@ -139,6 +144,8 @@ CATALOG: dict[str, CatalogEntry] = {
         account_login_field="workspace_name",
         authorize_params={"owner": "user"},
         scope_descriptions={},
+        # One integration token per workspace: authorizing again yields that same access.
+        second_token_set=False,
     ),
     "linear": CatalogEntry(
         key="linear",

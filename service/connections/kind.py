@@ -1,16 +1,20 @@
 """The ``oauth_connect`` flow kind: what ``POST /v1/flows`` does before any browser is involved.
 
-It decides between four answers: *already satisfied* (an active connection covers the scopes and
-this server client was granted them: no elicitation at all), a *grant* flow (a connection covers
-the scopes but this client was not granted them: its page asks the user, with no provider round
-trip), a *new connect* flow, or a *reconnect / more scopes* flow that carries the existing
-connection's id so completing it updates that connection instead of making another.
+It decides between four answers: *already satisfied* (this server client's own grant points at a
+live authorization holding the scopes: no elicitation at all), a *grant* flow (an authorization of
+the account holds the scopes but this client was not granted it: its page asks the user — share
+it when it holds exactly those, else connect separately or share the wider access), a *new
+connect* flow, or a *reconnect / more scopes* flow that carries the existing connection's id so
+completing it adds an authorization to that connection (for the same provider account) instead of
+making another connection.
 
 A client without a grant learns nothing from the answer: every case but *satisfied* is the same
 ``pending`` flow with the scopes the client asked for (``service.grants``).
 """
 
 from __future__ import annotations
+
+import uuid
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -21,7 +25,7 @@ from service.connections.service import connection_result
 from service.errors import InvalidRequest
 from service.flows.kinds import NormalizedFlow, Satisfied, check_provider_allowed
 from service.flows.schemas import CreateFlowRequest
-from service.grants.repository import granted_scopes
+from service.grants.repository import ClientGrant, active_authorizations, client_grants
 from service.identity.keys import AuthenticatedClient
 
 
@@ -68,20 +72,26 @@ class OAuthConnectKind:
         requested = set(request.scopes or provider.default_scopes or [])
         scopes, connection_id = requested, None
         found = await self._connections(session, request)
-        granted = await granted_scopes(session, client.id, [c.id for c in found])
-        covering = [c for c in found if c.status == ACTIVE and requested <= set(c.scopes or [])]
-        if covering:
-            if not any(requested <= granted.get(c.id, set()) for c in covering):
-                # Connected, but not for this client: its page asks the user to grant (no provider).
-                connection_id = covering[0].id
-        elif found:
-            # Reconnect (the provider revoked the grant) or more scopes. The provider is asked for
-            # the connection's scopes too when the user goes there (``ConnectService.start``), so the
-            # new grant replaces the old one without losing what other clients use; the flow itself
-            # names what this client asks for plus what it was granted already.
-            current = next((c for c in found if c.status == REAUTHORIZATION_REQUIRED), found[0])
-            scopes = requested | (granted.get(current.id, set()) & set(current.scopes or []))
-            connection_id = current.id
+        mine = await client_grants(session, client.id, [c.id for c in found])
+        if any(_serves(mine.get(c.id), requested) for c in found if c.status == ACTIVE):
+            pass  # satisfied: ``satisfied`` answers it with the client's own grant
+        else:
+            covering = await _covering(session, [c for c in found if c.status == ACTIVE], requested)
+            if covering is not None:
+                # Connected, with an authorization that holds what is asked, but not for this client:
+                # its page asks the user to grant (no provider trip when the scopes are exactly
+                # those; a separate authorization offered first when that one holds more).
+                connection_id = covering
+            elif found:
+                # Reconnect (the provider revoked this client's authorization) or more scopes. The
+                # provider is asked for what this client already holds too (``ConnectService.start``),
+                # never for what other servers hold; the flow names what it asks plus what it holds.
+                current = next((c for c in found if c.id in mine), None) or next(
+                    (c for c in found if c.status == REAUTHORIZATION_REQUIRED), found[0]
+                )
+                held = mine.get(current.id)
+                scopes = requested | (set(held.scopes) if held else set())
+                connection_id = current.id
         params = dict(request.params)
         if request.account is not None:
             params["account"] = request.account
@@ -101,10 +111,30 @@ class OAuthConnectKind:
             return None
         wanted = set(flow.scopes)
         found = [c for c in await self._connections(session, request) if c.status == ACTIVE]
-        granted = await granted_scopes(session, client.id, [c.id for c in found])
+        mine = await client_grants(session, client.id, [c.id for c in found])
         for conn in found:
-            held = set(conn.scopes or [])
-            mine = granted.get(conn.id, set()) & held
-            if wanted <= mine:
-                return Satisfied(result={**connection_result(conn), "scopes": sorted(mine)})
+            grant = mine.get(conn.id)
+            # Only with a grant of this client's own: a connection it was never granted is not
+            # reported, even when no scope is asked (an empty set is inside every set).
+            if grant is not None and _serves(grant, wanted):
+                granted = sorted(grant.scopes & grant.authorization_scopes)
+                return Satisfied(result={**connection_result(conn), "scopes": granted})
         return None
+
+
+def _serves(grant: ClientGrant | None, wanted: set[str]) -> bool:
+    """The client's grant hands out a live token holding ``wanted`` and nothing it does not name."""
+    return (
+        grant is not None
+        and grant.authorization_status == ACTIVE
+        and wanted <= (grant.scopes & grant.authorization_scopes)
+        and grant.authorization_scopes <= grant.scopes
+    )
+
+
+async def _covering(session: AsyncSession, active: list[Connection], wanted: set[str]) -> uuid.UUID | None:
+    """The newest active connection with an active authorization holding every ``wanted`` scope."""
+    for conn in active:
+        if any(wanted <= auth.scopes for auth in await active_authorizations(session, conn.id)):
+            return conn.id
+    return None

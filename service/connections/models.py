@@ -1,8 +1,9 @@
-"""Providers (third-party OAuth APIs), connections (the token vault) and pending OAuth states.
+"""Providers (third-party OAuth APIs), connections, their authorizations (the token vault) and
+pending OAuth states.
 
-Mirrors ``service/migrations/versions/0003_connections.py`` (and 0007, the refresh claim); the app never
-calls ``create_all``. Every secret column is ciphertext from ``service.crypto.vault.Vault`` with its
-``*_key_id`` beside it.
+Mirrors ``service/migrations/versions/0003_connections.py`` (0007, the refresh claim; 0012, the
+authorizations); the app never calls ``create_all``. Every secret column is ciphertext from
+``service.crypto.vault.Vault`` with its ``*_key_id`` beside it.
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ class Provider(Timestamps, Base):
 
 
 class Connection(Timestamps, Base):
+    """One account of one subject at one provider. An OAuth connection's tokens live in its
+    ``Authorization`` rows (one per token set the provider issued, each with exactly its scopes);
+    ``scopes`` and ``status`` here summarise them (``repository.sync_connection``). An API-key
+    connection keeps its one secret in the token columns of this row."""
+
     __tablename__ = "connections"
     __table_args__ = (
         CheckConstraint("status IN ('active', 'reauthorization_required', 'revoked')", name="status"),
@@ -108,6 +114,45 @@ class Connection(Timestamps, Base):
     fields: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     # A refresh in progress: which attempt claimed it, and until when (database clock). Set and
     # cleared by single conditional statements; see ConnectionService (migration 0007).
+    refresh_claim: Mapped[uuid.UUID | None] = mapped_column()
+    refresh_claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The server client whose flow connected the account (migration 0012): it, or the user,
+    # disconnects the account for everyone; a server only granted it ends its own grant.
+    connected_by: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("server_clients.id", ondelete="SET NULL"))
+
+
+class Authorization(Timestamps, Base):
+    """One token set the provider issued for a connection, with exactly the scopes it granted.
+
+    A grant points at one authorization, and the token endpoint hands a server client only that
+    authorization's token. Refreshed, rotated and revoked on its own. The subject, provider and
+    account are copies of the connection's, written once: they are bound into the tokens'
+    associated data (with the owner ``cn_<this id>``), so a token moved to another row, person,
+    provider or account does not open (``service.crypto.columns``)."""
+
+    __tablename__ = "authorizations"
+    __table_args__ = (
+        CheckConstraint("status IN ('active', 'reauthorization_required', 'revoked')", name="status"),
+        Index("ix_authorizations_connection", "connection_id", "status"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
+    connection_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("connections.id", ondelete="CASCADE"))
+    subject_iss: Mapped[str] = mapped_column(Text)
+    subject_sub: Mapped[str] = mapped_column(Text)
+    provider: Mapped[str] = mapped_column(String(64))
+    account_id: Mapped[str] = mapped_column(Text)
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    token_type: Mapped[str] = mapped_column(String(32), server_default=text("'Bearer'"))
+    access_token_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
+    access_token_key_id: Mapped[str | None] = mapped_column(String(32))
+    refresh_token_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
+    refresh_token_key_id: Mapped[str | None] = mapped_column(String(32))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    status: Mapped[str] = mapped_column(String(32), server_default=text("'active'"))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    refreshed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     refresh_claim: Mapped[uuid.UUID | None] = mapped_column()
     refresh_claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 

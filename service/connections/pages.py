@@ -136,6 +136,15 @@ def refused_page(refused: Refused) -> Response[Any]:
             "so it did not continue. " + _RESTART,
             refused.flow,
         )
+    if refused.reason == "account_mismatch":
+        return problem_page(
+            409,
+            f"You signed in to {refused.provider} as another account",
+            f"This link connects the {refused.provider} account you connected before, and {refused.provider} "
+            "answered for a different one, so elicitd kept nothing and handed that access back. Open the link "
+            f"again and sign in to {refused.provider} with the account you connected before.",
+            refused.flow,
+        )
     return problem_page(400, _NOT_VALID, _RESTART, refused.flow)  # state_invalid, code_missing
 
 

@@ -41,14 +41,22 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.clock import Clock, SystemClock
+from service.connections import authorizations as authz
 from service.connections import oauth
 from service.connections import repository as repo
 from service.connections.discovery import MetadataCache
-from service.connections.models import ACTIVE, REAUTHORIZATION_REQUIRED, REVOKED, Connection, OAuthState
+from service.connections.models import (
+    ACTIVE,
+    REAUTHORIZATION_REQUIRED,
+    REVOKED,
+    Authorization,
+    Connection,
+    OAuthState,
+)
 from service.connections.providers import ResolvedProvider, UnknownProvider, get_provider, resolve
 from service.crypto.aead import SealError
 from service.crypto.vault import Vault
-from service.db.base import CONNECTION_ID
+from service.db.base import CONNECTION_ID, uuid7
 from service.db.direct import DirectStatements
 from service.db.errors import TRANSIENT, classify
 from service.db.unit import unit_of_work
@@ -61,7 +69,9 @@ from service.errors import (
 )
 from service.events import repository as events_repo
 from service.flows.kinds import check_issuer_trusted, check_provider_allowed
+from service.grants import integrity
 from service.grants import repository as grant_repo
+from service.grants.models import GRANT_ID
 from service.identity.keys import AuthenticatedClient
 
 logger = logging.getLogger("elicitd.connections")
@@ -91,6 +101,16 @@ class RefreshFailed(UpstreamError):
     title = "The provider did not refresh the token"
 
 
+class AuthorizationExceedsGrant(Conflict):
+    code = "authorization_exceeds_grant"
+    title = "The token holds scopes the grant does not"
+
+
+class AccountMismatch(Conflict):
+    code = "account_mismatch"
+    title = "The provider answered for another account"
+
+
 class NoRefreshToken(Conflict):
     code = "no_refresh_token"
     title = "The connection has no refresh token"
@@ -108,13 +128,17 @@ class TokenResponse(msgspec.Struct, omit_defaults=True):
 
 
 class RevokeResponse(msgspec.Struct):
+    # Connections disconnected for everyone (the server that connected them asked, or an operator).
     revoked: list[str]
     revoked_at_provider: bool
+    # This server client's own grants ended (it was granted the account, another server connected it).
+    grants_revoked: list[str] = msgspec.field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
 class Completed:
     connection: Connection
+    authorization: Authorization
     result: dict[str, Any]
 
 
@@ -129,10 +153,11 @@ def connection_result(conn: Connection) -> dict[str, Any]:
     }
 
 
-def token_binding(conn: Connection | repo.TokenRow) -> tuple[str, str, str, str]:
-    """Whose a connection's secrets are, bound into their associated data beside the connection id
-    and the purpose: the subject (issuer and ``sub``), the provider and the provider account. The
-    same four columns, in this order, are ``bound_sql`` of the token columns in ``crypto.columns``."""
+def token_binding(conn: Connection | Authorization | authz.TokenRow) -> tuple[str, str, str, str]:
+    """Whose a connection's secrets are, bound into their associated data beside the owner (the
+    connection's id for an API key, the authorization's for OAuth tokens) and the purpose: the
+    subject (issuer and ``sub``), the provider and the provider account. The same four columns, in
+    this order, are ``bound_sql`` of the token columns in ``crypto.columns``."""
     return (conn.subject_iss, conn.subject_sub, conn.provider, conn.account_id)
 
 
@@ -201,8 +226,8 @@ class ConnectionService:
             state.verifier_key_id, state.verifier_enc, owner=str(state.id), purpose=PKCE_VERIFIER
         )
 
-    def _seal_tokens(self, connection_id: uuid.UUID, bound: tuple[str, ...], tokens: oauth.TokenSet) -> dict[str, Any]:
-        owner = CONNECTION_ID.format(connection_id)
+    def _seal_tokens(self, owner_id: uuid.UUID, bound: tuple[str, ...], tokens: oauth.TokenSet) -> dict[str, Any]:
+        owner = CONNECTION_ID.format(owner_id)
         access_kid, access = self.vault.encrypt(tokens.access_token, owner=owner, purpose=ACCESS_TOKEN, bound=bound)
         refresh_kid, refresh = (None, None)
         if tokens.refresh_token is not None:
@@ -218,32 +243,40 @@ class ConnectionService:
             "expires_in": tokens.expires_in,
         }
 
-    def _open(self, conn: Connection, purpose: str) -> str | None:
+    def _open(self, auth: Authorization, purpose: str) -> str | None:
         if purpose == ACCESS_TOKEN:
-            return self._decrypt(conn, conn.access_token_key_id, conn.access_token_enc, purpose)
+            return self._decrypt(auth, auth.access_token_key_id, auth.access_token_enc, purpose)
         if purpose == REFRESH_TOKEN:
-            return self._decrypt(conn, conn.refresh_token_key_id, conn.refresh_token_enc, purpose)
+            return self._decrypt(auth, auth.refresh_token_key_id, auth.refresh_token_enc, purpose)
         return None
 
     def _decrypt(
-        self, conn: Connection | repo.TokenRow, key_id: str | None, sealed: bytes | None, purpose: str
+        self, auth: Authorization | authz.TokenRow, key_id: str | None, sealed: bytes | None, purpose: str
     ) -> str | None:
         if sealed is None or not key_id:
             return None
-        owner = CONNECTION_ID.format(conn.id)
+        # The owner is the authorization's id in the connection-id form: an authorization made by
+        # migration 0012 has its connection's id, so tokens sealed before it still open.
+        owner = CONNECTION_ID.format(auth.id)
         try:
-            # Values stored before the owner's fields were bound open the old way until
-            # ``elicitd keys rotate`` rewrites them (``service.crypto.vault``).
+            # Values stored before the owner's fields were bound open the old way only while the
+            # operator accepts them for an upgrade (``service.crypto.vault``).
             return self.vault.decrypt_text(
-                key_id, sealed, owner=owner, purpose=purpose, bound=token_binding(conn), unbound_ok=True
+                key_id,
+                sealed,
+                owner=owner,
+                purpose=purpose,
+                bound=token_binding(auth),
+                unbound_ok=self.vault.accept_unbound,
             )
         except SealError as exc:
             # Its key left the ring, or the value was altered or moved (to another row, person,
             # provider or account): nothing usable is stored, and the way out is to connect again.
-            logger.error("stored token cannot be decrypted", extra={"connection_id": owner})
+            ref = CONNECTION_ID.format(auth.connection_id)
+            logger.error("stored token cannot be decrypted", extra={"connection_id": ref})
             raise ReauthorizationRequired(
                 "The stored credentials for this connection cannot be read; connect the account again.",
-                extra={"connection_id": owner},
+                extra={"connection_id": ref},
             ) from exc
 
     # ---- completing an authorization -------------------------------------------------------------
@@ -259,128 +292,222 @@ class ConnectionService:
         account_login: str | None,
         requested: list[str],
         reconnect: uuid.UUID | None,
+        in_place: uuid.UUID | None = None,
+        connected_by: uuid.UUID | None = None,
     ) -> Completed:
-        """Write the tokens into the caller's transaction (the flow's completion commits them)."""
-        connection_id = (
-            reconnect if reconnect is not None and await repo.reclaim(session, reconnect, account_id) else None
-        )
-        if connection_id is None:
+        """Write the tokens into the caller's transaction (the flow's completion commits them), as a
+        new authorization of the account's connection — or, with ``in_place``, into that
+        authorization (a reauthorization for the same scopes: every grant on it recovers).
+
+        A flow that names a connection (``reconnect``: a reconnect, more scopes, or a separate
+        authorization beside another server's) must come back for that connection's provider
+        account: another account raises ``AccountMismatch`` and nothing is written."""
+        if reconnect is not None:
+            if not await repo.reclaim(session, reconnect, account_id, account_login):
+                raise AccountMismatch(
+                    f"{provider.display_name} answered for another account than the one connected.",
+                    extra={"connection_id": CONNECTION_ID.format(reconnect)},
+                )
+            connection_id = reconnect
+        else:
             connection_id = await repo.claim_slot(
-                session, iss=iss, sub=sub, provider=provider.name, account_id=account_id
+                session,
+                iss=iss,
+                sub=sub,
+                provider=provider.name,
+                account_id=account_id,
+                account_login=account_login,
+                connected_by=connected_by,
             )
-        values = self._seal_tokens(connection_id, (iss, sub, provider.name, account_id), tokens)
-        values.update(
-            account_id=account_id,
-            account_login=account_login,
-            scopes=granted_scopes(tokens, requested, provider.scope_separator),
-        )
-        conn = await repo.store_tokens(session, connection_id, values)
-        return Completed(connection=conn, result=connection_result(conn))
+        bound = (iss, sub, provider.name, account_id)
+        scopes = granted_scopes(tokens, requested, provider.scope_separator)
+        stored: Authorization | None = None
+        if in_place is not None:
+            values = self._seal_tokens(in_place, bound, tokens)
+            stored = await authz.replace_tokens(session, in_place, connection_id, {**values, "scopes": scopes})
+        if stored is None:
+            new_id = uuid7()
+            values = self._seal_tokens(new_id, bound, tokens)
+            stored = await authz.insert(session, new_id, connection_id, {**values, "scopes": scopes})
+        await authz.sync_connection(session, connection_id)
+        conn = await session.get(Connection, connection_id, populate_existing=True)
+        assert conn is not None  # row-locked by reclaim/claim_slot in this transaction
+        result = {**connection_result(conn), "scopes": list(stored.scopes)}
+        return Completed(connection=conn, authorization=stored, result=result)
+
+    async def retire(self, authorization_ids: list[uuid.UUID]) -> bool:
+        """Authorizations no live grant points at any more (a grantee moved to a new one, or its
+        grant was revoked): revoked at the provider (RFC 7009), then here. After the commit that
+        replaced them, with no session open during the provider calls. Whether the provider
+        accepted a revocation."""
+        if not authorization_ids:
+            return False
+        async with self.read_sessions() as session:
+            idle = await authz.unreferenced(session, authorization_ids)
+        if not idle:
+            return False
+        at_provider = await self._revoke_at_provider(idle[0].provider, idle)
+        async with unit_of_work(self.sessions) as session:
+            retired = await authz.mark_revoked(session, [a.id for a in idle])
+            for connection_id in {a.connection_id for a in idle}:
+                await authz.sync_connection(session, connection_id)
+        for auth in idle:
+            logger.info(
+                "authorization retired",
+                extra={"connection_id": CONNECTION_ID.format(auth.connection_id), "provider": auth.provider},
+            )
+        return at_provider and bool(retired)
 
     # ---- the token endpoint ----------------------------------------------------------------------
     async def _live(
         self, client: AuthenticatedClient, provider: str, iss: str, sub: str, account: str | None
-    ) -> list[tuple[Connection, bool]]:
-        """The subject's live connections to ``provider`` that ``client`` was granted (each with whether
-        its token is due for a refresh), after the access checks; ``not_connected`` when there is none."""
+    ) -> list[tuple[Connection, grant_repo.ClientGrant]]:
+        """The subject's live connections to ``provider`` that ``client`` holds a grant on, each with
+        that grant, after the access checks; ``not_connected`` when there is none."""
         check_provider_allowed(client, provider)
         check_issuer_trusted(client, iss)
         with _database_busy():
             async with self.read_sessions() as session:
-                found = await repo.pick_connections(
-                    session, iss=iss, sub=sub, provider=provider, account=account, margin_seconds=self.margin
-                )
+                found = await repo.live_connections(session, iss=iss, sub=sub, provider=provider, account=account)
                 # Only connections this client was granted: any other is answered as absent.
-                granted = await grant_repo.granted_scopes(session, client.id, [conn.id for conn, _ in found])
-        found = [item for item in found if item[0].id in granted]
+                granted = await grant_repo.client_grants(session, client.id, [conn.id for conn in found])
+        live = [(conn, granted[conn.id]) for conn in found if conn.id in granted]
+        if not live:
+            raise NotConnected(f"The subject has no connection to '{provider}'.")
+        return live
+
+    async def _live_tokens(
+        self, client: AuthenticatedClient, provider: str, iss: str, sub: str, account: str | None
+    ) -> list[tuple[authz.TokenRow, bool]]:
+        """The client's grants on the subject's connections to ``provider``, each with its
+        authorization, read as one statement on the driver (``service.db.direct``). Rows whose MAC
+        does not check (written by someone without the keys) are dropped, and logged."""
+        check_provider_allowed(client, provider)
+        check_issuer_trusted(client, iss)
+        with _database_busy():
+            rows = await self.direct.fetch(authz.PICK_FOR_TOKEN, iss, sub, provider, account, self.margin, client.id)
+        found = []
+        for row, due in authz.token_rows(rows):
+            if integrity.intact(
+                self.vault,
+                mac_key_id=row.grant_mac_key_id,
+                mac=row.grant_mac,
+                connection_id=row.connection_id,
+                authorization_id=row.id,
+                server_client_id=row.grant_client,
+                trust_group_id=row.grant_group,
+                scopes=row.grant_scopes,
+            ):
+                found.append((row, due))
+            else:
+                logger.error(
+                    "grant integrity check failed; the grant is not honoured",
+                    extra={"connection_id": CONNECTION_ID.format(row.connection_id)},
+                )
         if not found:
             raise NotConnected(f"The subject has no connection to '{provider}'.")
         return found
 
-    async def _live_tokens(
-        self, client: AuthenticatedClient, provider: str, iss: str, sub: str, account: str | None
-    ) -> list[tuple[repo.TokenRow, bool]]:
-        """``_live`` for the token endpoint: the same checks and rows, read as one statement on the
-        driver (``service.db.direct``) with only the columns an answer needs."""
-        check_provider_allowed(client, provider)
-        check_issuer_trusted(client, iss)
-        with _database_busy():
-            rows = await self.direct.fetch(repo.PICK_FOR_TOKEN, iss, sub, provider, account, self.margin, client.id)
-        if not rows:
-            raise NotConnected(f"The subject has no connection to '{provider}'.")
-        return repo.token_rows(rows)
-
-    def _answer(self, conn: Connection | repo.TokenRow) -> TokenResponse:
-        token = self._decrypt(conn, conn.access_token_key_id, conn.access_token_enc, ACCESS_TOKEN)
+    def _answer(self, auth: Authorization | authz.TokenRow, account_login: str | None) -> TokenResponse:
+        token = self._decrypt(auth, auth.access_token_key_id, auth.access_token_enc, ACCESS_TOKEN)
         if token is None:
             raise ReauthorizationRequired(
-                "The connection must be authorized again.", extra={"connection_id": CONNECTION_ID.format(conn.id)}
+                "The connection must be authorized again.",
+                extra={"connection_id": CONNECTION_ID.format(auth.connection_id)},
             )
         return TokenResponse(
             access_token=token,
-            token_type=conn.token_type,
-            connection_id=CONNECTION_ID.format(conn.id),
-            provider=conn.provider,
-            account_id=conn.account_id,
-            account_login=conn.account_login,
-            scopes=list(conn.scopes or []),
-            expires_at=conn.expires_at,
+            token_type=auth.token_type,
+            connection_id=CONNECTION_ID.format(auth.connection_id),
+            provider=auth.provider,
+            account_id=auth.account_id,
+            account_login=account_login,
+            # The authorization's own scopes: what this token really carries, and never more than
+            # the grant (``token``), nor what other servers hold on the same account.
+            scopes=sorted(auth.scopes or []),
+            expires_at=auth.expires_at,
         )
 
-    def _reauth(self, conn: Connection | repo.TokenRow) -> ReauthorizationRequired:
+    def _reauth(self, auth: Authorization | authz.TokenRow) -> ReauthorizationRequired:
         return ReauthorizationRequired(
             "The provider no longer accepts this connection; create an oauth_connect flow to reconnect it.",
-            extra={"connection_id": CONNECTION_ID.format(conn.id)},
+            extra={"connection_id": CONNECTION_ID.format(auth.connection_id)},
         )
 
     async def token(
         self, client: AuthenticatedClient, provider: str, *, iss: str, sub: str, scopes: list[str], account: str | None
     ) -> TokenResponse:
+        """The token of the authorization the client's grant points at — never another one — and
+        only when it holds every scope asked and nothing the grant does not."""
         found = await self._live_tokens(client, provider, iss, sub, account)
         active = [item for item in found if item[0].status == ACTIVE]
-        conn, due = active[0] if active else found[0]
-        if conn.status == REAUTHORIZATION_REQUIRED:
-            raise self._reauth(conn)
-        # What this client may use: what the user granted it, as far as the connection still holds it.
-        missing = sorted(set(scopes) - (set(conn.granted_scopes) & set(conn.scopes or [])))
-        if missing:
+        if not active:
+            raise self._reauth(found[0][0])
+        wanted = set(scopes)
+        usable = [item for item in active if wanted <= set(item[0].grant_scopes) & set(item[0].scopes)]
+        if not usable:
+            row = active[0][0]
+            missing = sorted(wanted - (set(row.grant_scopes) & set(row.scopes)))
             raise InsufficientScope(
                 "The connection was not granted every requested scope; create an "
                 "oauth_connect flow with them to ask the user.",
                 extra={"missing": missing},
             )
-        if conn.touch_due:
-            await self._touch_grant(conn.id, client)
+        row, due = usable[0]
+        if not set(row.scopes) <= set(row.grant_scopes):
+            # The provider widened this token set (a merge on refresh): handing it out would give
+            # more than the user granted this server.
+            raise AuthorizationExceedsGrant(
+                "This token carries scopes the user did not grant this server; create an oauth_connect flow.",
+                extra={"connection_id": CONNECTION_ID.format(row.connection_id)},
+            )
+        if row.touch_due:
+            await self._touch_grant(row)
         if not due:
-            return self._answer(conn)
-        return await self._refresh(conn.id)
+            return self._answer(row, row.account_login)
+        return await self._refresh(row.id)
 
-    async def _touch_grant(self, connection_id: uuid.UUID, client: AuthenticatedClient) -> None:
+    async def _touch_grant(self, row: authz.TokenRow) -> None:
         """Note the grant's last use (at most once a minute per grant, ``service.grants``). Only
         informative, so a database hiccup here costs the note, not the answer."""
         try:
-            await self.direct.execute(grant_repo.TOUCH, connection_id, client.id)
+            await self.direct.execute(authz.TOUCH, row.grant_id)
         except DBAPIError as exc:
             if classify(exc) not in TRANSIENT:
                 raise
-            logger.warning("grant use not recorded", extra={"connection_id": CONNECTION_ID.format(connection_id)})
+            logger.warning("grant use not recorded", extra={"connection_id": CONNECTION_ID.format(row.connection_id)})
 
     async def refresh_by_id(self, connection_id: uuid.UUID) -> Connection | None:
-        """Refresh now whatever the expiry (operators), through the same claim as the token
-        endpoint. Returns the updated row (never the token); None when there is no such row."""
-        await self._refresh(connection_id, force=True)
+        """Refresh now whatever the expiry (operators), every active authorization of the
+        connection, through the same claim as the token endpoint. Returns the updated row (never
+        a token); None when there is no such row."""
+        async with self.read_sessions() as session:
+            conn = await session.get(Connection, connection_id)
+            auths = await authz.live_of_connections(session, [connection_id])
+        if conn is None:
+            return None
+        active = [a for a in auths if a.status == ACTIVE]
+        if not active:
+            if conn.status == REVOKED:
+                raise NotConnected("The connection was revoked.")
+            raise ReauthorizationRequired(
+                "The provider no longer accepts this connection; create an oauth_connect flow to reconnect it.",
+                extra={"connection_id": CONNECTION_ID.format(connection_id)},
+            )
+        for auth in active:
+            await self._refresh(auth.id, force=True)
         async with self.read_sessions() as session:
             return await session.get(Connection, connection_id, populate_existing=True)
 
-    async def _refresh(self, connection_id: uuid.UUID, *, force: bool = False) -> TokenResponse:
-        """Join this process's refresh of the connection, or start it.
+    async def _refresh(self, authorization_id: uuid.UUID, *, force: bool = False) -> TokenResponse:
+        """Join this process's refresh of the authorization, or start it.
 
         The refresh runs as its own task, so a caller that gives up (a client disconnecting) does
         not cancel it for the others waiting on it."""
-        key = (connection_id, force)
+        key = (authorization_id, force)
         flight = self._flights.get(key)
         if flight is None:
-            flight = asyncio.create_task(self._refresh_flight(connection_id, force=force))
+            flight = asyncio.create_task(self._refresh_flight(authorization_id, force=force))
             self._flights[key] = flight
             flight.add_done_callback(lambda done: self._landed(key, done))
         with _database_busy():
@@ -400,39 +527,41 @@ class ConnectionService:
         if not flight.cancelled():
             flight.exception()  # retrieved: whoever awaited it got it; nobody else needs a warning
 
-    async def _refresh_flight(self, connection_id: uuid.UUID, *, force: bool) -> TokenResponse:
+    async def _refresh_flight(self, authorization_id: uuid.UUID, *, force: bool) -> TokenResponse:
         claim = uuid.uuid4()
         deadline = self.clock.monotonic() + REFRESH_WAIT_SECONDS
         pause = REFRESH_POLL_FIRST_SECONDS
         provider: ResolvedProvider | None = None
         while True:
             async with self.read_sessions() as session:
-                view = await repo.refresh_view(session, connection_id, self.margin)
+                view = await authz.refresh_view(session, authorization_id, self.margin)
             if view is None:
                 raise NotConnected("The connection no longer exists.")
-            conn = view.connection
-            if conn.status == REAUTHORIZATION_REQUIRED:
-                raise self._reauth(conn)
-            if conn.status != ACTIVE:
+            auth, login = view.authorization, view.account_login
+            if auth.status == REAUTHORIZATION_REQUIRED:
+                raise self._reauth(auth)
+            if auth.status != ACTIVE:
                 raise NotConnected("The connection was revoked.")
             if not view.due and not force:
-                return self._answer(conn)  # refreshed by another caller meanwhile
-            if conn.refresh_token_enc is None or not conn.refresh_token_key_id:
-                return await self._without_refresh_token(conn, expired=view.expired, force=force)
+                return self._answer(auth, login)  # refreshed by another caller meanwhile
+            if auth.refresh_token_enc is None or not auth.refresh_token_key_id:
+                return await self._without_refresh_token(auth, login, expired=view.expired, force=force)
             if not view.claimed:
                 # Discovery may fetch metadata: before the claim, so the claim covers only the call.
-                provider = provider or await self.provider(conn.provider)
+                provider = provider or await self.provider(auth.provider)
                 async with unit_of_work(self.sessions) as session:
-                    claimed = await repo.claim_refresh(
+                    claimed = await authz.claim_refresh(
                         session,
-                        connection_id,
+                        authorization_id,
                         claim=claim,
                         hold_seconds=REFRESH_CLAIM_SECONDS,
                         margin_seconds=self.margin,
                         force=force,
                     )
                 if claimed is not None:
-                    answer = await self._refresh_claimed(claimed[0], claim, provider, expired=claimed[1], force=force)
+                    answer = await self._refresh_claimed(
+                        claimed[0], login, claim, provider, expired=claimed[1], force=force
+                    )
                     if answer is not None:
                         return answer
                     # Overtaken (a reconnect, a revocation): what is stored now is the answer.
@@ -441,37 +570,46 @@ class ConnectionService:
             if self.clock.monotonic() >= deadline:
                 logger.warning(
                     "refresh wait timed out",
-                    extra={"connection_id": CONNECTION_ID.format(conn.id), "provider": conn.provider},
+                    extra={"connection_id": CONNECTION_ID.format(auth.connection_id), "provider": auth.provider},
                 )
                 if not view.expired and not force:
-                    return self._answer(conn)  # still valid for a moment: better than an error
+                    return self._answer(auth, login)  # still valid for a moment: better than an error
                 raise ServiceUnavailable(
                     "Another refresh of this connection is taking long; retry shortly.", headers={"Retry-After": "2"}
                 )
             await self.clock.sleep(pause)
             pause = min(pause * 2, REFRESH_POLL_MAX_SECONDS)
 
-    async def _without_refresh_token(self, conn: Connection, *, expired: bool, force: bool) -> TokenResponse:
+    async def _without_refresh_token(
+        self, auth: Authorization, login: str | None, *, expired: bool, force: bool
+    ) -> TokenResponse:
         if force:
             raise NoRefreshToken(
                 "The provider gave this connection no refresh token; it cannot be "
                 "refreshed, only reconnected when it expires."
             )
         if not expired:
-            return self._answer(conn)
+            return self._answer(auth, login)
         async with unit_of_work(self.sessions) as session:
-            await repo.mark_reauthorization_required(session, conn.id)
-        raise self._reauth(conn)
+            await authz.mark_reauthorization_required(session, auth.id)
+        raise self._reauth(auth)
 
     async def _refresh_claimed(
-        self, conn: Connection, claim: uuid.UUID, provider: ResolvedProvider, *, expired: bool, force: bool
+        self,
+        auth: Authorization,
+        login: str | None,
+        claim: uuid.UUID,
+        provider: ResolvedProvider,
+        *,
+        expired: bool,
+        force: bool,
     ) -> TokenResponse | None:
         """The provider call under this flight's claim, with no connection held. None when the
-        result could not be stored because the connection changed meanwhile."""
+        result could not be stored because the authorization changed meanwhile."""
         settled = False
-        ref = CONNECTION_ID.format(conn.id)
+        ref = CONNECTION_ID.format(auth.connection_id)
         try:
-            refresh_token = self._open(conn, REFRESH_TOKEN)
+            refresh_token = self._open(auth, REFRESH_TOKEN)
             if refresh_token is None:
                 return None  # removed since the look before the claim: the next look decides
             try:
@@ -479,91 +617,118 @@ class ConnectionService:
             except oauth.ProviderError as exc:
                 if exc.error == "invalid_grant":
                     async with unit_of_work(self.sessions) as session:
-                        await repo.mark_reauthorization_required(session, conn.id, claim=claim)
+                        await authz.mark_reauthorization_required(session, auth.id, claim=claim)
                     settled = True
-                    self._refreshed(conn.provider, "reauthorization_required")
+                    self._refreshed(auth.provider, "reauthorization_required")
                     logger.info(
                         "connection needs reauthorization",
-                        extra={"connection_id": ref, "provider": conn.provider, "code": "invalid_grant"},
+                        extra={"connection_id": ref, "provider": auth.provider, "code": "invalid_grant"},
                     )
-                    raise self._reauth(conn) from None
+                    raise self._reauth(auth) from None
                 logger.warning(
-                    "token refresh failed", extra={"connection_id": ref, "provider": conn.provider, "code": exc.error}
+                    "token refresh failed", extra={"connection_id": ref, "provider": auth.provider, "code": exc.error}
                 )
-                self._refreshed(conn.provider, "failed")
+                self._refreshed(auth.provider, "failed")
                 if not expired and not force:
-                    return self._answer(conn)  # still valid for a moment: better than an error
+                    return self._answer(auth, login)  # still valid for a moment: better than an error
                 raise RefreshFailed(
                     "The provider failed to refresh the token; retry later.", extra={"provider_error": exc.error}
                 ) from None
-            values = self._seal_tokens(conn.id, token_binding(conn), tokens)
+            values = self._seal_tokens(auth.id, token_binding(auth), tokens)
             # Omitted means unchanged (RFC 6749 §6); present, it is read as the code exchange reads it.
             values["scopes"] = oauth.split_scopes(tokens.scope, provider.scope_separator) if tokens.scope else None
             async with unit_of_work(self.sessions) as session:
-                updated = await repo.store_refreshed(session, conn.id, claim, values)
+                updated = await authz.store_refreshed(session, auth.id, claim, values)
+                if updated is not None and values["scopes"] is not None:
+                    await authz.sync_connection(session, auth.connection_id)
             settled = True
             if updated is None:
-                self._refreshed(conn.provider, "discarded")
+                self._refreshed(auth.provider, "discarded")
                 logger.warning(
                     "refreshed token not stored: the connection changed meanwhile",
-                    extra={"connection_id": ref, "provider": conn.provider},
+                    extra={"connection_id": ref, "provider": auth.provider},
                 )
                 return None
-            self._refreshed(conn.provider, "refreshed")
-            logger.info("token refreshed", extra={"connection_id": ref, "provider": conn.provider})
-            return self._answer(updated)
+            self._refreshed(auth.provider, "refreshed")
+            logger.info("token refreshed", extra={"connection_id": ref, "provider": auth.provider})
+            return self._answer(updated, login)
         finally:
             if not settled:
-                await self._release(conn.id, claim)
+                await self._release(auth.id, claim)
 
-    async def _release(self, connection_id: uuid.UUID, claim: uuid.UUID) -> None:
+    async def _release(self, authorization_id: uuid.UUID, claim: uuid.UUID) -> None:
         """End a claim early so the next caller need not wait for it to lapse (best effort)."""
         try:
             async with unit_of_work(self.sessions) as session:
-                await repo.release_refresh_claim(session, connection_id, claim)
+                await authz.release_refresh_claim(session, authorization_id, claim)
         except (DBAPIError, OSError) as exc:
             logger.warning(
                 "refresh claim not released; it lapses by itself",
-                extra={"connection_id": CONNECTION_ID.format(connection_id), "code": str(classify(exc))},
+                extra={"code": str(classify(exc))},
             )
 
     # ---- revocation ------------------------------------------------------------------------------
     async def revoke(
         self, client: AuthenticatedClient, provider_name: str, *, iss: str, sub: str, account: str | None
     ) -> RevokeResponse:
-        found = [conn for conn, _ in await self._live(client, provider_name, iss, sub, account)]
-        at_provider = await self._revoke_at_provider(provider_name, found)
+        """``DELETE /v1/connections/{provider}``. The server client that connected the account
+        disconnects it for everyone; a server that was only granted it ends its own grant (and its
+        authorization, when nobody else holds that one), and every other server keeps its access."""
+        found = await self._live(client, provider_name, iss, sub, account)
+        owned = [conn for conn, _ in found if conn.connected_by == client.id]
+        granted = [(conn, grant) for conn, grant in found if conn.connected_by != client.id]
+        at_provider = False
+        revoked: list[uuid.UUID] = []
+        if owned:
+            answer = await self._disconnect([c.id for c in owned], provider_name)
+            revoked, at_provider = answer
+        ended: list[uuid.UUID] = []
+        if granted:
+            with _database_busy():
+                async with unit_of_work(self.sessions) as session:
+                    for _, grant in granted:
+                        if await grant_repo.revoke(session, grant.grant_id, by="grantee"):
+                            ended.append(grant.grant_id)
+                    told = await events_repo.grants_revoked(session, ended)
+            await self._announce(told)
+            retired = await self.retire([g.authorization_id for _, g in granted if g.authorization_id is not None])
+            at_provider = at_provider or retired
+        return RevokeResponse(
+            revoked=[CONNECTION_ID.format(c) for c in revoked],
+            revoked_at_provider=at_provider,
+            grants_revoked=[GRANT_ID.format(g) for g in ended],
+        )
+
+    async def revoke_by_id(self, connection_id: uuid.UUID) -> RevokeResponse | None:
+        """One connection by id (operators, the user's own page): every authorization at the
+        provider when it can, locally always. None when there is no such row; ``revoked`` is empty
+        when it was already revoked."""
+        async with self.read_sessions() as session:
+            conn = await session.get(Connection, connection_id, populate_existing=True)
+        if conn is None:
+            return None
+        if conn.status == REVOKED:
+            return RevokeResponse(revoked=[], revoked_at_provider=False)
+        revoked, at_provider = await self._disconnect([connection_id], conn.provider)
+        return RevokeResponse(revoked=[CONNECTION_ID.format(c) for c in revoked], revoked_at_provider=at_provider)
+
+    async def _disconnect(self, connection_ids: list[uuid.UUID], provider_name: str) -> tuple[list[uuid.UUID], bool]:
+        async with self.read_sessions() as session:
+            auths = await authz.live_of_connections(session, connection_ids)
+        at_provider = await self._revoke_at_provider(provider_name, auths)
         with _database_busy():
             async with unit_of_work(self.sessions) as session:
-                revoked = await repo.mark_revoked(session, [c.id for c in found])
+                revoked = await repo.mark_revoked(session, connection_ids)
+                await authz.revoke_of_connections(session, revoked)
                 told = await events_repo.connections_revoked(session, revoked)
         await self._announce(told)
         for cid in revoked:
             logger.info(
                 "connection revoked", extra={"connection_id": CONNECTION_ID.format(cid), "provider": provider_name}
             )
-        return RevokeResponse(revoked=[CONNECTION_ID.format(c) for c in revoked], revoked_at_provider=at_provider)
+        return revoked, at_provider
 
-    async def revoke_by_id(self, connection_id: uuid.UUID) -> RevokeResponse | None:
-        """One connection by id (operators): at the provider when it can, locally always. None when
-        there is no such row; ``revoked`` is empty when it was already revoked."""
-        async with self.read_sessions() as session:
-            conn = await session.get(Connection, connection_id, populate_existing=True)
-        if conn is None:
-            return None
-        found = [conn] if conn.status != REVOKED else []
-        at_provider = await self._revoke_at_provider(conn.provider, found)
-        async with unit_of_work(self.sessions) as session:
-            revoked = await repo.mark_revoked(session, [c.id for c in found])
-            told = await events_repo.connections_revoked(session, revoked)
-        await self._announce(told)
-        for cid in revoked:
-            logger.info(
-                "connection revoked", extra={"connection_id": CONNECTION_ID.format(cid), "provider": conn.provider}
-            )
-        return RevokeResponse(revoked=[CONNECTION_ID.format(c) for c in revoked], revoked_at_provider=at_provider)
-
-    async def _revoke_at_provider(self, provider_name: str, found: list[Connection]) -> bool:
+    async def _revoke_at_provider(self, provider_name: str, found: list[Authorization]) -> bool:
         """RFC 7009 calls for the tokens read before; no session is open while they run."""
         if not found:
             return False
@@ -572,16 +737,22 @@ class ConnectionService:
         except (UnknownProvider, UpstreamError):
             provider = None
         at_provider = False
-        for conn in found:
+        for auth in found:
             if provider is None:
                 continue
-            refresh_token = self._open(conn, REFRESH_TOKEN)
-            access_token = self._open(conn, ACCESS_TOKEN)
+            try:
+                refresh_token = self._open(auth, REFRESH_TOKEN)
+                access_token = self._open(auth, ACCESS_TOKEN)
+            except ReauthorizationRequired:
+                continue  # unreadable: nothing to hand back
             # Revoking the refresh token ends the whole grant (RFC 7009 §2.1); else the access token.
             if refresh_token is not None:
-                at_provider = await oauth.revoke(self.http, provider, refresh_token, REFRESH_TOKEN) or at_provider
+                done = await oauth.revoke(self.http, provider, refresh_token, REFRESH_TOKEN)
             elif access_token is not None:
-                at_provider = await oauth.revoke(self.http, provider, access_token, ACCESS_TOKEN) or at_provider
+                done = await oauth.revoke(self.http, provider, access_token, ACCESS_TOKEN)
+            else:
+                done = False
+            at_provider = done or at_provider
         return at_provider
 
 

@@ -63,8 +63,23 @@ ENCRYPTED_COLUMNS: tuple[EncryptedColumn, ...] = (
     _column("issuers", "client_secret", owner_sql="id::text", purpose="issuer_client_secret"),
     _column("issuers", "introspection_secret", owner_sql="id::text", purpose="issuer_introspection_secret"),
     _column("login_attempts", "secrets", owner_sql="encode(id, 'hex')", purpose="login_attempt"),
-    # connections (OAuth and API-key providers share the token columns)
+    # connections: an API key on the connection row; OAuth tokens on its authorizations, owned by
+    # the authorization's id in the connection-id form (``service.connections.authorizations``)
     _column("providers", "client_secret", id_column="name", owner_sql="name", purpose="client_secret"),
+    _column(
+        "authorizations",
+        "access_token",
+        owner_sql=CONNECTION_ID.sql("id"),
+        purpose="access_token",
+        bound_sql=CONNECTION_BINDING,
+    ),
+    _column(
+        "authorizations",
+        "refresh_token",
+        owner_sql=CONNECTION_ID.sql("id"),
+        purpose="refresh_token",
+        bound_sql=CONNECTION_BINDING,
+    ),
     _column(
         "connections",
         "access_token",

@@ -12,6 +12,11 @@ The columns are the ones declared in :mod:`service.crypto.columns`. Rows whose v
 decrypted (tampered, moved to another owner, or sealed by a key no longer in the ring) are reported
 and left as they are.
 
+**Grants.** Grant rows hold no secret but carry a MAC (``service.grants.integrity``); rotation
+re-MACs those under an older key (after checking the old MAC) and MACs the grants that existed
+before migration 0012 (marked ``legacy`` by it). A grant whose MAC does not check is reported as
+failed and left unsealed.
+
 **Rebinding.** A column whose declaration binds the owner's fields (``bound_sql``: a connection's
 issuer, subject, provider and account) may still hold values sealed before those fields were bound.
 A migration cannot rewrite them (it has no keys), so rotation does: every value it rewrites is read
@@ -75,7 +80,72 @@ async def rotate(
         await _rotate_column(sessions, vault, column, batch, report)
         if column.bound_sql:
             await _rebind_column(sessions, vault, column, batch, report)
+    await _seal_grants(sessions, vault, batch, report)
     return report
+
+
+GRANTS_LABEL = "grants.mac"
+# What migration 0012 wrote into ``grants.mac_key_id`` of the grants that existed before it: the
+# only rows without a MAC that rotation seals. A row without a MAC and without this mark was not
+# written by the service, and is left unsealed (and so never honoured).
+LEGACY_MAC = "legacy"
+
+
+async def _seal_grants(
+    sessions: async_sessionmaker[AsyncSession], vault: Vault, batch: int, report: RotationReport
+) -> None:
+    """MAC the grants that have none yet (made before migration 0012) and re-MAC those under an
+    older key, each only after its current MAC checked: a tampered row is reported, never sealed."""
+    from service.grants import integrity
+
+    select_sql = text(
+        "SELECT id, connection_id, authorization_id, server_client_id, trust_group_id, scopes, mac, mac_key_id "
+        "FROM grants WHERE mac_key_id IS DISTINCT FROM :current AND NOT (id = ANY(:skip)) "
+        "ORDER BY id LIMIT :batch FOR UPDATE SKIP LOCKED"
+    )
+    update_sql = text(
+        "UPDATE grants SET mac = :mac, mac_key_id = :kid WHERE id = :id AND mac IS NOT DISTINCT FROM :old_mac "
+        "AND mac_key_id IS NOT DISTINCT FROM :old_kid AND scopes = CAST(:scopes AS text[])"
+    )
+    failed: list[Any] = []
+    sealed = 0
+    while True:
+        async with unit_of_work(sessions) as session:
+            rows = (
+                await session.execute(select_sql, {"current": vault.current_key_id, "skip": failed, "batch": batch})
+            ).all()
+            if not rows:
+                break
+            for row in rows:
+                what = {
+                    "connection_id": row.connection_id,
+                    "authorization_id": row.authorization_id,
+                    "server_client_id": row.server_client_id,
+                    "trust_group_id": row.trust_group_id,
+                    "scopes": list(row.scopes or ()),
+                }
+                legacy = row.mac is None and row.mac_key_id == LEGACY_MAC
+                if not legacy and not vault.verify_mac(
+                    row.mac_key_id, row.mac, integrity.fields(**what), purpose=integrity.PURPOSE
+                ):
+                    failed.append(row.id)
+                    continue
+                kid, mac = integrity.seal(vault, **what)
+                result = await session.execute(
+                    update_sql,
+                    {
+                        "id": row.id,
+                        "mac": mac,
+                        "kid": kid,
+                        "old_mac": row.mac,
+                        "old_kid": row.mac_key_id,
+                        "scopes": what["scopes"],
+                    },
+                )
+                sealed += int(result.rowcount or 0)  # type: ignore[attr-defined]
+    report.rotated[GRANTS_LABEL] = sealed
+    report.failed[GRANTS_LABEL] = [_show(i) for i in failed]
+    report.remaining[GRANTS_LABEL] = 0
 
 
 def _bound_select(column: EncryptedColumn) -> str:

@@ -8,23 +8,68 @@ to decrypt, and so does one whose row was changed to name another person, provid
 database write cannot turn alice's token into mallory's.
 
 Binding the owner's fields came after values were stored without them. Those open only with the
-old associated data (owner and purpose alone); ``unbound_ok`` lets a reader accept that form until
-``elicitd keys rotate`` has rewritten every value under the new one (``service.crypto.rotate``). A
-value sealed with its fields never opens without them, so once rotated a moved row stays shut
-whatever the reader accepts.
+old associated data (owner and purpose alone); ``unbound_ok`` lets a reader accept that form, and
+the service asks for it only while the operator has turned ``accept_unbound`` on for an upgrade
+(``ELICITD_ACCEPT_UNBOUND_SECRETS``, off by default) — ``elicitd keys rotate`` rewrites every value
+under the new form (``service.crypto.rotate``), after which nothing needs it. A value sealed with
+its fields never opens without them, so once rotated a moved row stays shut whatever the reader
+accepts.
+
+The vault also MACs rows that hold no secret but decide who gets one (``mac``/``verify_mac``: a
+grant), under a sub-key of the same ring.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Sequence
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from service.crypto.aead import Sealer, SealError
 from service.settings import KeyRing
 
 
+def _encode(fields: Sequence[str]) -> bytes:
+    out = bytearray()
+    for value in fields:
+        data = value.encode()
+        out += f"{len(data)}:".encode() + data + b"\x00"
+    return bytes(out)
+
+
 class Vault:
-    def __init__(self, ring: KeyRing) -> None:
+    def __init__(self, ring: KeyRing, *, accept_unbound: bool = False) -> None:
         self._sealer = Sealer(ring, "vault")
+        self._ring = ring
+        # Whether values sealed before their owner's fields were bound still open (``unbound_ok``):
+        # off unless the operator turned it on for an upgrade (``ELICITD_ACCEPT_UNBOUND_SECRETS``),
+        # until ``elicitd keys rotate`` has rebound every stored value. Rotation itself always may.
+        self.accept_unbound = accept_unbound
+
+    # ---- integrity of rows that hold no secret -------------------------------------------------------
+    def _mac_key(self, key: bytes, purpose: str) -> bytes:
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"elicitd/mac/" + purpose.encode()).derive(
+            key
+        )
+
+    def mac(self, fields: Sequence[str], *, purpose: str) -> tuple[str, bytes]:
+        """HMAC-SHA256 of ``fields`` (length-prefixed, so no two lists encode alike) under a sub-key of
+        the current key for ``purpose``: the key id and the tag. Someone who can write rows but holds
+        no key cannot make a tag that ``verify_mac`` accepts."""
+        kid, key = self._ring.current
+        return kid, hmac.new(self._mac_key(key, purpose), _encode(fields), hashlib.sha256).digest()
+
+    def verify_mac(self, key_id: str | None, tag: bytes | None, fields: Sequence[str], *, purpose: str) -> bool:
+        if not key_id or tag is None:
+            return False
+        key = self._ring.get(key_id)
+        if key is None:
+            return False
+        expected = hmac.new(self._mac_key(key, purpose), _encode(fields), hashlib.sha256).digest()
+        return hmac.compare_digest(expected, bytes(tag))
 
     @property
     def current_key_id(self) -> str:

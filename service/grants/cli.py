@@ -2,7 +2,9 @@
 
 The commands talk to PostgreSQL directly (``ELICITD_DATABASE_URL`` and ``ELICITD_KEYS`` as for
 ``serve``) through the functions behind the admin API, and each writes an audit row with actor
-``cli`` in the same transaction as its change. ``--json`` prints one JSON document.
+``cli`` in the same transaction as its change. ``--json`` prints one JSON document. A refusal is
+one line on stderr ending in its stable code in parentheses, the admin API's ``code``
+(``… (unproven_member)``), and exit code 1.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from typing import Any
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.cli_exits import CommandFailed, ExitCode
 from service.cli_output import print_json, print_table
+from service.errors import Conflict, InvalidRequest, NotFound
 
 Work = Callable[[AsyncSession, argparse.Namespace], Awaitable[Any]]
 
-_GROUP_COLUMNS = ["id", "name", "display_name", "members"]
+_GROUP_COLUMNS = ["id", "name", "display_name", "members", "warnings"]
 _GRANT_COLUMNS = ["id", "connection_id", "grantee", "scopes", "origin", "last_used_at", "revoked_at"]
 
 
@@ -48,7 +52,8 @@ def _target(args: argparse.Namespace) -> str | None:
 
 
 def _group_row(view: dict[str, Any]) -> dict[str, Any]:
-    return {**view, "members": [m["name"] for m in view["members"]]}
+    members = [m["name"] + (" (no subject proof)" if m["subject_proof"] == "none" else "") for m in view["members"]]
+    return {**view, "members": members}
 
 
 def _grant_row(view: dict[str, Any]) -> dict[str, Any]:
@@ -58,7 +63,10 @@ def _grant_row(view: dict[str, Any]) -> dict[str, Any]:
 
 def _command(work: Work, *, rows: Callable[[Any], list[dict[str, Any]]], columns: list[str]) -> Any:
     def run(args: argparse.Namespace) -> None:
-        result = asyncio.run(_audited(work, args))
+        try:
+            result = asyncio.run(_audited(work, args))
+        except (InvalidRequest, Conflict, NotFound) as exc:
+            raise CommandFailed(f"{exc.detail} ({exc.problem_code})", ExitCode.REFUSED) from None
         if args.json:
             print_json(result)
             return
@@ -86,7 +94,13 @@ async def _groups_create(session: AsyncSession, args: argparse.Namespace) -> Any
     from service.grants import groups, operators
 
     return operators.group_view(
-        await groups.create_group(session, args.target, args.display_name or args.target, args.member or [])
+        await groups.create_group(
+            session,
+            args.target,
+            args.display_name or args.target,
+            args.member or [],
+            allow_unproven=args.allow_unproven,
+        )
     )
 
 
@@ -95,9 +109,12 @@ async def _groups_change(session: AsyncSession, args: argparse.Namespace) -> Any
 
     action = args.group_action
     if action == "set-members":
-        group = await groups.update_group(session, args.target, members=args.members)
+        allow = True if args.allow_unproven else None
+        group = await groups.update_group(session, args.target, members=args.members, allow_unproven=allow)
     elif action == "add-members":
-        group = await groups.add_members(session, args.target, args.members)
+        group = await groups.add_members(session, args.target, args.members, allow_unproven=args.allow_unproven)
+    elif action == "require-proof":
+        group = await groups.update_group(session, args.target, allow_unproven=False)
     elif action == "remove-members":
         group = await groups.remove_members(session, args.target, args.members)
     elif action == "rename":
@@ -123,9 +140,12 @@ async def _grants_list(session: AsyncSession, args: argparse.Namespace) -> Any:
 
 
 async def _grants_give(session: AsyncSession, args: argparse.Namespace) -> Any:
+    from service.crypto.vault import Vault
     from service.grants import operators
+    from service.settings import Settings
 
-    return await operators.give_grant(session, args.connection_id, args.grantee, args.scope or [])
+    vault = Vault(Settings.from_env().keys)
+    return await operators.give_grant(session, vault, args.connection_id, args.grantee, args.scope or [])
 
 
 async def _grants_revoke(session: AsyncSession, args: argparse.Namespace) -> Any:
@@ -170,6 +190,11 @@ def register(subparsers: Any) -> None:
     )
     made.add_argument("--display-name", help="the party's name as pages show it (Example Corp)")
     made.add_argument("--member", action="append", help="a server client's name or sc_… id (repeatable)")
+    unproven_help = (
+        "allow members without subject proof (their API key alone names any user, so they read every grant "
+        "of the group with it); flagged in every group answer and in /readyz"
+    )
+    made.add_argument("--allow-unproven", action="store_true", help=unproven_help)
     change = _group_command(_groups_change)
     for action, help_text in (
         ("set-members", "make these the only members"),
@@ -178,6 +203,16 @@ def register(subparsers: Any) -> None:
     ):
         leaf(groups, action, "cliUpdateTrustGroup", change, help_text, target="GROUP").set_defaults(group_action=action)
         groups.choices[action].add_argument("members", nargs="+", metavar="MEMBER")
+        if action != "remove-members":
+            groups.choices[action].add_argument("--allow-unproven", action="store_true", help=unproven_help)
+    leaf(
+        groups,
+        "require-proof",
+        "cliUpdateTrustGroup",
+        change,
+        "stop allowing members without subject proof (refused while one is a member)",
+        target="GROUP",
+    ).set_defaults(group_action="require-proof")
     renamed = leaf(groups, "rename", "cliUpdateTrustGroup", change, "change the display name", target="GROUP")
     renamed.add_argument("display_name", metavar="DISPLAY_NAME")
     renamed.set_defaults(group_action="rename")

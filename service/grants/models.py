@@ -1,4 +1,4 @@
-"""Grants and trust groups (DESIGN §10). Mirrors ``service/migrations/versions/0009_grants.py``.
+"""Grants and trust groups (DESIGN §10). Mirrors ``service/migrations/versions/0009_grants.py`` (and 0013).
 
 A **grant** is the subject's permission for one grantee — a server client, or a trust group of
 them — to use one connection for some scopes. It is data, never a cache: the token endpoint reads
@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import ARRAY, CheckConstraint, DateTime, ForeignKey, Index, String, Text, text
+from sqlalchemy import ARRAY, Boolean, CheckConstraint, DateTime, ForeignKey, Index, LargeBinary, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db.base import Base, PrefixedId, Timestamps, uuid7
@@ -38,6 +38,10 @@ class TrustGroup(Timestamps, Base):
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     display_name: Mapped[str] = mapped_column(String(200))
+    # Whether a member may be a client without subject proof (its API key alone names any user,
+    # so it reads every grant of the group on that key alone): an operator's explicit choice,
+    # flagged wherever groups are shown (migration 0013).
+    allow_unproven: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
 
 class TrustGroupMember(Timestamps, Base):
@@ -78,6 +82,10 @@ class Grant(Timestamps, Base):
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
     connection_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("connections.id", ondelete="CASCADE"))
+    # The token set this grant hands out (migration 0012); NULL for an API-key connection's grant.
+    authorization_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("authorizations.id", ondelete="CASCADE"), index=True
+    )
     server_client_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("server_clients.id", ondelete="CASCADE"))
     trust_group_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("trust_groups.id", ondelete="CASCADE"))
     scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
@@ -90,3 +98,7 @@ class Grant(Timestamps, Base):
     revoked_by: Mapped[str | None] = mapped_column(String(16))
     # Touched by the token endpoint at most once a minute per grant (see ``repository.TOUCH``).
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # HMAC over what the grant gives (``service.grants.integrity``) under a vault sub-key: a row
+    # written by anyone without the keys is not honoured where a token is picked.
+    mac: Mapped[bytes | None] = mapped_column(LargeBinary)
+    mac_key_id: Mapped[str | None] = mapped_column(String(32))

@@ -16,8 +16,9 @@ import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.admin.pagination import MAX_LIMIT, decode_cursor, page
+from service.crypto.vault import Vault
 from service.db.base import CLIENT_ID, CONNECTION_ID, FLOW_ID
-from service.errors import ConnectionNotFound, InvalidRequest, NotFound
+from service.errors import Conflict, ConnectionNotFound, InvalidRequest, NotFound
 from service.events import repository as events_repo
 from service.grants import groups
 from service.grants import repository as repo
@@ -65,6 +66,8 @@ class TrustGroupMemberView(msgspec.Struct):
     id: str
     name: str
     display_name: str
+    # "none": its API key alone names any user, so it reads the group's grants on that key alone.
+    subject_proof: str
 
 
 class TrustGroupView(msgspec.Struct):
@@ -73,6 +76,10 @@ class TrustGroupView(msgspec.Struct):
     display_name: str
     members: list[TrustGroupMemberView]
     created_at: datetime
+    # Whether members without subject proof may join (an operator's explicit choice).
+    allow_unproven: bool
+    # Stable codes an operator should act on: ``unproven_members_allowed`` while ``allow_unproven``.
+    warnings: list[str]
 
 
 MemberRef = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -82,11 +89,15 @@ class CreateTrustGroup(msgspec.Struct, forbid_unknown_fields=True):
     name: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
     display_name: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
     members: Annotated[list[MemberRef], msgspec.Meta(max_length=groups.MAX_MEMBERS)] = []
+    # A member without subject proof is refused (409 unproven_member) unless this is true.
+    allow_unproven: bool = False
 
 
 class UpdateTrustGroup(msgspec.Struct, forbid_unknown_fields=True):
     display_name: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
     members: Annotated[list[MemberRef], msgspec.Meta(max_length=groups.MAX_MEMBERS)] | None = None
+    # false is refused (409 unproven_member) while a member without subject proof remains.
+    allow_unproven: bool | None = None
 
 
 def grant_view(row: repo.GrantRow) -> GrantView:
@@ -123,10 +134,14 @@ def group_view(group: groups.Group) -> TrustGroupView:
         name=group.name,
         display_name=group.display_name,
         members=[
-            TrustGroupMemberView(id=CLIENT_ID.format(m.id), name=m.name, display_name=m.display_name)
+            TrustGroupMemberView(
+                id=CLIENT_ID.format(m.id), name=m.name, display_name=m.display_name, subject_proof=m.subject_proof
+            )
             for m in group.members
         ],
         created_at=group.created_at,
+        allow_unproven=group.allow_unproven,
+        warnings=[groups.WARNING_UNPROVEN_ALLOWED] if group.allow_unproven else [],
     )
 
 
@@ -181,18 +196,40 @@ async def list_grants(
     return GrantPage(items=[grant_view(r) for r in items], next_cursor=next_cursor)
 
 
-async def give_grant(session: AsyncSession, connection: str, grantee: str, scopes: list[str]) -> GrantView:
-    """An operator's grant: the connection must be live; scopes widen a live grant the grantee holds."""
+class NoMatchingAuthorization(Conflict):
+    code = "no_matching_authorization"
+    title = "No authorization of the connection holds exactly these scopes"
+
+
+async def give_grant(
+    session: AsyncSession, vault: Vault, connection: str, grantee: str, scopes: list[str]
+) -> GrantView:
+    """An operator's grant: the connection must be live, and (for OAuth) hold an active
+    authorization with exactly ``scopes`` — the grant points at it, so the grantee is never handed
+    a token with more than the grant names. Replaces a live grant the grantee holds."""
+    connection_id = _connection(connection)
+    held = await repo.active_authorizations(session, connection_id)
+    authorization_id = None
+    if held:
+        exact = [a for a in held if a.scopes == frozenset(scopes)]
+        if not exact:
+            raise NoMatchingAuthorization(
+                "Grant exactly the scopes of one of the connection's authorizations.",
+                extra={"authorizations": [sorted(a.scopes) for a in held]},
+            )
+        authorization_id = exact[0].id
     granted = await repo.give(
         session,
-        connection_id=_connection(connection),
+        vault=vault,
+        connection_id=connection_id,
+        authorization_id=authorization_id,
         grantee=await _grantee(session, grantee),
         scopes=scopes,
         origin=ORIGIN_ADMIN,
     )
     if granted is None:
         raise ConnectionNotFound("No live connection with this id.")
-    row = await repo.get_grant(session, granted)
+    row = await repo.get_grant(session, granted.grant_id)
     assert row is not None
     return grant_view(row)
 

@@ -26,7 +26,15 @@ from service.db.unit import unit_of_work
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
 from service.grants.repository import AskingParty, OfferedConnection
-from service.grants.service import GRANTABLE_KINDS, Allowed, ConnectionEntry, Gone, GrantOffer
+from service.grants.service import (
+    GRANTABLE_KINDS,
+    SHARE,
+    SHARE_WIDER,
+    Allowed,
+    ConnectionEntry,
+    Gone,
+    GrantOffer,
+)
 from service.identity import sessions as store
 from service.signin.account_page import ME_PATH, me_path
 from service.signin.csrf import csrf_token_for
@@ -81,6 +89,24 @@ def _default_messages(conn: OfferedConnection) -> set[str]:
 
 def _grant_page(flow: Flow, identity: BrowserIdentity, offer: GrantOffer) -> Response[Any]:
     conn = offer.connection
+    held = offer.authorization
+    wider: dict[str, Any] = {"wider": False}
+    if held is not None and offer.wider:
+        # The only access elicitd holds for this account is wider than asked: say who holds what,
+        # and offer a separate authorization with just the asked scopes first.
+        wider = {
+            "wider": True,
+            "held_scopes": [
+                {"name": s, "words": describe_scope(s, conn.scope_descriptions)} for s in sorted(held.scopes)
+            ],
+            "extra_scopes": [
+                {"name": s, "words": describe_scope(s, conn.scope_descriptions)}
+                for s in sorted(held.scopes - set(offer.scopes))
+            ],
+            "holders": list(held.holders),
+            "can_separate": offer.can_separate,
+            "separate_action": f"/connect/{FLOW_ID.format(flow.id)}/continue",
+        }
     return page(
         "grant.html",
         flow_id=FLOW_ID.format(flow.id),
@@ -94,6 +120,7 @@ def _grant_page(flow: Flow, identity: BrowserIdentity, offer: GrantOffer) -> Res
         csrf_token=identity.csrf_token,
         action=grant_action(flow),
         me_link=me_path(flow.subject_iss),
+        **wider,
         **party_context(offer.party),
     )
 
@@ -114,10 +141,11 @@ async def answer_grant(request: Req, flow_ref: str, services: Services) -> Respo
         return checked
     flow = checked.flow
     party = await services.grants.asking_party(flow.server_client_id)
-    if checked.form.get("decision") != "allow":
+    decision = checked.form.get("decision")
+    if decision not in {"allow", "share_wider"}:
         moved = await services.grants.decline(flow)
         return _answered(moved or flow, party)
-    outcome = await services.grants.allow(flow)
+    outcome = await services.grants.allow(flow, SHARE_WIDER if decision == "share_wider" else SHARE)
     if isinstance(outcome, Gone):
         # The account was disconnected meanwhile: the flow's page now asks for it the usual way.
         return redirect(f"/f/{flow_ref}")

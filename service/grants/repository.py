@@ -17,7 +17,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.crypto.vault import Vault
 from service.db.base import uuid7
+from service.grants import integrity
 
 # How often the token endpoint writes ``last_used_at``: a read tells whether the stored value is
 # older than this, and only then is it written, so a client calling every second costs one write a
@@ -26,7 +28,7 @@ TOUCH_SECONDS = 60
 
 # The live grants of server client ``{client}`` on the connection ``{connection}`` (placeholders or
 # column references, from code): its own, or its trust group's. Used inside larger statements.
-_FOR_CLIENT = (
+FOR_CLIENT = (
     "g.connection_id = {connection} AND g.revoked_at IS NULL AND (g.server_client_id = {client} OR "
     "g.trust_group_id = (SELECT m.group_id FROM trust_group_members m WHERE m.server_client_id = {client}))"
 )
@@ -40,7 +42,7 @@ def granted_lateral(*, connection: str, client: str) -> str:
 
     An aggregate over no rows still yields one row, so the caller filters on ``gr.granted``.
     """
-    where = _FOR_CLIENT.format(connection=connection, client=client)
+    where = FOR_CLIENT.format(connection=connection, client=client)
     return (
         "CROSS JOIN LATERAL (SELECT count(g.id) > 0 AS granted, "
         "COALESCE(array_agg(DISTINCT s ORDER BY s) FILTER (WHERE s IS NOT NULL), '{}') AS granted_scopes, "
@@ -53,7 +55,7 @@ def granted_lateral(*, connection: str, client: str) -> str:
 # Positional, for ``service.db.direct``: $1 connection id, $2 server client id.
 TOUCH = (
     "UPDATE grants g SET last_used_at = now() WHERE "
-    + _FOR_CLIENT.format(connection="$1", client="$2")
+    + FOR_CLIENT.format(connection="$1", client="$2")
     + f" AND (g.last_used_at IS NULL OR g.last_used_at < now() - make_interval(secs => {TOUCH_SECONDS}))"
 )
 
@@ -92,54 +94,157 @@ async def granted_scopes(
     return {row[0]: set(row[1] or ()) for row in rows}
 
 
+# The grant replaces the grantee's live grant on the connection if it has one (it now points at the
+# given authorization, with that authorization's scopes); ``prev`` tells which authorization the
+# replaced grant pointed at, so the caller can retire it when nobody else holds it.
 _GIVE = """
-INSERT INTO grants (id, connection_id, server_client_id, trust_group_id, scopes, origin, flow_id)
-SELECT CAST(:id AS uuid), c.id, CAST(:client AS uuid), CAST(:grp AS uuid), CAST(:scopes AS text[]),
-       CAST(:origin AS text), CAST(:flow AS uuid)
+WITH prev AS (SELECT g.authorization_id FROM grants g
+              WHERE g.connection_id = :connection AND g.{column} = :grantee AND g.revoked_at IS NULL)
+INSERT INTO grants (id, connection_id, authorization_id, server_client_id, trust_group_id, scopes, origin, flow_id,
+                    mac, mac_key_id)
+SELECT CAST(:id AS uuid), c.id, CAST(:authorization AS uuid), CAST(:client AS uuid), CAST(:grp AS uuid),
+       CAST(:scopes AS text[]), CAST(:origin AS text), CAST(:flow AS uuid), :mac, :mac_kid
 FROM connections c
 WHERE c.id = :connection AND c.status <> 'revoked' {condition}
 ON CONFLICT (connection_id, {column}) WHERE revoked_at IS NULL AND {column} IS NOT NULL
-DO UPDATE SET scopes = ARRAY(SELECT DISTINCT s FROM unnest(grants.scopes || EXCLUDED.scopes) AS s ORDER BY 1)
-RETURNING id
+DO UPDATE SET authorization_id = EXCLUDED.authorization_id, scopes = EXCLUDED.scopes, origin = EXCLUDED.origin,
+              flow_id = EXCLUDED.flow_id, mac = EXCLUDED.mac, mac_key_id = EXCLUDED.mac_key_id
+RETURNING id, (SELECT authorization_id FROM prev)
 """
 
-# The grant page's condition: the connection is still active, the subject's, and covers the scopes.
+# The grant page's condition: the connection is still active and the subject's, and the
+# authorization (for OAuth) still active, the connection's, and holding exactly the granted scopes.
 _STILL_COVERS = (
-    "AND c.status = 'active' AND c.subject_iss = :iss AND c.subject_sub = :sub AND c.scopes @> CAST(:scopes AS text[])"
+    "AND c.status = 'active' AND c.subject_iss = :iss AND c.subject_sub = :sub "
+    "AND (CAST(:authorization AS uuid) IS NULL OR EXISTS (SELECT 1 FROM authorizations a "
+    "WHERE a.id = CAST(:authorization AS uuid) AND a.connection_id = c.id AND a.status = 'active' "
+    "AND a.scopes @> CAST(:scopes AS text[]) AND CAST(:scopes AS text[]) @> a.scopes))"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ClientGrant:
+    """A server client's live grant on a connection, and the authorization it points at."""
+
+    grant_id: uuid.UUID
+    scopes: frozenset[str]
+    authorization_id: uuid.UUID | None
+    authorization_status: str | None
+    authorization_scopes: frozenset[str]
+
+
+async def client_grants(
+    session: AsyncSession, client_id: uuid.UUID, connection_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, ClientGrant]:
+    """For each of ``connection_ids`` the client (or its trust group) holds a live grant on: that
+    grant with its authorization (absent: no grant). The client's own grant wins over its group's."""
+    if not connection_ids:
+        return {}
+    rows = await session.execute(
+        text(
+            "SELECT g.connection_id, g.id, g.scopes, g.authorization_id, a.status, a.scopes FROM grants g "
+            "LEFT JOIN authorizations a ON a.id = g.authorization_id "
+            "WHERE g.connection_id = ANY(:ids) AND "
+            + FOR_CLIENT.format(connection="g.connection_id", client=":client")
+            + " ORDER BY (g.server_client_id IS NULL), g.id"
+        ),
+        {"client": client_id, "ids": list(connection_ids)},
+    )
+    found: dict[uuid.UUID, ClientGrant] = {}
+    for row in rows:
+        found.setdefault(
+            row[0],
+            ClientGrant(
+                grant_id=row[1],
+                scopes=frozenset(row[2] or ()),
+                authorization_id=row[3],
+                authorization_status=row[4],
+                authorization_scopes=frozenset(row[5] or ()),
+            ),
+        )
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class HeldAuthorization:
+    """An active authorization of a connection, with who holds it (for the grant page's words)."""
+
+    id: uuid.UUID
+    scopes: frozenset[str]
+    holders: tuple[str, ...]  # display names of the server clients and groups granted it
+
+
+async def active_authorizations(session: AsyncSession, connection_id: uuid.UUID) -> list[HeldAuthorization]:
+    rows = await session.execute(
+        text(
+            "SELECT a.id, a.scopes, ARRAY(SELECT COALESCE(sc.display_name, tg.display_name) FROM grants g "
+            "LEFT JOIN server_clients sc ON sc.id = g.server_client_id "
+            "LEFT JOIN trust_groups tg ON tg.id = g.trust_group_id "
+            "WHERE g.authorization_id = a.id AND g.revoked_at IS NULL ORDER BY 1) "
+            "FROM authorizations a WHERE a.connection_id = :c AND a.status = 'active' "
+            "ORDER BY cardinality(a.scopes), a.id"
+        ),
+        {"c": connection_id},
+    )
+    return [HeldAuthorization(id=r[0], scopes=frozenset(r[1] or ()), holders=tuple(r[2] or ())) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Given:
+    grant_id: uuid.UUID
+    # The authorization the grantee's grant pointed at before, when it was replaced.
+    replaced: uuid.UUID | None
 
 
 async def give(
     session: AsyncSession,
     *,
+    vault: Vault,
     connection_id: uuid.UUID,
+    authorization_id: uuid.UUID | None,
     grantee: Grantee,
     scopes: Sequence[str],
     origin: str,
     flow_id: uuid.UUID | None = None,
     covering: tuple[str, str] | None = None,
-) -> uuid.UUID | None:
-    """Grant ``scopes`` on the connection, widening the grantee's live grant if it has one.
+) -> Given | None:
+    """Grant ``scopes`` of one authorization of the connection (None: an API-key connection),
+    replacing the grantee's live grant on it if it has one. The row carries its MAC.
 
-    With ``covering`` = (iss, sub) the grant is made only while the connection is active, that
-    subject's, and holds every scope (one statement: a disconnect in between wins). Returns the
-    grant's id, or None when the connection no longer qualifies.
+    With ``covering`` = (iss, sub) the grant is made only while the connection is active and that
+    subject's and the authorization active with exactly ``scopes`` (one statement: a disconnect in
+    between wins). None when the connection no longer qualifies.
     """
     column = "server_client_id" if grantee.server_client_id is not None else "trust_group_id"
     sql = _GIVE.format(condition=_STILL_COVERS if covering else "", column=column)
+    ordered = sorted(set(scopes))
+    mac_kid, mac = integrity.seal(
+        vault,
+        connection_id=connection_id,
+        authorization_id=authorization_id,
+        server_client_id=grantee.server_client_id,
+        trust_group_id=grantee.trust_group_id,
+        scopes=ordered,
+    )
     params: dict[str, Any] = {
         "id": uuid7(),
         "connection": connection_id,
+        "authorization": authorization_id,
         "client": grantee.server_client_id,
         "grp": grantee.trust_group_id,
-        "scopes": sorted(set(scopes)),
+        "grantee": grantee.server_client_id or grantee.trust_group_id,
+        "scopes": ordered,
         "origin": origin,
         "flow": flow_id,
+        "mac": mac,
+        "mac_kid": mac_kid,
     }
     if covering is not None:
         params["iss"], params["sub"] = covering
-    found: uuid.UUID | None = (await session.execute(text(sql), params)).scalar_one_or_none()
-    return found
+    row = (await session.execute(text(sql), params)).first()
+    if row is None:
+        return None
+    return Given(grant_id=row[0], replaced=row[1] if row[1] != authorization_id else None)
 
 
 async def revoke_for_subject(
@@ -227,10 +332,11 @@ class OfferedConnection:
 
 
 async def offered_connection(
-    session: AsyncSession, connection_id: uuid.UUID, *, iss: str, sub: str, provider: str, scopes: Sequence[str]
+    session: AsyncSession, connection_id: uuid.UUID, *, iss: str, sub: str, provider: str
 ) -> OfferedConnection | None:
-    """The connection, when it is active, the subject's, for the provider, holds a secret and covers
-    ``scopes`` — the conditions under which a grant page may stand in for the provider step."""
+    """The connection, when it is active, the subject's, for the provider, and holds a secret (an
+    API key, or an active authorization) — the conditions under which a grant page may stand in
+    for the provider step. Which authorization it offers is the grant service's choice."""
     row = (
         await session.execute(
             text(
@@ -239,10 +345,10 @@ async def offered_connection(
                 "COALESCE(p.api_key_config->>'key_label', 'API key') "
                 "FROM connections c LEFT JOIN providers p ON p.name = c.provider "
                 "WHERE c.id = :id AND c.status = 'active' AND c.subject_iss = :iss AND c.subject_sub = :sub "
-                "AND c.provider = :provider AND c.access_token_enc IS NOT NULL "
-                "AND c.scopes @> CAST(:scopes AS text[])"
+                "AND c.provider = :provider AND (c.access_token_enc IS NOT NULL OR EXISTS "
+                "(SELECT 1 FROM authorizations a WHERE a.connection_id = c.id AND a.status = 'active'))"
             ),
-            {"id": connection_id, "iss": iss, "sub": sub, "provider": provider, "scopes": list(scopes)},
+            {"id": connection_id, "iss": iss, "sub": sub, "provider": provider},
         )
     ).first()
     if row is None:

@@ -25,7 +25,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.connections.catalog import CATALOG
+from service.connections.providers import get_provider
 from service.connections.service import ConnectionService
+from service.crypto.vault import Vault
 from service.db.base import CONNECTION_ID, FLOW_ID
 from service.events import repository as events_repo
 from service.flows.models import Flow
@@ -41,45 +44,65 @@ logger = logging.getLogger("elicitd.grants")
 GRANTABLE_KINDS = ("oauth_connect", "api_key")
 
 
-def approved_scopes(asked: Sequence[str], held: Sequence[str]) -> list[str]:
-    """What a completed connect grants its client: the scopes the page showed, as far as the
-    connection holds them; everything the connection holds when the page named none."""
-    return sorted(set(asked) & set(held)) if asked else sorted(set(held))
-
-
 async def grant_for_flow(
-    session: AsyncSession, flow: Flow, *, connection_id: uuid.UUID, connection_scopes: Sequence[str]
-) -> uuid.UUID | None:
-    """Grant the flow's server client (or its trust group) the connection the flow just made or
-    reconnected. Called inside the transaction that completes the flow."""
+    session: AsyncSession,
+    flow: Flow,
+    *,
+    vault: Vault,
+    connection_id: uuid.UUID,
+    authorization_id: uuid.UUID | None,
+    scopes: Sequence[str],
+) -> repo.Given | None:
+    """Grant the flow's server client (or its trust group) the authorization the flow just made
+    (an API-key connection: the connection itself), with exactly that authorization's scopes.
+    Called inside the transaction that completes the flow; the grantee's earlier grant on the
+    connection, if any, now points here (``Given.replaced`` says what it pointed at)."""
     grantee = await repo.grantee_of(session, flow.server_client_id)
-    granted = await repo.give(
+    given = await repo.give(
         session,
+        vault=vault,
         connection_id=connection_id,
+        authorization_id=authorization_id,
         grantee=grantee,
-        scopes=approved_scopes(list(flow.scopes or []), connection_scopes),
+        scopes=scopes,
         origin=ORIGIN_FLOW,
         flow_id=flow.id,
     )
-    if granted is not None:
+    if given is not None:
         logger.info(
             "grant made",
             extra={
                 "flow_id": FLOW_ID.format(flow.id),
                 "connection_id": CONNECTION_ID.format(connection_id),
-                "grant_id": GRANT_ID.format(granted),
+                "grant_id": GRANT_ID.format(given.grant_id),
             },
         )
-    return granted
+    return given
+
+
+# The grant page's choices (DESIGN §10). ``share``: an authorization holds exactly what was asked.
+# ``separate``: a provider trip for a new authorization with just the asked scopes (the first
+# choice whenever the only authorization holds more). ``share_wider``: the wider authorization,
+# recorded on the grant with all of its scopes, only as an explicit second choice.
+SHARE = "share"
+SEPARATE = "separate"
+SHARE_WIDER = "share_wider"
 
 
 @dataclass(frozen=True, slots=True)
 class GrantOffer:
-    """A grant page: an existing connection that already covers what the flow asks for."""
+    """A grant page: an existing connection and the authorization it could share.
+
+    ``wider`` is set when that authorization holds more than the flow asks for: the page then says
+    so in full (who holds what) and offers a separate authorization first."""
 
     connection: repo.OfferedConnection
     party: repo.AskingParty
     scopes: list[str]
+    authorization: repo.HeldAuthorization | None = None
+    wider: bool = False
+    # Whether the provider can issue a second token set for one app and user (the catalog says).
+    can_separate: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +117,17 @@ class Gone:
 
 class _Abandon(Exception):
     pass
+
+
+def _choose(held: Sequence[repo.HeldAuthorization], asked: Sequence[str]) -> repo.HeldAuthorization | None:
+    """The authorization a grant page offers: one holding exactly the asked scopes, else the
+    narrowest that holds them all (``held`` comes narrowest first); None when none does."""
+    wanted = frozenset(asked)
+    exact = [a for a in held if a.scopes == wanted]
+    if exact:
+        return exact[0]
+    covering = [a for a in held if wanted <= a.scopes]
+    return covering[0] if covering else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +181,10 @@ class GrantService:
         read_sessions: async_sessionmaker[AsyncSession],
         flows: FlowService,
         connections: ConnectionService,
+        vault: Vault,
         on_events: Callable[[list[uuid.UUID]], Awaitable[None]] | None = None,
     ) -> None:
+        self.vault = vault
         self.sessions = sessions
         self.read_sessions = read_sessions
         self.flows = flows
@@ -167,75 +203,92 @@ class GrantService:
         return list(flow.scopes or []) if flow.kind == "oauth_connect" else []
 
     async def offer(self, flow: Flow) -> GrantOffer | None:
-        """The grant page's offer when the flow names a connection that already covers it; None means
-        the kind's own page (the provider step, the API-key form)."""
+        """The grant page's offer when the flow names a connection that can serve it without the
+        provider (an API key; an authorization holding at least the asked scopes); None means the
+        kind's own page (the provider step, the API-key form)."""
         if flow.kind not in GRANTABLE_KINDS or flow.connection_id is None or flow.provider is None:
             return None
         async with self.read_sessions() as session:
             offered = await repo.offered_connection(
-                session,
-                flow.connection_id,
-                iss=flow.subject_iss,
-                sub=flow.subject_sub,
-                provider=flow.provider,
-                scopes=self._asked(flow),
+                session, flow.connection_id, iss=flow.subject_iss, sub=flow.subject_sub, provider=flow.provider
             )
             if offered is None:
                 return None
+            held = await repo.active_authorizations(session, offered.id) if flow.kind == "oauth_connect" else []
             party = await repo.asking_party(session, flow.server_client_id)
-        return GrantOffer(connection=offered, party=party, scopes=self._asked(flow))
-
-    async def allow(self, flow: Flow) -> Allowed | Gone | None:
-        """*Allow*: grant and complete the flow in one transaction. None when the flow is no longer
-        pending (nothing granted); ``Gone`` when the connection no longer covers it."""
+            can_separate = await self._can_separate(session, flow.provider)
         asked = self._asked(flow)
+        if flow.kind != "oauth_connect":
+            return GrantOffer(connection=offered, party=party, scopes=asked)
+        chosen = _choose(held, asked)
+        if chosen is None:
+            return None
+        return GrantOffer(
+            connection=offered,
+            party=party,
+            scopes=asked,
+            authorization=chosen,
+            wider=chosen.scopes != frozenset(asked),
+            can_separate=can_separate,
+        )
+
+    @staticmethod
+    async def _can_separate(session: AsyncSession, provider: str) -> bool:
+        row = await get_provider(session, provider)
+        entry = CATALOG.get(row.catalog or "") if row is not None else None
+        return entry is None or entry.second_token_set
+
+    async def allow(self, flow: Flow, choice: str = SHARE) -> Allowed | Gone | None:
+        """*Allow* (``share``) or *Share the wider access* (``share_wider``): grant and complete the
+        flow in one transaction. None when the flow is no longer pending (nothing granted); ``Gone``
+        when the connection no longer offers what the page showed."""
+        asked = self._asked(flow)
+        offer = await self.offer(flow)
+        if offer is None:
+            return Gone()
+        auth = offer.authorization
+        if auth is not None and offer.wider and choice != SHARE_WIDER:
+            return Gone()  # the page showed the choices; a plain Allow cannot take the wider access
+        scopes = sorted(auth.scopes) if auth is not None else asked
         try:
             async with self.flows.unit_of_work() as uow:
                 session = uow.session
-                offered = None
-                if flow.connection_id is not None and flow.provider is not None:
-                    offered = await repo.offered_connection(
-                        session,
-                        flow.connection_id,
-                        iss=flow.subject_iss,
-                        sub=flow.subject_sub,
-                        provider=flow.provider,
-                        scopes=asked,
-                    )
-                if offered is None:
-                    return Gone()
                 grantee = await repo.grantee_of(session, flow.server_client_id)
-                grant_id = await repo.give(
+                given = await repo.give(
                     session,
-                    connection_id=offered.id,
+                    vault=self.vault,
+                    connection_id=offer.connection.id,
+                    authorization_id=auth.id if auth is not None else None,
                     grantee=grantee,
-                    scopes=asked,
+                    scopes=scopes,
                     origin=ORIGIN_FLOW,
                     flow_id=flow.id,
                     covering=(flow.subject_iss, flow.subject_sub),
                 )
-                if grant_id is None:
-                    raise _Abandon  # disconnected between the two statements
+                if given is None:
+                    raise _Abandon  # disconnected (or the authorization changed) between the statements
                 moved = await uow.transition(
                     flow.id,
                     Transition(
                         FlowStatus.COMPLETED,
                         Actor.BROWSER,
-                        result=connection_result(offered, flow.kind, asked),
-                        connection_id=offered.id,
-                        detail={"grant_id": GRANT_ID.format(grant_id)},
+                        result=connection_result(offer.connection, flow.kind, scopes),
+                        connection_id=offer.connection.id,
+                        detail={"grant_id": GRANT_ID.format(given.grant_id), "choice": choice},
                     ),
                 )
                 if moved is None:
                     raise _Abandon  # no longer pending: the grant is not made either
         except _Abandon:
             return None
+        if given.replaced is not None:
+            await self.connections.retire([given.replaced])
         logger.info(
             "grant allowed",
             extra={
                 "flow_id": FLOW_ID.format(flow.id),
-                "connection_id": CONNECTION_ID.format(offered.id),
-                "grant_id": GRANT_ID.format(grant_id),
+                "connection_id": CONNECTION_ID.format(offer.connection.id),
+                "grant_id": GRANT_ID.format(given.grant_id),
             },
         )
         return Allowed(flow=moved)

@@ -95,7 +95,7 @@ class World:
     async def grant(self) -> str:
         connection, client = (await self.grantable()).split("|")
         async with self.app.state.sessions() as session:
-            made = await give_grant(session, connection, client, ["files:read"])
+            made = await give_grant(session, self.app.state.vault, connection, client, ["files:read"])
             await session.commit()
         return made.id
 

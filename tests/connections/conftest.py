@@ -14,8 +14,6 @@ import pytest
 from playwright.async_api import Page
 from sqlalchemy import text
 
-from service.db.base import CONNECTION_ID
-from service.grants import repository as grants_repo
 from service.settings import Settings
 from tests.support import providers
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
@@ -27,7 +25,7 @@ from tests.support.browser import (  # noqa: F401 (fixtures and hook are found b
     pytest_runtest_makereport,
 )
 from tests.support.oauth_server import OAuthServer
-from tests.support.providers import register_issuer
+from tests.support.providers import grant_connection, register_issuer
 
 PROVIDER_CLIENT_ID = "elicitd-files"
 PROVIDER_SECRET = "files-client-secret-for-tests"
@@ -212,15 +210,7 @@ async def plant_connection(
 
 async def grant(app: RunningApp, connection_ref: str, client: ServerClientHandle, scopes: list[str]) -> None:
     """What a completed connect flow of ``client`` leaves behind: its grant on the connection."""
-    connection_id = CONNECTION_ID.parse(connection_ref)
-    assert connection_id is not None
-    async with app.state.sessions() as session:
-        grantee = await grants_repo.grantee_of(session, client.id)
-        made = await grants_repo.give(
-            session, connection_id=connection_id, grantee=grantee, scopes=scopes, origin="flow"
-        )
-        assert made is not None
-        await session.commit()
+    await grant_connection(app, connection_ref, client.id, scopes)
 
 
 async def expire_soon(env: Env, connection_ref: str) -> None:

@@ -13,20 +13,13 @@ import uuid
 from sqlalchemy import text
 
 from service.db.base import CONNECTION_ID
-from service.grants import repository as grants_repo
 from tests.grants.conftest import Story, create_connect_flow, new_sub, plant, token
 from tests.support.apps import ServerClientHandle, new_server_client
+from tests.support.providers import grant_connection
 
 
 async def grant_to(story: Story, connection: str, client: ServerClientHandle, scopes: list[str]) -> None:
-    connection_id = CONNECTION_ID.parse(connection)
-    assert connection_id is not None
-    async with story.app.state.sessions() as session:
-        grantee = await grants_repo.grantee_of(session, client.id)
-        assert await grants_repo.give(
-            session, connection_id=connection_id, grantee=grantee, scopes=scopes, origin="flow"
-        )
-        await session.commit()
+    await grant_connection(story.app, connection, client.id, scopes)
 
 
 async def flow_connection(story: Story, flow_ref: str) -> str | None:

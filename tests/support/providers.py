@@ -8,6 +8,7 @@ exactly as one a connect flow stores.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from service.connections import oauth as provider_oauth
@@ -126,3 +127,30 @@ async def plant_connection(
         requested=scope.split(),
     )
     return connection, minted
+
+
+async def grant_connection(app: RunningApp, connection_ref: str, client_id: uuid.UUID, scopes: list[str]) -> None:
+    """A grant of ``client_id`` (or its trust group) on the connection, as a completed flow leaves
+    one: pointing at the authorization holding exactly ``scopes`` when there is one, else at the
+    newest active one (a grant narrower than its token, which the token endpoint refuses)."""
+    from service.db.base import CONNECTION_ID
+    from service.grants import repository as grants_repo
+
+    connection_id = CONNECTION_ID.parse(connection_ref)
+    assert connection_id is not None
+    async with app.state.sessions() as session:
+        held = await grants_repo.active_authorizations(session, connection_id)
+        exact = [a for a in held if a.scopes == frozenset(scopes)]
+        chosen = exact[0] if exact else (max(held, key=lambda a: a.id) if held else None)
+        grantee = await grants_repo.grantee_of(session, client_id)
+        made = await grants_repo.give(
+            session,
+            vault=app.state.vault,
+            connection_id=connection_id,
+            authorization_id=chosen.id if chosen is not None else None,
+            grantee=grantee,
+            scopes=scopes,
+            origin="flow",
+        )
+        assert made is not None
+        await session.commit()

@@ -1,0 +1,365 @@
+"""SQL for authorizations: the token sets of a connection. Repositories never commit.
+
+A connection (a subject's account at a provider) holds one or more authorizations, each with exactly
+the scopes the provider gave it; a grant points at one. Every statement that hands a token out
+reads it *through the grant* (``PICK_FOR_TOKEN``), so a server client is given only its grant's
+authorization — never another one the same account holds for another server with more scopes.
+
+A refresh is claimed, finished and given up on one authorization (``claim_refresh``,
+``store_refreshed``, ``release_refresh_claim``): each is one statement that holds the row for
+milliseconds, and the provider call between them happens with no transaction open.
+
+``sync_connection`` keeps the connection's summary (its ``scopes`` — the union of its live
+authorizations' — and its ``status``) in step, in the same transaction as the change.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, Interval, func, literal, select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.connections.models import ACTIVE, REAUTHORIZATION_REQUIRED, REVOKED, Authorization, Connection
+from service.grants.repository import FOR_CLIENT, TOUCH_SECONDS
+
+
+def _authorizations(session: AsyncSession, sql: str, params: dict[str, Any]) -> Any:
+    stmt = select(Authorization).from_statement(text(sql)).execution_options(populate_existing=True)
+    return session.execute(stmt, params)
+
+
+def _seconds(value: float) -> ColumnElement[timedelta]:
+    return literal(timedelta(seconds=value), Interval())
+
+
+def _due(margin_seconds: float) -> ColumnElement[bool]:
+    """Expires within the margin (database clock). A token without an expiry is never due."""
+    return func.coalesce(Authorization.expires_at <= func.now() + _seconds(margin_seconds), False)
+
+
+def _expired() -> ColumnElement[bool]:
+    return func.coalesce(Authorization.expires_at <= func.now(), False)
+
+
+def _claimed() -> ColumnElement[bool]:
+    return func.coalesce(Authorization.refresh_claimed_until > func.now(), False)
+
+
+# ---- the token endpoint ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TokenRow:
+    """What the token endpoint reads of one grant and its authorization (``PICK_FOR_TOKEN``)."""
+
+    id: uuid.UUID  # the authorization's
+    connection_id: uuid.UUID
+    status: str
+    scopes: list[str]
+    token_type: str
+    provider: str
+    account_id: str
+    account_login: str | None
+    expires_at: datetime | None
+    access_token_enc: bytes | None
+    access_token_key_id: str | None
+    subject_iss: str
+    subject_sub: str
+    grant_id: uuid.UUID
+    grant_scopes: list[str]
+    grant_client: uuid.UUID | None
+    grant_group: uuid.UUID | None
+    grant_mac: bytes | None
+    grant_mac_key_id: str | None
+    # Whether the grant's ``last_used_at`` is due for a write (``service.grants``).
+    touch_due: bool
+
+
+# One positional statement for ``service.db.direct`` (every tool calls it on every use): the
+# columns of ``TokenRow``, then whether the token is due for a refresh by the database clock. $4 is
+# the account id or NULL, $5 the refresh margin, $6 the asking server client. Only the grants it
+# (or its trust group) holds are read, each with the one authorization it points at: a connection
+# it was not granted is exactly as absent as one that does not exist, and an authorization it was
+# not granted is never read. The authorization must name the connection's own subject, provider and
+# account (the fields its tokens are bound to), so a row re-pointed at another connection is not read.
+PICK_FOR_TOKEN = (
+    "SELECT a.id, a.connection_id, a.status, a.scopes, a.token_type, a.provider, a.account_id, c.account_login, "
+    "a.expires_at, a.access_token_enc, a.access_token_key_id, a.subject_iss, a.subject_sub, "
+    "g.id, g.scopes, g.server_client_id, g.trust_group_id, g.mac, g.mac_key_id, "
+    f"(g.last_used_at IS NULL OR g.last_used_at < now() - make_interval(secs => {TOUCH_SECONDS})), "
+    "COALESCE(a.expires_at <= now() + make_interval(secs => $5), false) AS due "
+    "FROM connections c JOIN grants g ON "
+    + FOR_CLIENT.format(connection="c.id", client="$6")
+    + " JOIN authorizations a ON a.id = g.authorization_id AND a.connection_id = c.id "
+    "AND a.subject_iss = c.subject_iss AND a.subject_sub = c.subject_sub AND a.provider = c.provider "
+    "AND a.account_id = c.account_id "
+    f"WHERE c.subject_iss = $1 AND c.subject_sub = $2 AND c.provider = $3 AND c.status <> '{REVOKED}' "
+    f"AND a.status <> '{REVOKED}' AND ($4::text IS NULL OR c.account_id = $4) "
+    "ORDER BY c.updated_at DESC, c.id DESC, a.updated_at DESC"
+)
+
+# Positional: $1 the grant id. At most once a minute per grant.
+TOUCH = (
+    "UPDATE grants SET last_used_at = now() WHERE id = $1 AND revoked_at IS NULL "
+    f"AND (last_used_at IS NULL OR last_used_at < now() - make_interval(secs => {TOUCH_SECONDS}))"
+)
+
+
+def token_rows(rows: list[Any]) -> list[tuple[TokenRow, bool]]:
+    return [
+        (
+            TokenRow(
+                id=row[0],
+                connection_id=row[1],
+                status=row[2],
+                scopes=list(row[3] or ()),
+                token_type=row[4],
+                provider=row[5],
+                account_id=row[6],
+                account_login=row[7],
+                expires_at=row[8],
+                access_token_enc=row[9],
+                access_token_key_id=row[10],
+                subject_iss=row[11],
+                subject_sub=row[12],
+                grant_id=row[13],
+                grant_scopes=list(row[14] or ()),
+                grant_client=row[15],
+                grant_group=row[16],
+                grant_mac=row[17],
+                grant_mac_key_id=row[18],
+                touch_due=bool(row[19]),
+            ),
+            bool(row[20]),
+        )
+        for row in rows
+    ]
+
+
+# ---- writing a new token set --------------------------------------------------------------------------
+async def insert(
+    session: AsyncSession, authorization_id: uuid.UUID, connection_id: uuid.UUID, values: dict[str, Any]
+) -> Authorization:
+    """A new authorization of the connection, with the binding fields copied from it (one statement:
+    a connection revoked meanwhile gets none)."""
+    sql = (
+        "INSERT INTO authorizations (id, connection_id, subject_iss, subject_sub, provider, account_id, scopes, "
+        "token_type, access_token_enc, access_token_key_id, refresh_token_enc, refresh_token_key_id, expires_at, "
+        "status) SELECT :aid, c.id, c.subject_iss, c.subject_sub, c.provider, c.account_id, :scopes, :token_type, "
+        ":access_enc, :access_kid, :refresh_enc, :refresh_kid, "
+        "CASE WHEN CAST(:expires_in AS integer) IS NULL THEN NULL "
+        "     ELSE now() + make_interval(secs => CAST(:expires_in AS integer)) END, "
+        f"'{ACTIVE}' FROM connections c WHERE c.id = :cid AND c.status <> '{REVOKED}' RETURNING *"
+    )
+    result = await _authorizations(session, sql, {**values, "aid": authorization_id, "cid": connection_id})
+    return result.scalars().one()  # type: ignore[no-any-return]
+
+
+async def replace_tokens(
+    session: AsyncSession, authorization_id: uuid.UUID, connection_id: uuid.UUID, values: dict[str, Any]
+) -> Authorization | None:
+    """Reauthorize in place: the same authorization (so every grant on it recovers) gets the new
+    tokens, only while it is not revoked and still the connection's. A refresh of the old tokens
+    still in flight loses its claim here, so its late write cannot replace the new ones."""
+    sql = (
+        "UPDATE authorizations SET scopes = :scopes, token_type = :token_type, access_token_enc = :access_enc, "
+        "access_token_key_id = :access_kid, refresh_token_enc = :refresh_enc, refresh_token_key_id = :refresh_kid, "
+        "expires_at = CASE WHEN CAST(:expires_in AS integer) IS NULL THEN NULL "
+        "             ELSE now() + make_interval(secs => CAST(:expires_in AS integer)) END, "
+        f"refresh_claim = NULL, refresh_claimed_until = NULL, status = '{ACTIVE}', updated_at = now() "
+        f"WHERE id = :aid AND connection_id = :cid AND status <> '{REVOKED}' RETURNING *"
+    )
+    result = await _authorizations(session, sql, {**values, "aid": authorization_id, "cid": connection_id})
+    return result.scalars().one_or_none()  # type: ignore[no-any-return]
+
+
+async def sync_connection(session: AsyncSession, connection_id: uuid.UUID) -> None:
+    """The connection's summary from its authorizations: the union of the live ones' scopes, and
+    ``active`` while one is active, ``reauthorization_required`` while none is but one waits for it."""
+    await session.execute(
+        text(
+            "UPDATE connections c SET scopes = ARRAY(SELECT DISTINCT s FROM authorizations a, unnest(a.scopes) s "
+            f"WHERE a.connection_id = c.id AND a.status <> '{REVOKED}' ORDER BY 1), "
+            f"status = CASE WHEN c.status = '{REVOKED}' THEN c.status "
+            f"WHEN EXISTS (SELECT 1 FROM authorizations a WHERE a.connection_id = c.id AND a.status = '{ACTIVE}') "
+            f"THEN '{ACTIVE}' WHEN EXISTS (SELECT 1 FROM authorizations a WHERE a.connection_id = c.id "
+            f"AND a.status = '{REAUTHORIZATION_REQUIRED}') THEN '{REAUTHORIZATION_REQUIRED}' ELSE c.status END, "
+            "updated_at = now() WHERE c.id = :id"
+        ),
+        {"id": connection_id},
+    )
+
+
+async def live_of_connections(session: AsyncSession, connection_ids: list[uuid.UUID]) -> list[Authorization]:
+    """The connections' authorizations that are not revoked, newest first."""
+    if not connection_ids:
+        return []
+    stmt = (
+        select(Authorization)
+        .where(Authorization.connection_id.in_(connection_ids), Authorization.status != REVOKED)
+        .order_by(Authorization.updated_at.desc(), Authorization.id.desc())
+        .execution_options(populate_existing=True)
+    )
+    return list((await session.execute(stmt)).scalars())
+
+
+async def unreferenced(session: AsyncSession, authorization_ids: list[uuid.UUID]) -> list[Authorization]:
+    """Of these live authorizations, those no live grant points at any more (to be retired)."""
+    if not authorization_ids:
+        return []
+    sql = (
+        f"SELECT * FROM authorizations a WHERE a.id = ANY(:ids) AND a.status <> '{REVOKED}' AND NOT EXISTS "
+        "(SELECT 1 FROM grants g WHERE g.authorization_id = a.id AND g.revoked_at IS NULL)"
+    )
+    return list((await _authorizations(session, sql, {"ids": authorization_ids})).scalars())
+
+
+async def mark_revoked(session: AsyncSession, authorization_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """Local revocation always happens, and wipes the ciphertexts rather than keeping dead secrets."""
+    if not authorization_ids:
+        return []
+    result = await session.execute(
+        text(
+            f"UPDATE authorizations SET status = '{REVOKED}', access_token_enc = NULL, access_token_key_id = NULL, "
+            "refresh_token_enc = NULL, refresh_token_key_id = NULL, refresh_claim = NULL, "
+            "refresh_claimed_until = NULL, revoked_at = now(), updated_at = now() "
+            f"WHERE id = ANY(:ids) AND status <> '{REVOKED}' RETURNING id"
+        ),
+        {"ids": authorization_ids},
+    )
+    return [r[0] for r in result]
+
+
+async def revoke_of_connections(session: AsyncSession, connection_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """Every authorization of these connections, revoked with them."""
+    if not connection_ids:
+        return []
+    result = await session.execute(
+        text(
+            f"UPDATE authorizations SET status = '{REVOKED}', access_token_enc = NULL, access_token_key_id = NULL, "
+            "refresh_token_enc = NULL, refresh_token_key_id = NULL, refresh_claim = NULL, "
+            "refresh_claimed_until = NULL, revoked_at = now(), updated_at = now() "
+            f"WHERE connection_id = ANY(:ids) AND status <> '{REVOKED}' RETURNING id"
+        ),
+        {"ids": connection_ids},
+    )
+    return [r[0] for r in result]
+
+
+# ---- refresh: claim, call the provider holding nothing, write conditionally ---------------------------
+@dataclass(frozen=True, slots=True)
+class RefreshView:
+    """An authorization as a refresh sees it, every flag on the database clock."""
+
+    authorization: Authorization
+    account_login: str | None
+    due: bool  # expires within the refresh margin
+    expired: bool  # already expired
+    claimed: bool  # another attempt holds an unexpired claim
+
+
+async def refresh_view(session: AsyncSession, authorization_id: uuid.UUID, margin_seconds: float) -> RefreshView | None:
+    stmt = (
+        select(Authorization, Connection.account_login, _due(margin_seconds), _expired(), _claimed())
+        .join(Connection, Connection.id == Authorization.connection_id)
+        .where(Authorization.id == authorization_id)
+        .execution_options(populate_existing=True)
+    )
+    row = (await session.execute(stmt)).first()
+    if row is None:
+        return None
+    return RefreshView(
+        authorization=row[0], account_login=row[1], due=bool(row[2]), expired=bool(row[3]), claimed=bool(row[4])
+    )
+
+
+async def claim_refresh(
+    session: AsyncSession,
+    authorization_id: uuid.UUID,
+    *,
+    claim: uuid.UUID,
+    hold_seconds: float,
+    margin_seconds: float,
+    force: bool,
+) -> tuple[Authorization, bool] | None:
+    """Claim the refresh of an active authorization whose token is still due (any token when
+    ``force``) and that no other attempt holds; returns the row as claimed and whether its token
+    has expired, or None when another attempt holds it, it was refreshed, or it is not active.
+
+    One statement on any replica: exactly one of many concurrent claimants gets the row. The claim
+    lapses by itself at ``refresh_claimed_until``, so a claimant that dies blocks nobody for long.
+    """
+    conditions = [
+        Authorization.id == authorization_id,
+        Authorization.status == ACTIVE,
+        (Authorization.refresh_claimed_until.is_(None)) | (Authorization.refresh_claimed_until <= func.now()),
+    ]
+    if not force:
+        conditions.append(_due(margin_seconds))
+    stmt = (
+        update(Authorization)
+        .where(*conditions)
+        .values(refresh_claim=claim, refresh_claimed_until=func.now() + _seconds(hold_seconds))
+        .returning(Authorization, _expired())
+        .execution_options(populate_existing=True, synchronize_session=False)
+    )
+    row = (await session.execute(stmt)).first()
+    return None if row is None else (row[0], bool(row[1]))
+
+
+async def store_refreshed(
+    session: AsyncSession, authorization_id: uuid.UUID, claim: uuid.UUID, values: dict[str, Any]
+) -> Authorization | None:
+    """Write a refresh's result and end its claim — only while the claim is still this attempt's
+    and the authorization is active (a reconnect or a revocation in the meantime wins)."""
+    sql = (
+        "UPDATE authorizations SET access_token_enc = :access_enc, access_token_key_id = :access_kid, "
+        "refresh_token_enc = COALESCE(:refresh_enc, refresh_token_enc), "
+        "refresh_token_key_id = COALESCE(:refresh_kid, refresh_token_key_id), "
+        "token_type = :token_type, scopes = COALESCE(:scopes, scopes), "
+        "expires_at = CASE WHEN CAST(:expires_in AS integer) IS NULL THEN NULL "
+        "             ELSE now() + make_interval(secs => CAST(:expires_in AS integer)) END, "
+        "refresh_claim = NULL, refresh_claimed_until = NULL, "
+        f"refreshed_at = now(), updated_at = now() WHERE id = :id AND status = '{ACTIVE}' AND refresh_claim = :claim "
+        "RETURNING *"
+    )
+    result = await _authorizations(session, sql, {**values, "id": authorization_id, "claim": claim})
+    return result.scalars().one_or_none()  # type: ignore[no-any-return]
+
+
+async def release_refresh_claim(session: AsyncSession, authorization_id: uuid.UUID, claim: uuid.UUID) -> None:
+    """Give a claim up early (the call failed): the next caller may try at once."""
+    await session.execute(
+        text(
+            "UPDATE authorizations SET refresh_claim = NULL, refresh_claimed_until = NULL "
+            "WHERE id = :id AND refresh_claim = :claim"
+        ),
+        {"id": authorization_id, "claim": claim},
+    )
+
+
+async def mark_reauthorization_required(
+    session: AsyncSession, authorization_id: uuid.UUID, *, claim: uuid.UUID | None = None
+) -> bool:
+    """The provider refused the grant (under this attempt's ``claim``), or the token expired and
+    there is no refresh token (``claim`` None: only while that is still so). Wipes the tokens."""
+    guard = (
+        "AND refresh_claim = :claim"
+        if claim is not None
+        else "AND refresh_token_enc IS NULL AND COALESCE(expires_at <= now(), false)"
+    )
+    result = await session.execute(
+        text(
+            f"UPDATE authorizations SET status = '{REAUTHORIZATION_REQUIRED}', access_token_enc = NULL, "
+            "access_token_key_id = NULL, refresh_token_enc = NULL, refresh_token_key_id = NULL, "
+            "refresh_claim = NULL, refresh_claimed_until = NULL, updated_at = now() "
+            f"WHERE id = :id AND status = '{ACTIVE}' {guard} RETURNING connection_id"
+        ),
+        {"id": authorization_id, "claim": claim} if claim is not None else {"id": authorization_id},
+    )
+    found = result.scalar_one_or_none()
+    if found is not None:
+        await sync_connection(session, found)
+    return found is not None
