@@ -41,6 +41,10 @@ SECTIONS: dict[str, str] = {
     # After server_clients: a group names its members, which must exist.
     "trust_groups": "service.grants.groups:apply_config_section",
 }
+# Rules that span sections, run after every section in the same transaction; each raises
+# ConfigurationError. (``server_clients`` may drop a client's subject proof while it is in a
+# trust group that does not allow that, one the file names or one made with the command.)
+CHECKS: tuple[str, ...] = ("service.grants.groups:check_config",)
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -74,6 +78,12 @@ def _applier(name: str) -> SectionApplier:
     return applier
 
 
+def _check(path: str) -> Callable[[AsyncSession], Awaitable[None]]:
+    module, _, function = path.partition(":")
+    check: Callable[[AsyncSession], Awaitable[None]] = getattr(importlib.import_module(module), function)
+    return check
+
+
 async def apply_config(
     sessions: async_sessionmaker[AsyncSession],
     vault: Vault,
@@ -87,6 +97,9 @@ async def apply_config(
         for name in SECTIONS:
             if name in data:
                 counts[name] = await _applier(name)(session, vault, data[name], env)
+        if counts:
+            for path in CHECKS:
+                await _check(path)(session)
     return counts
 
 

@@ -66,8 +66,13 @@ def why(exc: BaseException) -> str:
     return "/".join(names) + (f" (sqlstate {sqlstate})" if isinstance(sqlstate, str) else "")
 
 
-# Also the database probe: a count over a table of tens of rows.
-_UNPROVEN = text("SELECT count(*) FROM server_clients WHERE subject_proof = 'none' AND NOT disabled")
+# Also the database probe: counts over tables of tens of rows.
+_UNPROVEN = text(
+    "SELECT (SELECT count(*) FROM server_clients WHERE subject_proof = 'none' AND NOT disabled), "
+    "(SELECT count(*) FROM trust_groups WHERE allow_unproven)"
+)
+# A warning: what an operator chose and should know about; readiness does not depend on it.
+WARNING_UNPROVEN_GROUPS = "trust_groups_allow_unproven_members"
 
 
 class Readiness(msgspec.Struct, omit_defaults=True):
@@ -79,6 +84,11 @@ class Readiness(msgspec.Struct, omit_defaults=True):
     # not names, since this answer needs no credentials. The admin API lists them. Absent when
     # PostgreSQL is down.
     clients_without_subject_proof: int | None = None
+    # Trust groups that allow members without subject proof (whose API key alone reads every grant
+    # of the group): a count, as above; the admin API's group answers name them.
+    trust_groups_allowing_unproven: int | None = None
+    # Stable codes, absent when there is none; a warning never makes the answer 503.
+    warnings: list[str] = []
 
 
 @get("/healthz", operation_id="healthz", tags=["ops"], summary="Liveness: the process answers")
@@ -92,9 +102,10 @@ async def readyz(services: Services) -> Response[Readiness]:
     hub = state.hub
     log = dependency_log(hub)
     unproven: int | None = None
+    unproven_groups: int | None = None
     try:
         async with state.sessions() as session:
-            unproven = (await session.execute(_UNPROVEN)).scalar_one()
+            unproven, unproven_groups = (await session.execute(_UNPROVEN)).one()
         postgres = "ok"
         log.up("postgres")
     except Exception as exc:  # any failure means "not ready"; why goes to the server log, not here
@@ -119,5 +130,7 @@ async def readyz(services: Services) -> Response[Readiness]:
         redis=redis,
         wakeups=wakeups,
         clients_without_subject_proof=unproven,
+        trust_groups_allowing_unproven=unproven_groups,
+        warnings=[WARNING_UNPROVEN_GROUPS] if unproven_groups else [],
     )
     return Response(body, status_code=200 if ready else 503)

@@ -30,9 +30,10 @@ from service.admin.views import client_view
 from service.crypto.vault import Vault
 from service.db.base import CLIENT_ID
 from service.errors import InvalidRequest, NotFound
+from service.grants import groups
 from service.identity.clients import create_server_client
 from service.identity.keys import add_key
-from service.identity.models import ServerClient, ServerClientKey
+from service.identity.models import SUBJECT_PROOF_NONE, ServerClient, ServerClientKey
 from service.identity.subject_proof import check_resource_uris
 from service.signals.signing import SECRET_PREFIX, new_secret
 from service.signals.webhooks import WEBHOOK_SECRET_PURPOSE
@@ -148,6 +149,9 @@ async def update_client(session: AsyncSession, ref: str, data: UpdateServerClien
             values[name] = sorted(set(values[name]))
     if "resource_uris" in values:
         values["resource_uris"] = check_resource_uris(values["resource_uris"])
+    if values.get("subject_proof") == SUBJECT_PROOF_NONE:
+        # A member of a group that does not allow it would read the group's grants on its key alone.
+        await groups.check_may_drop_subject_proof(session, client_id)
     await _update(session, client_id, **values)
     return await view(session, client_id)
 

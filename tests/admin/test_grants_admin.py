@@ -98,7 +98,12 @@ async def test_trust_groups_share_grants_and_leaving_ends_them(
     async with admin_http(elicitd, tokens["admin"]) as http:
         made = await http.post(
             "/admin/v1/trust-groups",
-            json={"name": name, "display_name": "Example Corp", "members": [files.name, mail.public_id]},
+            json={
+                "name": name,
+                "display_name": "Example Corp",
+                "members": [files.name, mail.public_id],
+                "allow_unproven": True,  # the test clients name users without their tokens
+            },
         )
         assert made.status_code == 201, made.text
         group = made.json()
@@ -107,7 +112,12 @@ async def test_trust_groups_share_grants_and_leaving_ends_them(
         assert (twice.status_code, twice.json()["code"]) == (409, "trust_group_exists")
         elsewhere = await http.post(
             "/admin/v1/trust-groups",
-            json={"name": f"other-{uuid.uuid4().hex[:6]}", "display_name": "Other", "members": [files.name]},
+            json={
+                "name": f"other-{uuid.uuid4().hex[:6]}",
+                "display_name": "Other",
+                "members": [files.name],
+                "allow_unproven": True,
+            },
         )
         assert (elsewhere.status_code, elsewhere.json()["code"]) == (409, "in_another_group")
         unknown = await http.post(
@@ -129,3 +139,93 @@ async def test_trust_groups_share_grants_and_leaving_ends_them(
         assert deleted.status_code == 200
         assert await _token(elicitd, files, provider, connection) == 404  # the group's grants went with it
         assert (await http.get(f"/admin/v1/trust-groups/{name}")).status_code == 404
+
+
+async def _ready(app: RunningApp) -> tuple[int, int, list[str]]:
+    async with app.http() as http:
+        answer = await http.get("/readyz")
+    body = answer.json()
+    return answer.status_code, body["trust_groups_allowing_unproven"], body.get("warnings", [])
+
+
+async def test_a_client_without_subject_proof_joins_only_a_group_that_allows_it(
+    elicitd: RunningApp, tokens: dict[str, Token]
+) -> None:
+    proven = await new_server_client(elicitd, subject_proof="required")
+    unproven = await new_server_client(elicitd, subject_proof="none")
+    name = f"corp-{uuid.uuid4().hex[:6]}"
+    async with admin_http(elicitd, tokens["admin"]) as http:
+        refused = await http.post(
+            "/admin/v1/trust-groups", json={"name": name, "display_name": "Example Corp", "members": [unproven.name]}
+        )
+        assert (refused.status_code, refused.json()["code"]) == (409, "unproven_member")
+        assert unproven.name in refused.json()["detail"]
+        assert (await http.get(f"/admin/v1/trust-groups/{name}")).status_code == 404  # nothing was made
+
+        made = await http.post(
+            "/admin/v1/trust-groups", json={"name": name, "display_name": "Example Corp", "members": [proven.name]}
+        )
+        assert made.status_code == 201, made.text
+        assert (made.json()["allow_unproven"], made.json()["warnings"]) == (False, [])
+        assert [(m["name"], m["subject_proof"]) for m in made.json()["members"]] == [(proven.name, "required")]
+        joined = await http.patch(f"/admin/v1/trust-groups/{name}", json={"members": [proven.name, unproven.name]})
+        assert (joined.status_code, joined.json()["code"]) == (409, "unproven_member")
+        shown = (await http.get(f"/admin/v1/trust-groups/{name}")).json()
+        assert [m["name"] for m in shown["members"]] == [proven.name]
+
+        # The proven member's proof cannot be dropped while it is in a group that does not allow that.
+        lowered = await http.patch(f"/admin/v1/server-clients/{proven.public_id}", json={"subject_proof": "none"})
+        assert (lowered.status_code, lowered.json()["code"]) == (409, "unproven_member")
+        assert name in lowered.json()["detail"]
+        client = (await http.get(f"/admin/v1/server-clients/{proven.public_id}")).json()
+        assert client["subject_proof"] == "required"
+
+        status, allowing, warnings = await _ready(elicitd)
+        allowed = await http.patch(
+            f"/admin/v1/trust-groups/{name}",
+            json={"allow_unproven": True, "members": [proven.name, unproven.name]},
+        )
+        assert allowed.status_code == 200, allowed.text
+        assert (allowed.json()["allow_unproven"], allowed.json()["warnings"]) == (True, ["unproven_members_allowed"])
+        assert sorted((m["name"], m["subject_proof"]) for m in allowed.json()["members"]) == sorted(
+            [(proven.name, "required"), (unproven.name, "none")]
+        )
+        listed = {g["name"]: g for g in (await http.get("/admin/v1/trust-groups")).json()}
+        assert listed[name]["warnings"] == ["unproven_members_allowed"]
+        assert await _ready(elicitd) == (200, allowing + 1, ["trust_groups_allow_unproven_members"])
+        assert status == 200 and warnings == (["trust_groups_allow_unproven_members"] if allowing else [])
+
+        # Stopping the allowance is refused while an unproven member remains, then accepted
+        # when the same call leaves only proven members.
+        kept = await http.patch(f"/admin/v1/trust-groups/{name}", json={"allow_unproven": False})
+        assert (kept.status_code, kept.json()["code"]) == (409, "unproven_member")
+        assert (await http.get(f"/admin/v1/trust-groups/{name}")).json()["allow_unproven"] is True
+        ended = await http.patch(
+            f"/admin/v1/trust-groups/{name}", json={"allow_unproven": False, "members": [proven.name]}
+        )
+        assert ended.status_code == 200, ended.text
+        assert (ended.json()["allow_unproven"], ended.json()["warnings"]) == (False, [])
+        assert (await _ready(elicitd))[1] == allowing
+
+        # Removed from the group, the client may drop its proof.
+        assert (await http.patch(f"/admin/v1/trust-groups/{name}", json={"members": []})).status_code == 200
+        dropped = await http.patch(f"/admin/v1/server-clients/{proven.public_id}", json={"subject_proof": "none"})
+        assert (dropped.status_code, dropped.json()["subject_proof"]) == (200, "none")
+
+
+async def test_trust_group_display_names_follow_the_text_rule(elicitd: RunningApp, tokens: dict[str, Token]) -> None:
+    spoof = "Example\u202e proC"
+    client = await new_server_client(elicitd)
+    name = f"corp-{uuid.uuid4().hex[:6]}"
+    async with admin_http(elicitd, tokens["admin"]) as http:
+        as_client = await http.patch(f"/admin/v1/server-clients/{client.public_id}", json={"display_name": spoof})
+        made = await http.post("/admin/v1/trust-groups", json={"name": name, "display_name": spoof})
+        assert (made.status_code, made.json()["code"]) == (400, as_client.json()["code"]) == (400, "invalid_request")
+        assert "U+202E" in made.json()["detail"] and spoof not in made.text
+        assert (await http.get(f"/admin/v1/trust-groups/{name}")).status_code == 404
+        assert (
+            await http.post("/admin/v1/trust-groups", json={"name": name, "display_name": "Fine"})
+        ).status_code == 201
+        renamed = await http.patch(f"/admin/v1/trust-groups/{name}", json={"display_name": "Line\u2028break"})
+        assert (renamed.status_code, renamed.json()["code"]) == (400, "invalid_request")
+        assert (await http.get(f"/admin/v1/trust-groups/{name}")).json()["display_name"] == "Fine"

@@ -10,6 +10,7 @@ from service.apikeys.providers import upsert_api_key_provider
 from service.connections.providers import ProviderSpec, spec_values
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError, InvalidRequest
+from service.grants.groups import check_display_name
 from service.identity.clients import create_server_client
 from service.identity.issuers import IssuerConfig
 from service.payments.kind import parse_params
@@ -102,6 +103,18 @@ def test_payment_description() -> None:
     with pytest.raises(InvalidRequest) as refused:
         parse_params({"amount": 100, "currency": "usd", "description": "Coffee\u061c x100"})
     assert refused.value.problem_code == "invalid_params"
+
+
+@pytest.mark.parametrize("char", REFUSED)
+def test_trust_group_display_names_follow_the_rule_with_the_server_clients_code(char: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        check_display_name(f"Example{char} Corp")
+    assert (refused.value.problem_code, refused.value.detail) == (
+        "invalid_request",
+        "`display_name` must be a single line of text without control, format or separator characters "
+        f"(found U+{ord(char):04X}).",
+    )
+    assert check_display_name("  Exämple Corp 日本  ") == "Exämple Corp 日本"
 
 
 async def test_server_client_and_api_key_provider_texts(elicitd: RunningApp) -> None:

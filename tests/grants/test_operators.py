@@ -26,7 +26,12 @@ async def test_the_config_file_declares_groups_and_owns_their_members(story: Sto
     mail = await new_server_client(story.app, display_name="Acme Mail")
     name = f"corp-{uuid.uuid4().hex[:6]}"
     state = story.app.state
-    entry: dict[str, Any] = {"name": name, "display_name": "Example Corp", "members": [files.name, mail.name]}
+    entry: dict[str, Any] = {
+        "name": name,
+        "display_name": "Example Corp",
+        "members": [files.name, mail.name],
+        "allow_unproven": True,  # the test clients name users without their tokens
+    }
     assert await apply_config(state.sessions, state.vault, {"trust_groups": [entry]}, {}) == {"trust_groups": 1}
     async with state.sessions() as session:
         group = await get_group(session, name)
@@ -48,6 +53,48 @@ async def test_the_config_file_declares_groups_and_owns_their_members(story: Sto
         with pytest.raises(ConfigurationError) as refused:
             await apply_config(state.sessions, state.vault, {"trust_groups": [broken]}, {})
         assert "trust_groups[0]" in refused.value.detail and says in refused.value.detail
+
+
+async def test_the_config_file_refuses_unproven_members_it_does_not_allow(story: Story) -> None:
+    unproven = await new_server_client(story.app, subject_proof="none")
+    proven = await new_server_client(story.app, subject_proof="required")
+    name = f"corp-{uuid.uuid4().hex[:6]}"
+    state = story.app.state
+    entry: dict[str, Any] = {"name": name, "display_name": "Example Corp", "members": [unproven.name]}
+    for broken, says in (
+        (entry, f"'{unproven.name}' proves no subject (subject_proof none)"),
+        ({**entry, "members": [], "display_name": "Example\u202e Corp"}, "(found U+202E)"),
+        ({**entry, "allow_unproven": "yes"}, "'allow_unproven' must be true or false"),
+    ):
+        with pytest.raises(ConfigurationError) as refused:
+            await apply_config(state.sessions, state.vault, {"trust_groups": [broken]}, {})
+        assert refused.value.detail.startswith(f"trust_groups[0] ({name}): ") and says in refused.value.detail
+    async with state.sessions() as session:
+        assert (
+            await session.execute(text("SELECT count(*) FROM trust_groups WHERE name = :n"), {"n": name})
+        ).one() == (0,)
+
+    await apply_config(state.sessions, state.vault, {"trust_groups": [{**entry, "members": [proven.name]}]}, {})
+    # The server_clients section may not drop the proof of a member of a group that does not allow it.
+    with pytest.raises(ConfigurationError) as lowered:
+        await apply_config(
+            state.sessions, state.vault, {"server_clients": [{"name": proven.name, "subject_proof": "none"}]}, {}
+        )
+    assert lowered.value.detail == (
+        f"server client '{proven.name}' has subject_proof none but is in trust group '{name}', which does not "
+        "allow members without subject proof (set allow_unproven = true on the group, or require the proof)"
+    )
+    async with state.sessions() as session:
+        assert (await get_group(session, name)).members[0].subject_proof == "required"
+    both = {"name": name, "display_name": "Example Corp", "members": [proven.name, unproven.name]}
+    applied = await apply_config(state.sessions, state.vault, {"trust_groups": [{**both, "allow_unproven": True}]}, {})
+    assert applied == {"trust_groups": 1}
+    async with state.sessions() as session:
+        group = await get_group(session, name)
+    assert (group.allow_unproven, sorted(m.name for m in group.members)) == (
+        True,
+        sorted([proven.name, unproven.name]),
+    )
 
 
 async def run_cli(story: Story, *args: str) -> tuple[int, Any, str]:
@@ -80,7 +127,16 @@ async def test_the_command_groups_clients_and_grants_audited(story: Story) -> No
     name = f"corp-{uuid.uuid4().hex[:6]}"
 
     code, made, err = await run_cli(
-        story, "groups", "create", name, "--display-name", "Example Corp", "--member", files.name, "--json"
+        story,
+        "groups",
+        "create",
+        name,
+        "--display-name",
+        "Example Corp",
+        "--member",
+        files.name,
+        "--allow-unproven",
+        "--json",
     )
     assert code == 0, err
     assert [m["name"] for m in made["members"]] == [files.name]
@@ -102,6 +158,21 @@ async def test_the_command_groups_clients_and_grants_audited(story: Story) -> No
 
     code, _, err = await run_cli(story, "groups", "create", f"x-{uuid.uuid4().hex[:6]}", "--member", "nobody-at-all")
     assert code != 0 and "nobody-at-all" in err and "Traceback" not in err
+
+    # Members without subject proof need --allow-unproven, and the allowance stays while one remains.
+    other = f"y-{uuid.uuid4().hex[:6]}"
+    code, _, err = await run_cli(story, "groups", "create", other, "--member", files.name)
+    assert (code, err.strip().endswith("(unproven_member)"), "Traceback" in err) == (1, True, False), err
+    code, _, err = await run_cli(story, "groups", "create", other)
+    assert code == 0, err
+    code, _, err = await run_cli(story, "groups", "add-members", other, files.name, "--allow-unproven")
+    assert (code, err.strip().endswith("(in_another_group)")) == (1, True), err
+    code, shown, err = await run_cli(story, "groups", "show", other, "--json")
+    assert (code, shown["allow_unproven"], shown["members"]) == (0, False, []), err  # nothing of it stayed
+    code, _, err = await run_cli(story, "groups", "require-proof", name)
+    assert (code, err.strip().endswith("(unproven_member)")) == (1, True), err
+    code, shown, err = await run_cli(story, "groups", "show", name, "--json")
+    assert (code, shown["allow_unproven"], shown["warnings"]) == (0, True, ["unproven_members_allowed"]), err
 
     async with story.app.state.sessions() as session:
         audit = (

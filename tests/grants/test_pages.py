@@ -56,7 +56,7 @@ async def test_a_trust_groups_connect_page_names_every_member(story: Story, brow
     calendar = await new_server_client(story.app, display_name="Acme Calendar")
     group = f"example-{uuid.uuid4().hex[:6]}"
     async with story.app.state.sessions() as session:
-        await create_group(session, group, "Example Corp", [files.name, mail.name, calendar.name])
+        await create_group(session, group, "Example Corp", [files.name, mail.name, calendar.name], allow_unproven=True)
         await session.commit()
     alice = new_sub("alice")
     created = await create_connect_flow(story, files, alice, scopes=["files:read"])
