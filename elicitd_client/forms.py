@@ -21,8 +21,13 @@ The specification restricts ``requestedSchema`` to a flat object of primitives: 
 ``default``. ``form`` refuses anything else when the form is defined, with the field and the reason.
 
 Form mode must never collect passwords, API keys, tokens or payment data (the specification says
-so; the MCP client and its model see every field). A field whose name, title or format looks like
-one of those is refused with ``SecretField``, which names the URL-mode helpers instead.
+so; the MCP client and its model see every field). A field whose name, title, description, format
+or option titles look like one of those is refused with ``SecretField``, which names the URL-mode
+helpers instead. The words are read after folding what would disguise them: NFKC (full-width and
+other compatibility forms), accents, invisible format characters, and the Cyrillic and Greek
+letters that look like Latin ones (a small explicit table, ``_CONFUSABLES``), so "Password" spelt
+with a Cyrillic "a" (U+0430) is a password. The TypeScript helper applies the same rule; both are
+tested against one list of cases (``tests/client/secret_fields.json``).
 
 What comes back is checked against the same schema (types, bounds, formats, enum membership,
 required fields) and, for a model, validated by it; an answer that fails is asked again with the
@@ -34,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -56,21 +62,30 @@ _ALLOWED = {
 }
 FORMATS = ("email", "uri", "date", "date-time")
 
-# Words (or adjacent words run together) of a field's name, title or format that mean a secret.
+# Words (or up to three adjacent words run together) of a field's texts that mean a secret. A
+# password hint counts as a password: hints are often the password itself.
 _SECRET_WORDS = {
     "password": "a password",
     "passwd": "a password",
     "pwd": "a password",
+    "pw": "a password",
     "passphrase": "a password",
     "passcode": "a password",
     "secret": "a secret",
     "token": "a token",
+    "key": "a key",
+    "keys": "a key",
     "apikey": "an API key",
+    "apikeys": "an API key",
     "accesskey": "an access key",
     "privatekey": "a private key",
+    "sshkey": "an SSH key",
     "credential": "a credential",
     "credentials": "a credential",
     "cardnumber": "a card number",
+    "cardno": "a card number",
+    "card#": "a card number",
+    "cc#": "a card number",
     "creditcard": "a card number",
     "debitcard": "a card number",
     "ccnumber": "a card number",
@@ -89,7 +104,29 @@ _SECRET_WORDS = {
     "pin": "a PIN",
     "otp": "a one-time code",
     "totp": "a one-time code",
+    "hotp": "a one-time code",
+    "2fa": "a one-time code",
+    "mfa": "a one-time code",
+    "onetimecode": "a one-time code",
+    "onetimepassword": "a one-time code",
+    "verificationcode": "a one-time code",
+    "authcode": "a one-time code",
+    "recoverycode": "a recovery code",
+    "backupcode": "a recovery code",
+    "recoverycodes": "a recovery code",
+    "backupcodes": "a recovery code",
+    "seedphrase": "a wallet seed phrase",
+    "recoveryphrase": "a wallet seed phrase",
+    "mnemonic": "a wallet seed phrase",
 }
+# Phrases with a secret word in them that ask for nothing secret; matched first, longest first.
+_ORDINARY_PHRASES = frozenset({"keysignature", "musicalkey", "sortkey", "keyinsight", "keyinsights"})
+# Letters of other scripts that render like Latin ones, folded to those. Not Unicode's whole
+# confusables table: the Cyrillic and Greek lookalikes of the letters the secret words use.
+_CONFUSABLES = str.maketrans(
+    "аеорсухіјѕԁһԛԝӏкАВЕКМНОРСТХУІЈЅԚԜαοριυνκτχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+    "aeopcyxijsdhqwlkABEKMHOPCTXYIJSQWaopiuvktxABEZHIKMNOPTYX",
+)
 
 
 class FormSchemaError(TypeError):
@@ -322,19 +359,59 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _fold(text: str) -> str:
+    """``text`` as the words a reader sees: compatibility forms, lookalike letters, accents and
+    invisible format characters folded away."""
+    folded = unicodedata.normalize("NFKC", text).translate(_CONFUSABLES)
+    return "".join(c for c in unicodedata.normalize("NFD", folded) if unicodedata.category(c) not in {"Mn", "Cf"})
+
+
 def _words(text: str) -> list[str]:
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
-    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
+    spaced = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", _fold(text))
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", spaced).replace("#", " # ")
+    return [w for w in re.split(r"[^a-z0-9#]+", spaced.lower()) if w]
+
+
+def _secret_in(text: str) -> str | None:
+    """What ``text`` names, read left to right, longest phrase first (so "sort key" is ordinary
+    and "api key" an API key rather than a key)."""
+    words = _words(text)
+    start = 0
+    while start < len(words):
+        for size in (3, 2, 1):
+            phrase = "".join(words[start : start + size])
+            if start + size > len(words):
+                continue
+            if phrase in _ORDINARY_PHRASES:
+                start += size
+                break
+            if phrase in _SECRET_WORDS:
+                return _SECRET_WORDS[phrase]
+        else:
+            start += 1
+    return None
+
+
+def _texts(prop: Mapping[str, Any]) -> list[str]:
+    """Every text of a field a person reads or a model sees: title, description, format, the
+    titles of its options (``oneOf``, ``anyOf`` and ``items.anyOf``) and ``enumNames``."""
+    texts = [str(prop.get(key) or "") for key in ("title", "description", "format")]
+    items = prop.get("items")
+    for source in (prop, items if isinstance(items, Mapping) else {}):
+        for key in ("oneOf", "anyOf"):
+            entries = source.get(key)
+            if isinstance(entries, list):
+                texts += [str(e.get("title") or "") for e in entries if isinstance(e, Mapping)]
+    names = prop.get("enumNames")
+    if isinstance(names, list):
+        texts += [str(n) for n in names]
+    return texts
 
 
 def _refuse_secret(name: str, prop: Mapping[str, Any]) -> None:
-    texts = [name, str(prop.get("title") or ""), str(prop.get("format") or "")]
     found = None
-    for text in texts:
-        words = _words(text)
-        for size in (1, 2, 3):
-            for start in range(len(words) - size + 1):
-                found = found or _SECRET_WORDS.get("".join(words[start : start + size]))
+    for text in [name, *_texts(prop)]:
+        found = found or _secret_in(text)
     if prop.get("writeOnly") is True or prop.get("format") == "password":
         found = found or "a password"
     if found:

@@ -4,7 +4,9 @@ goes through."""
 
 from __future__ import annotations
 
+import json
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,6 +128,22 @@ def test_secret_looking_titles_and_formats_are_refused_too() -> None:
 
     with pytest.raises(SecretField, match="Field 'code' looks like a password"):
         form(Login)
+
+
+# One list for both helpers: clients/typescript/test/unit.test.ts reads the same file.
+SHARED = json.loads((Path(__file__).parent / "secret_fields.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("case", SHARED["refused"], ids=lambda c: f"{c['name']}:{c['prop'].get('title', '')}")
+def test_the_shared_secret_cases_are_refused(case: dict[str, Any]) -> None:
+    with pytest.raises(SecretField) as refused:
+        form(one(case["prop"], case["name"]))
+    assert f"Field {case['name']!r} looks like {case['looks_like']}." in str(refused.value)
+
+
+@pytest.mark.parametrize("case", SHARED["ordinary"], ids=lambda c: f"{c['name']}:{c['prop'].get('title', '')}")
+def test_the_shared_near_misses_are_ordinary_fields(case: dict[str, Any]) -> None:
+    assert form(one(case["prop"], case["name"])).schema["properties"][case["name"]] == case["prop"]
 
 
 def test_ordinary_names_are_not_secrets() -> None:

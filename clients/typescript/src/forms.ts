@@ -6,9 +6,13 @@
  * email, uri, date, date-time), numbers and integers (`minimum`, `maximum`), booleans, single-select
  * enums (`enum`, or `oneOf` of `{const, title}`) and multi-select arrays (`items.enum` or
  * `items.anyOf` of `{const, title}`, `minItems`, `maxItems`), each with `title`, `description` and a
- * fitting `default` — and any field whose name, title or format looks like a secret, which only URL
- * mode may collect. `check(schema, content)` checks an answer field by field, in words for the
- * person answering. The same rules as the Python library's `elicitd_client.forms`.
+ * fitting `default` — and any field whose name, title, description, format or option titles look
+ * like a secret, which only URL mode may collect. The words are read after folding NFKC, accents,
+ * invisible format characters and the Cyrillic and Greek letters that look like Latin ones (a small
+ * explicit table, `CONFUSABLES`), so "Pаssword" with a Cyrillic "а" is a password.
+ * `check(schema, content)` checks an answer field by field, in words for the person answering. The
+ * same rules as the Python library's `elicitd_client.forms`; both are tested against one list of
+ * cases (`tests/client/secret_fields.json`).
  */
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -45,36 +49,94 @@ const ALLOWED: Record<string, string[]> = {
 };
 export const FORMATS = ["email", "uri", "date", "date-time"];
 
+// Words (or up to three adjacent words run together) of a field's texts that mean a secret. A
+// password hint counts as a password: hints are often the password itself.
 const SECRET_WORDS: Record<string, string> = {
-  password: "a password", passwd: "a password", pwd: "a password", passphrase: "a password", passcode: "a password",
-  secret: "a secret", token: "a token", apikey: "an API key", accesskey: "an access key", privatekey: "a private key",
-  credential: "a credential", credentials: "a credential", cardnumber: "a card number", creditcard: "a card number",
-  debitcard: "a card number", ccnumber: "a card number", pan: "a card number", cvc: "a card security code",
-  cvv: "a card security code", cvv2: "a card security code", cvc2: "a card security code",
-  securitycode: "a card security code", iban: "a bank account number", accountnumber: "a bank account number",
-  routingnumber: "a bank account number", ssn: "a social security number", socialsecurity: "a social security number",
+  password: "a password", passwd: "a password", pwd: "a password", pw: "a password", passphrase: "a password",
+  passcode: "a password", secret: "a secret", token: "a token", key: "a key", keys: "a key", apikey: "an API key",
+  apikeys: "an API key", accesskey: "an access key", privatekey: "a private key", sshkey: "an SSH key",
+  credential: "a credential", credentials: "a credential", cardnumber: "a card number", cardno: "a card number",
+  "card#": "a card number", "cc#": "a card number", creditcard: "a card number", debitcard: "a card number",
+  ccnumber: "a card number", pan: "a card number", cvc: "a card security code", cvv: "a card security code",
+  cvv2: "a card security code", cvc2: "a card security code", securitycode: "a card security code",
+  iban: "a bank account number", accountnumber: "a bank account number", routingnumber: "a bank account number",
+  ssn: "a social security number", socialsecurity: "a social security number",
   socialsecuritynumber: "a social security number", pin: "a PIN", otp: "a one-time code", totp: "a one-time code",
+  hotp: "a one-time code", "2fa": "a one-time code", mfa: "a one-time code", onetimecode: "a one-time code",
+  onetimepassword: "a one-time code", verificationcode: "a one-time code", authcode: "a one-time code",
+  recoverycode: "a recovery code", backupcode: "a recovery code", recoverycodes: "a recovery code",
+  backupcodes: "a recovery code", seedphrase: "a wallet seed phrase", recoveryphrase: "a wallet seed phrase",
+  mnemonic: "a wallet seed phrase",
 };
+// Phrases with a secret word in them that ask for nothing secret; matched first, longest first.
+const ORDINARY_PHRASES = new Set(["keysignature", "musicalkey", "sortkey", "keyinsight", "keyinsights"]);
+// Letters of other scripts that render like Latin ones, folded to those. Not Unicode's whole
+// confusables table: the Cyrillic and Greek lookalikes of the letters the secret words use.
+const CONFUSABLE_FROM = "аеорсухіјѕԁһԛԝӏкАВЕКМНОРСТХУІЈЅԚԜ" + "αοριυνκτχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ";
+const CONFUSABLE_TO = "aeopcyxijsdhqwlkABEKMHOPCTXYIJSQW" + "aopiuvktxABEZHIKMNOPTYX";
+const CONFUSABLES = new Map([...CONFUSABLE_FROM].map((c, i) => [c, CONFUSABLE_TO[i] ?? c]));
 
 const isCount = (v: unknown): boolean => typeof v === "number" && Number.isInteger(v) && v >= 0;
 const isNumber = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
 const isRecord = (v: unknown): v is Record<string, Json> => v !== null && typeof v === "object" && !Array.isArray(v);
 
+/** `text` as the words a reader sees: compatibility forms, lookalike letters, accents and
+ *  invisible format characters folded away. */
+function fold(text: string): string {
+  const folded = [...text.normalize("NFKC")].map((c) => CONFUSABLES.get(c) ?? c).join("");
+  return folded.normalize("NFD").replace(/[\p{Mn}\p{Cf}]/gu, "");
+}
+
 function words(text: string): string[] {
-  return text
+  return fold(text)
+    .replace(/([A-Z]+)([A-Z][a-z])/g, "$1 $2")
     .replace(/([a-z0-9])([A-Z])/g, "$1 $2")
+    .replaceAll("#", " # ")
     .toLowerCase()
-    .split(/[^a-z0-9]+/)
+    .split(/[^a-z0-9#]+/)
     .filter(Boolean);
+}
+
+/** What `text` names, read left to right, longest phrase first ("sort key" is ordinary, "api key"
+ *  an API key rather than a key). */
+function secretIn(text: string): string | undefined {
+  const w = words(text);
+  let start = 0;
+  scan: while (start < w.length) {
+    for (const size of [3, 2, 1]) {
+      if (start + size > w.length) continue;
+      const phrase = w.slice(start, start + size).join("");
+      if (ORDINARY_PHRASES.has(phrase)) {
+        start += size;
+        continue scan;
+      }
+      const found = SECRET_WORDS[phrase];
+      if (found !== undefined) return found;
+    }
+    start += 1;
+  }
+  return undefined;
+}
+
+/** Every text of a field a person reads or a model sees: title, description, format, the titles of
+ *  its options (`oneOf`, `anyOf` and `items.anyOf`) and `enumNames`. */
+function texts(prop: Record<string, Json>): string[] {
+  const found = ["title", "description", "format"].map((key) => String(prop[key] ?? ""));
+  const items = prop["items"];
+  for (const source of [prop, isRecord(items) ? items : {}]) {
+    for (const key of ["oneOf", "anyOf"]) {
+      const entries = source[key];
+      if (Array.isArray(entries)) for (const e of entries) if (isRecord(e)) found.push(String(e["title"] ?? ""));
+    }
+  }
+  const names = prop["enumNames"];
+  if (Array.isArray(names)) found.push(...names.map(String));
+  return found;
 }
 
 function refuseSecret(name: string, prop: Record<string, Json>): void {
   let found: string | undefined;
-  for (const text of [name, String(prop["title"] ?? ""), String(prop["format"] ?? "")]) {
-    const w = words(text);
-    for (let size = 1; size <= 3; size++)
-      for (let start = 0; start + size <= w.length; start++) found ??= SECRET_WORDS[w.slice(start, start + size).join("")];
-  }
+  for (const text of [name, ...texts(prop)]) found ??= secretIn(text);
   if (prop["writeOnly"] === true || prop["format"] === "password") found ??= "a password";
   if (found !== undefined) {
     throw new SecretField(

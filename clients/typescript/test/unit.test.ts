@@ -2,11 +2,18 @@
 
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 
 import { FormSchemaError, InvalidWebhook, SecretField, SseParser, check, form, parseEvent, verifyEvent } from "../src/index.js";
 
 const one = (prop: Record<string, unknown>, name = "field"): unknown => ({ type: "object", properties: { [name]: prop } });
+
+// The cases tests/client/test_forms.py checks the Python helper against (from build/test/ here).
+type SecretCase = { name: string; prop: Record<string, unknown>; looks_like?: string };
+const SHARED = JSON.parse(
+  readFileSync(new URL("../../../../tests/client/secret_fields.json", import.meta.url), "utf8"),
+) as { refused: SecretCase[]; ordinary: SecretCase[] };
 
 describe("form mode", () => {
   test("the subset is refused outside its rules when the form is defined", () => {
@@ -48,6 +55,20 @@ describe("form mode", () => {
     }
     assert.throws(() => form(one({ type: "string", title: "Credit card" }, "cc")), SecretField);
     for (const name of ["shipping", "max_tokens", "company", "pinned"]) form(one({ type: "string" }, name));
+  });
+
+  test("the secret cases shared with the Python helper are refused, the near misses accepted", () => {
+    assert.ok(SHARED.refused.length >= 40 && SHARED.ordinary.length >= 30);
+    for (const { name, prop, looks_like } of SHARED.refused) {
+      assert.throws(() => form(one(prop, name)), (error: unknown) => {
+        assert.ok(error instanceof SecretField, `${name}: ${String(error)}`);
+        assert.ok(error.message.includes(`Field '${name}' looks like ${looks_like!}.`), error.message);
+        return true;
+      });
+    }
+    for (const { name, prop } of SHARED.ordinary) {
+      assert.deepEqual(form(one(prop, name)).schema.properties[name], prop, name);
+    }
   });
 
   test("answers are checked field by field", () => {
