@@ -257,10 +257,20 @@ class ElicitdClient:
         )
         return Resolution.from_json(data)
 
-    async def status(self, flow_id: str, *, wait_seconds: float = 0) -> FlowStatus:
-        """A flow's status; with ``wait_seconds`` a long-poll that returns as soon as it is terminal."""
+    async def status(self, flow_id: str, *, wait_seconds: float = 0, subject_token: str | None = None) -> FlowStatus:
+        """A flow's status; with ``wait_seconds`` a long-poll that returns as soon as it is terminal.
+
+        For a server client that must prove the subject, elicitd tells only the flow's state and
+        outcome (no ``subject``, ``url`` or ``result``) unless ``subject_token`` is the flow's
+        user's access token; by default the MCP SDK's token of this request, as on every call."""
         params = {"wait_seconds": wait_seconds} if wait_seconds else None
-        _, data = await self.request("GET", f"/v1/flows/{flow_id}", params=params, wait_seconds=wait_seconds)
+        _, data = await self.request(
+            "GET",
+            f"/v1/flows/{flow_id}",
+            params=params,
+            wait_seconds=wait_seconds,
+            subject_token=self._proof(subject_token),
+        )
         return FlowStatus.from_json(data)
 
     async def complete(self, flow_id: str, result: Mapping[str, Any]) -> FlowStatus:
@@ -277,8 +287,9 @@ class ElicitdClient:
             _, data = await self.request("POST", f"/v1/flows/{flow_id}/{verb}", json=body)
         except FlowNotPending:
             # A retried call whose first attempt succeeded but whose answer was lost: the flow is
-            # already where we wanted it. Any other terminal state is a real conflict.
-            current = await self.status(flow_id)
+            # already where we wanted it. Any other terminal state is a real conflict. Only the
+            # state is needed, which every status read tells: no subject token ("" sends none).
+            current = await self.status(flow_id, subject_token="")
             if current.flow.status == target:
                 return current
             raise

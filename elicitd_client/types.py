@@ -149,7 +149,9 @@ class Resolution:
 
 @dataclass(frozen=True, slots=True)
 class FlowStatus:
-    """``GET /v1/flows/{id}`` (and the answer of complete/fail)."""
+    """``GET /v1/flows/{id}`` (and the answer of complete/fail). For a server client that must prove
+    the subject, read without the flow's user's token, ``result`` is None and ``flow.subject`` and
+    ``flow.url`` are absent (None and "")."""
 
     flow: Flow
     result: dict[str, Any] | None

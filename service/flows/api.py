@@ -206,7 +206,10 @@ class FlowController(Controller):
         "/{flow_id:str}",
         operation_id="getFlow",
         summary="Status of a flow, optionally waiting for it to finish",
-        responses=problem_responses(400, 401, 404),
+        description="A server client with `subject_proof = required` reads the flow's subject, `url` and "
+        "`result` only with the flow's user's token in `Elicitd-Subject-Token`; without one, the flow's id, "
+        "kind, status, times and error. Another user's token, or one that proves nothing, is refused (403).",
+        responses=problem_responses(400, 401, 403, 404),
     )
     async def status(
         self,
@@ -216,8 +219,9 @@ class FlowController(Controller):
         wait_seconds: Annotated[
             float, Parameter(ge=0, le=300, default=0, description="Long-poll up to this many seconds")
         ] = 0,
+        subject_token: SubjectTokenHeader = None,
     ) -> StatusResponse:
-        return _or_parked(await services.flows.status(client, flow_id, wait_seconds))
+        return _or_parked(await services.flows.status(client, flow_id, wait_seconds, subject_token))
 
     @post(
         "/{flow_id:str}/complete",

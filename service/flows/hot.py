@@ -13,8 +13,8 @@ same services, the same route handlers and the same answers:
 * **What it takes.** ``POST /v1/flows/resolve`` whose body is non-empty JSON (``Content-Type``
   as ``service.limits`` requires it) that decodes strictly into ``ResolveRequest``, at most one
   ``Elicitd-Subject-Token`` header; ``GET /v1/flows/fl_…`` with no query or only
-  ``wait_seconds=<decimal>`` from 0 to 300. The ``Host`` header is checked as Litestar's router
-  checks it.
+  ``wait_seconds=<decimal>`` from 0 to 300, and at most one ``Elicitd-Subject-Token``. The
+  ``Host`` header is checked as Litestar's router checks it.
 * **Everything else goes to Litestar** as it came, the body already read handed back through
   ``receive`` exactly as it arrived: a refused body, a malformed one, an unknown field, a query
   it does not know, a trailing slash, another method, a body over the limit. What is refused is
@@ -103,6 +103,7 @@ class HotFlowRoutes:
                 and path.find("/", len(_STATUS_PREFIX)) < 0
                 and (wait := _wait_seconds(scope["query_string"])) is not None
                 and _host_ok(scope)
+                and _one_token_at_most(scope)
             ):
                 return self._status_call(scope, receive, send, path[len(_STATUS_PREFIX) :], wait)
         return self._app(scope, receive, send)
@@ -113,7 +114,7 @@ class HotFlowRoutes:
         request = self._routed(scope, receive, send, handler, template)
         try:
             client = await self._services.authenticator.authenticate(header_value(scope, b"authorization"))
-            answer = await self._flows.status(client, flow_ref, wait)
+            answer = await self._flows.status(client, flow_ref, wait, header_value(scope, _SUBJECT_TOKEN))
         except Exception as failed:  # every error gets the route's own answer
             await LongPollAnswer.failed(request, failed)(scope, receive, send)
             return
@@ -191,9 +192,7 @@ def _resolve_request(scope: Any, body: bytes) -> ResolveRequest | None:
     whatever it accepts, Litestar accepts with the same values. The JSON rules of
     ``LimitedRequest.json`` (``json_body_refusal``) are the same; a body they refuse is Litestar's
     to refuse."""
-    if not body or json_body_refusal(scope, body) is not None:
-        return None
-    if sum(1 for name, _ in scope["headers"] if name == _SUBJECT_TOKEN) > 1:
+    if not body or json_body_refusal(scope, body) is not None or not _one_token_at_most(scope):
         return None
     try:
         return _decode_resolve(body)
@@ -211,6 +210,11 @@ def _wait_seconds(query: bytes) -> float | None:
         return None
     seconds = float(match.group(1))
     return seconds if seconds <= _MAX_WAIT else None
+
+
+def _one_token_at_most(scope: Any) -> bool:
+    """Two ``Elicitd-Subject-Token`` headers are Litestar's to read, as it reads them."""
+    return sum(1 for name, _ in scope["headers"] if name == _SUBJECT_TOKEN) <= 1
 
 
 def _host_ok(scope: Any) -> bool:

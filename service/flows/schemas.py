@@ -67,14 +67,17 @@ class FlowError(msgspec.Struct):
     message: str | None = None
 
 
-class FlowView(msgspec.Struct, omit_defaults=True):
+class FlowView(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A flow as the API shows it. ``url`` and ``subject`` are absent only from what a server client
+    that must prove the subject reads with its API key alone (``FlowService.summary``)."""
+
     id: str
     kind: str
     status: str
-    url: str
+    url: str | None = None
     expires_at: datetime
     created_at: datetime
-    subject: Subject
+    subject: Subject | None = None
     provider: str | None = None
     scopes: list[str] = []
     completed_at: datetime | None = None

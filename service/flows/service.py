@@ -12,7 +12,7 @@ import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -39,7 +39,7 @@ from service.flows.schemas import (
 )
 from service.flows.states import Action, Actor, FlowStatus, Outcome, is_terminal, outcome_for_action
 from service.identity.keys import AuthenticatedClient
-from service.identity.models import ServerClient
+from service.identity.models import SUBJECT_PROOF_REQUIRED, ServerClient
 from service.observability.context import tag
 from service.settings import Settings
 from service.signals.bus import Waiter, WaiterHub
@@ -54,6 +54,13 @@ LEGACY_URL_ELICITATION_REQUIRED = -32042
 TransitionListener = Callable[[FlowFields], None]
 # Raises RateLimited when the client may not create another flow now (one conditional statement).
 RateLimiter = Callable[[AsyncSession, AuthenticatedClient], Awaitable[None]]
+
+
+class SubjectCheck(Protocol):
+    """``service.identity.subject_proof.SubjectProver``: refuses the call unless ``token`` proves
+    that ``iss`` + ``sub`` is the user calling (a client whose policy is ``none`` is not asked)."""
+
+    async def prove(self, client: AuthenticatedClient, *, iss: str, sub: str, token: str | None) -> None: ...
 
 
 def input_key(flow_id: uuid.UUID) -> str:
@@ -95,6 +102,7 @@ class FlowService:
         also_wakes: Callable[[FlowFields], uuid.UUID] | None = None,
         on_webhook_queued: Callable[[], None] | None = None,
         rate_limiter: RateLimiter | None = None,
+        subjects: SubjectCheck | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.settings = settings
@@ -115,6 +123,8 @@ class FlowService:
         self.also_wakes = also_wakes
         # Flow creations per minute per server client, counted in the creating transaction.
         self.rate_limiter = rate_limiter
+        # Checks a status read's subject token (``whole_status``); without it such reads are refused.
+        self.subjects = subjects
         self.clock: Clock = clock or SystemClock()
 
     # ---- units of work ---------------------------------------------------------------------------
@@ -195,6 +205,22 @@ class FlowService:
             expires_at=flow.expires_at,
             created_at=flow.created_at,
             subject=Subject(iss=flow.subject_iss, sub=flow.subject_sub),
+            provider=flow.provider,
+            scopes=list(flow.scopes or []),
+            completed_at=flow.completed_at,
+            error=error,
+        )
+
+    def summary(self, flow: FlowFields) -> FlowView:
+        """What a flow's id alone may tell a server client that must prove the subject: its state
+        and outcome, not whose it is nor its page (``whole_status``)."""
+        error = FlowError(code=flow.error_code, message=flow.error_message) if flow.error_code else None
+        return FlowView(
+            id=FLOW_ID.format(flow.id),
+            kind=flow.kind,
+            status=flow.status,
+            expires_at=flow.expires_at,
+            created_at=flow.created_at,
             provider=flow.provider,
             scopes=list(flow.scopes or []),
             completed_at=flow.completed_at,
@@ -565,13 +591,18 @@ class FlowService:
 
     # ---- status ----------------------------------------------------------------------------------
     async def status(
-        self, client: AuthenticatedClient, flow_ref: str, wait_seconds: float
+        self, client: AuthenticatedClient, flow_ref: str, wait_seconds: float, subject_token: str | None = None
     ) -> StatusResponse | Parked[StatusResponse]:
         """The flow's status; for a long-poll on a flow still pending, a ``Parked`` whose
         ``wait()`` waits. Registered, then read once here: that read is the ownership check and
-        answers a finished flow (or a spent deadline) at once."""
+        answers a finished flow (or a spent deadline) at once. ``subject_token`` decides how much
+        a client that must prove the subject is told (``whole_status``), before any wait."""
         if wait_seconds <= 0:
-            return self.status_of(await self.owned(client, flow_ref))
+            owned = await self.owned(client, flow_ref)
+            whole = client.subject_proof != SUBJECT_PROOF_REQUIRED or await self.whole_status(
+                client, owned, subject_token
+            )
+            return self.status_of(owned, whole=whole)
         flow_id = FLOW_ID.parse(flow_ref)
         if flow_id is None:
             raise FlowNotFound("No flow with this id belongs to this server client.")
@@ -582,21 +613,39 @@ class FlowService:
             flow = await self.snapshot(flow_id)
             if flow is None or flow.server_client_id != client.id:
                 raise FlowNotFound("No flow with this id belongs to this server client.")
+            whole = client.subject_proof != SUBJECT_PROOF_REQUIRED or await self.whole_status(
+                client, flow, subject_token
+            )
             if is_terminal(FlowStatus(flow.status)) or deadline <= self.clock.monotonic():
-                return self.status_of(flow)
-            parked = Parked(self, waiter, deadline, flow, self._status_after_wait)
+                return self.status_of(flow, whole=whole)
+            parked = Parked(self, waiter, deadline, flow, functools.partial(self._status_after_wait, whole))
             return parked
         finally:
             if parked is None:
                 waiter.__exit__(None, None, None)
 
-    def _status_after_wait(self, flow: FlowFields | None) -> StatusResponse:
+    async def whole_status(self, client: AuthenticatedClient, flow: FlowFields, token: str | None) -> bool:
+        """Whether a status read of a client that must prove the subject may show the flow's
+        subject, page and result. Its API key alone reads only the summary: a leaked key must not
+        list whose flows these are, nor read what they connected (account ids, field names). A
+        token is verified as on every call naming a subject, against the flow's subject: another
+        user's token, or a bad one, is refused (403), not answered in part."""
+        if not token:
+            return False
+        if self.subjects is None:
+            raise RuntimeError("FlowService was built without a subject check")
+        await self.subjects.prove(client, iss=flow.subject_iss, sub=flow.subject_sub, token=token)
+        return True
+
+    def _status_after_wait(self, whole: bool, flow: FlowFields | None) -> StatusResponse:
         if flow is None:
             raise FlowNotFound("No flow with this id belongs to this server client.")
-        return self.status_of(flow)
+        return self.status_of(flow, whole=whole)
 
-    def status_of(self, flow: FlowFields) -> StatusResponse:
+    def status_of(self, flow: FlowFields, *, whole: bool = True) -> StatusResponse:
         self._tag(flow, flow.status)
+        if not whole:
+            return StatusResponse(flow=self.summary(flow))
         return StatusResponse(flow=self.view(flow), result=flow.result if flow.status == "completed" else None)
 
     # ---- external kind -----------------------------------------------------------------------------
@@ -619,9 +668,8 @@ class FlowService:
             raise FlowNotPending(f"The flow is {flow.status}; it cannot change again.")
         moved = repo.moved_snapshot(row)
         await self.announce([moved])
-        flow = moved.flow
-        self._tag(flow, flow.status)
-        return StatusResponse(flow=self.view(flow), result=flow.result if flow.status == "completed" else None)
+        # No subject token on these calls: a client that must prove the subject reads the summary.
+        return self.status_of(moved.flow, whole=client.subject_proof != SUBJECT_PROOF_REQUIRED)
 
     # ---- sweeping --------------------------------------------------------------------------------
     async def sweep_once(self) -> int:

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from litestar._asgi.asgi_router import ASGIRouter
 from litestar.handlers import HTTPRouteHandler
+from sqlalchemy import text
 
 from service.app import create_app
 from service.errors import ConfigurationError
@@ -113,6 +114,7 @@ def as_json(body: Any) -> bytes:
 
 
 JSON = {"Content-Type": "application/json"}
+_TOKEN = "Elicitd-Subject-Token"
 
 
 async def two_clients_two_flows(
@@ -308,6 +310,45 @@ async def test_a_client_that_must_prove_the_subject_is_refused_alike(
             elicitd, plain, routed, "POST", "/v1/flows/resolve", taken=True, content=body, headers=headers
         )
         assert answer.status in (401, 403), answer
+
+
+async def test_a_client_that_must_prove_the_subject_reads_status_alike(
+    elicitd: RunningApp, plain: RunningApp, routed: dict[int, int], subject: Subject
+) -> None:
+    """Its key alone reads the summary (no subject, page or result) on both paths; a token that
+    proves nothing is refused alike; two tokens are Litestar's to read."""
+    proving = await new_server_client(elicitd)
+    async with elicitd.http(proving.api_key) as http:
+        created = await create_external(http, subject)
+        flow = created["flow"]["id"]
+        assert (await http.post(f"/v1/flows/{flow}/complete", json={"result": {"ok": True}})).status_code == 200
+    async with elicitd.state.sessions() as session:  # the flow made first, then the policy
+        await session.execute(
+            text("UPDATE server_clients SET subject_proof = 'required', resource_uris = :uris WHERE id = :id"),
+            {"uris": ["https://mcp.example.com/mcp"], "id": proving.id},
+        )
+        await session.commit()
+    key = auth(proving)
+    alone = await both(elicitd, plain, routed, "GET", f"/v1/flows/{flow}", taken=True, headers=key)
+    waited = await both(elicitd, plain, routed, "GET", f"/v1/flows/{flow}?wait_seconds=5", taken=True, headers=key)
+    assert alone.status == waited.status == 200
+    assert json.loads(alone.body) == json.loads(waited.body)
+    assert sorted(json.loads(alone.body)) == ["flow"]
+    assert sorted(json.loads(alone.body)["flow"]) == [
+        "completed_at",
+        "created_at",
+        "expires_at",
+        "id",
+        "kind",
+        "status",
+    ]
+    refused = await both(
+        elicitd, plain, routed, "GET", f"/v1/flows/{flow}", taken=True, headers=auth(proving, **{_TOKEN: "not-a-jwt"})
+    )
+    # The subject's issuer (id.example.com) is none elicitd knows, whatever the token.
+    assert (refused.status, json.loads(refused.body)["reason"]) == (403, "unknown_issuer")
+    twice = [("Authorization", key["Authorization"]), (_TOKEN, "a"), (_TOKEN, "b")]
+    await both(elicitd, plain, routed, "GET", f"/v1/flows/{flow}", taken=False, headers=twice)
 
 
 async def test_the_request_line_is_the_same_on_both_paths(

@@ -30,6 +30,7 @@ export interface Flow {
   kind: string;
   status: string;
   url: string;
+  subject?: Subject;
   expires_at?: string;
   provider?: string | null;
   error?: { code: string; message?: string | null } | null;
@@ -60,8 +61,13 @@ export interface Resolution {
   [field: string]: unknown;
 }
 
+/** A flow as a status read of a client that must prove the subject shows it without the user's token. */
+export type FlowSummary = Omit<Flow, "url" | "subject"> & { url?: string; subject?: Subject };
+
 export interface FlowStatus {
-  flow: Flow;
+  /** A `FlowSummary` (no `url`, no `subject`) for a client that must prove the subject, read without the user's token. */
+  flow: Flow | FlowSummary;
+  /** Absent for a client that must prove the subject unless the status was read with the user's token. */
   result?: Record<string, unknown> | null;
   [field: string]: unknown;
 }
@@ -256,10 +262,16 @@ export class ElicitdClient {
     return body as Resolution;
   }
 
-  /** A flow's status; with `waitSeconds` a long-poll that returns as soon as it is terminal. */
-  async status(flowId: string, waitSeconds = 0): Promise<FlowStatus> {
+  /**
+   * A flow's status; with `waitSeconds` a long-poll that returns as soon as it is terminal. For a
+   * server client that must prove the subject, `subjectToken` (the flow's user's access token)
+   * reads the whole answer; without it, elicitd tells the state and outcome only (no `subject`,
+   * `url` or `result`).
+   */
+  async status(flowId: string, waitSeconds = 0, subjectToken?: string): Promise<FlowStatus> {
     const query: Record<string, string> = waitSeconds ? { wait_seconds: String(waitSeconds) } : {};
-    const { body } = await this.request("GET", `/v1/flows/${encodeURIComponent(flowId)}`, { query, waitSeconds });
+    const path = `/v1/flows/${encodeURIComponent(flowId)}`;
+    const { body } = await this.request("GET", path, withToken({ query, waitSeconds }, subjectToken));
     return body as FlowStatus;
   }
 
