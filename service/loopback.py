@@ -19,6 +19,11 @@ from urllib.parse import urlsplit
 
 _LOOPBACK_V4 = ipaddress.IPv4Network("127.0.0.0/8")
 _LOOPBACK_V6 = ipaddress.IPv6Address("::1")
+# The same addresses as networks, for the address rule (``service.destinations``) to allow in development.
+LOOPBACK_NETWORKS: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = (
+    _LOOPBACK_V4,
+    ipaddress.IPv6Network("::1/128"),
+)
 
 
 def is_loopback_host(host: str) -> bool:

@@ -60,6 +60,9 @@ def make_settings(database_url: str, backend: backends.Backends) -> Callable[...
             "signing_key": TEST_SIGNING_KEY,
         }
         values.update(overrides)
+        # Test receivers (webhooks, example MCP servers) listen on loopback, which webhook
+        # deliveries refuse unless allowed; a test that wants it refused sets the variable itself.
+        values["extra"] = {"WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128", **values.get("extra", {})}
         return Settings(**values)
 
     return make

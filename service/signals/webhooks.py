@@ -16,6 +16,17 @@ Each POST is signed per Standard Webhooks (``webhook-id``, ``webhook-timestamp``
 ``webhook-signature``; see ``service.signals.signing``), with the event id stable across retries for
 de-duplication. The earlier ``Elicitd-Signature`` / ``Elicitd-Event-Id`` headers are still sent for
 one release.
+
+Where a POST may go is decided when it is sent, not only when the URL was registered: the worker's
+HTTP client (``service.signals.pinned``) resolves the host itself, refuses addresses that are not
+globally reachable unless ``ELICITD_WEBHOOK_ALLOWED_NETWORKS`` allows them, and connects to the
+address it checked. A refused destination is a failed attempt like any other (retried, then
+abandoned), recorded with the reason.
+
+A disabled server client's deliveries are *held*: the claim skips them while their retry window is
+open, so nothing is sent while the client is disabled and enabling it again resumes them. Once the
+window has run out a held delivery is claimed only to be abandoned, without a POST. The held rows
+are few: a disabled client cannot create flows, so they come only from flows it had pending.
 """
 
 from __future__ import annotations
@@ -38,7 +49,9 @@ from service.clock import Clock, SystemClock
 from service.crypto.vault import Vault
 from service.db.base import CLIENT_ID, PrefixedId
 from service.db.unit import unit_of_work
+from service.destinations import IPNetwork, default_networks, parse_networks
 from service.settings import Settings, positive_extras
+from service.signals.pinned import DestinationRefused, PinnedTransport, Resolver
 from service.signals.signing import LEGACY_SIGNATURE_HEADER, legacy_signature, standard_headers
 
 logger = logging.getLogger("elicitd.webhooks")
@@ -52,13 +65,16 @@ WEBHOOK_SECRET_PURPOSE = "webhook_secret"
 _CLAIM = """
 UPDATE webhook_outbox o
    SET lease_until = now() + make_interval(secs => :lease), attempts = o.attempts + 1, last_attempt_at = now()
-  FROM (SELECT id FROM webhook_outbox
-         WHERE delivered_at IS NULL AND abandoned_at IS NULL AND next_attempt_at <= now()
-           AND (lease_until IS NULL OR lease_until <= now())
-         ORDER BY next_attempt_at LIMIT :batch FOR UPDATE SKIP LOCKED) due
+  FROM (SELECT w.id FROM webhook_outbox w
+         WHERE w.delivered_at IS NULL AND w.abandoned_at IS NULL AND w.next_attempt_at <= now()
+           AND (w.lease_until IS NULL OR w.lease_until <= now())
+           AND NOT EXISTS (SELECT 1 FROM server_clients d
+                            WHERE d.id = w.server_client_id AND d.disabled
+                              AND now() < w.retry_from + make_interval(secs => :horizon))
+         ORDER BY w.next_attempt_at LIMIT :batch FOR UPDATE OF w SKIP LOCKED) due
  WHERE o.id = due.id
 RETURNING o.id, o.server_client_id, o.flow_id, o.event_type, o.payload, o.attempts, o.created_at,
-          (SELECT row(sc.webhook_url, sc.webhook_secret_key_id, sc.webhook_secret_enc)
+          (SELECT row(sc.webhook_url, sc.webhook_secret_key_id, sc.webhook_secret_enc, sc.disabled)
              FROM server_clients sc WHERE sc.id = o.server_client_id) AS target
 """
 
@@ -103,6 +119,8 @@ class WebhookSettings:
     give_up_seconds: float = 86400.0
     timeout_seconds: float = 10.0
     poll_interval_seconds: float = 1.0
+    # Non-global networks deliveries may reach anyway (``service.destinations``).
+    allowed_networks: tuple[IPNetwork, ...] = ()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WebhookSettings:
@@ -113,7 +131,13 @@ class WebhookSettings:
             "timeout_seconds",
             "poll_interval_seconds",
         )
-        return cls(**positive_extras(settings, "WEBHOOK_", dict.fromkeys(names, float)))
+        raw = settings.extra.get("WEBHOOK_ALLOWED_NETWORKS")
+        allowed = (
+            default_networks(dev_mode=settings.dev_mode)
+            if raw is None
+            else parse_networks(raw, name="ELICITD_WEBHOOK_ALLOWED_NETWORKS")
+        )
+        return cls(**positive_extras(settings, "WEBHOOK_", dict.fromkeys(names, float)), allowed_networks=allowed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +150,7 @@ class Claimed:
     created_at: datetime
     url: str | None
     secret: str | None
+    disabled: bool = False
 
 
 Outcome = Callable[[str], None]
@@ -142,6 +167,7 @@ class WebhookWorker:
         vault: Vault,
         on_outcome: Outcome | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        resolver: Resolver | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.settings = settings
@@ -151,7 +177,10 @@ class WebhookWorker:
         self.sessions = sessions
         self.vault = vault
         self.on_outcome = on_outcome
+        # ``transport`` replaces the pinned one entirely (and with it the address rule); ``resolver``
+        # only answers the pinned transport's name lookups.
         self._transport = transport
+        self._resolver = resolver
         self._wake = asyncio.Event()
         self.batch_size = 20
 
@@ -159,14 +188,19 @@ class WebhookWorker:
         """Called after a transition commits (a ``FlowService`` listener): deliver now, not next tick."""
         self._wake.set()
 
-    async def run(self) -> None:
-        timeout = httpx.Timeout(self.settings.timeout_seconds)
-        async with httpx.AsyncClient(
-            timeout=timeout,
+    def client(self) -> httpx.AsyncClient:
+        """The client deliveries go through: the address rule is in its transport. Redirects are
+        never followed (a redirect would lead to a URL nobody checked)."""
+        transport = self._transport or PinnedTransport(self.settings.allowed_networks, resolver=self._resolver)
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(self.settings.timeout_seconds),
             follow_redirects=False,
-            transport=self._transport,
+            transport=transport,
             headers={"User-Agent": "elicitd-webhooks/1"},
-        ) as http:
+        )
+
+    async def run(self) -> None:
+        async with self.client() as http:
             while True:
                 try:
                     # Drain full batches back to back, yielding to the loop between them.
@@ -198,13 +232,19 @@ class WebhookWorker:
     async def claim(self) -> list[Claimed]:
         lease = self.settings.timeout_seconds + 30
         async with unit_of_work(self.sessions) as session:
-            rows = (await session.execute(text(_CLAIM), {"lease": lease, "batch": self.batch_size})).all()
+            rows = (
+                await session.execute(
+                    text(_CLAIM),
+                    {"lease": lease, "batch": self.batch_size, "horizon": self.settings.give_up_seconds},
+                )
+            ).all()
         return [self._claimed(r) for r in rows]
 
     def _claimed(self, row: Any) -> Claimed:
         url = key_id = blob = None
+        disabled = False
         if row.target is not None:
-            url, key_id, blob = row.target
+            url, key_id, blob, disabled = row.target
         secret = None
         if url and key_id and blob:
             try:
@@ -225,6 +265,7 @@ class WebhookWorker:
             created_at=row.created_at,
             url=url,
             secret=secret,
+            disabled=bool(disabled),
         )
 
     def backoff(self, attempt: int) -> float:
@@ -239,6 +280,10 @@ class WebhookWorker:
             "attempt": event.attempt,
             "server_client": CLIENT_ID.format(event.server_client_id),
         }
+        if event.disabled:
+            # Claimed only once its retry window ran out while the client stayed disabled.
+            await self._record_failure(event, None, "server client disabled", give_up=True)
+            return
         if event.url is None or event.secret is None:
             # The client removed its webhook since the transition: nothing to deliver to.
             await self._record_failure(event, None, "no webhook configured", give_up=True)
@@ -257,6 +302,8 @@ class WebhookWorker:
             response = await http.post(event.url, content=body, headers=headers)
             status = response.status_code
             error = None if 200 <= status < 300 else f"http {status}"
+        except DestinationRefused as exc:
+            error = f"destination refused: {exc.reason}"
         except httpx.HTTPError as exc:
             # The exception text can hold the URL or response bits; only its type is kept.
             error = type(exc).__name__

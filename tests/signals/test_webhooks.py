@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import text
 from standardwebhooks import Webhook, WebhookVerificationError
@@ -86,8 +85,9 @@ async def delivered_row(app: RunningApp, flow_id: str, timeout: float = 30.0) ->
 
 async def delivery_round(app: RunningApp) -> int:
     """One round of the app's worker, run here: when it returns, every event it claimed has been
-    POSTed and answered, so what a round would deliver is known without waiting for the next one."""
-    async with httpx.AsyncClient(timeout=10, follow_redirects=False) as http:
+    POSTed and answered, so what a round would deliver is known without waiting for the next one.
+    Through the worker's own client, so the address rule applies as in its background rounds."""
+    async with app.state.webhooks.client() as http:
         return await app.state.webhooks.run_once(http)
 
 
