@@ -31,6 +31,7 @@ from service.flows.hot import HotFlowRoutes
 from service.flows.pages import open_flow
 from service.grants.pages import ROUTES as GRANT_ROUTES
 from service.health import healthz, readyz
+from service.hosts import HostCheck, allowed_names
 from service.limits import LimitedRequest
 from service.oauth.api import OAUTH_ROUTES
 from service.observability.metrics import metrics_endpoint
@@ -151,6 +152,8 @@ def create_app(services: Services) -> Litestar:
     if settings.hot_routes:
         # Ordinary status reads and resolves are answered without Litestar's per-request work.
         handler = HotFlowRoutes(handler, app, services)
+    # A request for another host name (DNS rebinding) reaches neither path; the observer counts it.
+    handler = HostCheck(handler, allowed_names(settings.public_url, settings.allowed_hosts))
     # Observe every request, routed or not (``asgi_handler`` is the outermost handler).
     app.asgi_handler = RequestObserver(handler, metrics=services.metrics, tracing=services.tracing)
     return app

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -24,6 +26,8 @@ from service.errors import ConfigurationError
 from service.urls import is_https_or_loopback_http
 
 _PREFIX = "ELICITD_"
+# A host name of ``ELICITD_ALLOWED_HOSTS`` (an IPv4 address is one too), lowercase ASCII labels.
+_HOST_NAME = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*")
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -186,6 +190,8 @@ class Settings:
     log_json: bool = True
     # Status reads and resolves answered by ``service.flows.hot`` (False: through Litestar's routing).
     hot_routes: bool = True
+    # Host names answered besides the public URL's and loopback (service/hosts.py), lowercase ASCII.
+    allowed_hosts: tuple[str, ...] = ()
     background_tasks: bool = True
     # Consent receipts: one or more PEM EC P-256 private keys; the first signs, all are published.
     signing_key: str | None = field(default=None, repr=False)
@@ -252,7 +258,7 @@ class Settings:
         return replace(self, **changes)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:  # noqa: PLR0912 - a branch per setting
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:  # noqa: PLR0912, PLR0915 - a branch per setting
         """Read and validate ``ELICITD_*``; every problem is reported with the variable's name."""
         env = os.environ if env is None else env
 
@@ -329,6 +335,8 @@ class Settings:
             values["accept_unbound_secrets"] = _bool(raw, "ELICITD_ACCEPT_UNBOUND_SECRETS")
         if (raw := get("HOT_ROUTES")) is not None:
             values["hot_routes"] = _bool(raw, "ELICITD_HOT_ROUTES")
+        if (raw := get("ALLOWED_HOSTS")) is not None:
+            values["allowed_hosts"] = _host_names(raw, "ELICITD_ALLOWED_HOSTS")
         if (raw := get("DB_STATEMENT_CACHE")) is not None:
             values["db_statement_cache"] = _bool(raw, "ELICITD_DB_STATEMENT_CACHE")
         values.update(_kind_settings(get))
@@ -405,6 +413,25 @@ def normalize_database_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+asyncpg://" + url[len(prefix) :]
     raise ConfigurationError("ELICITD_DATABASE_URL must be a postgresql:// URL")
+
+
+def _host_names(raw: str, name: str) -> tuple[str, ...]:
+    """``name1,name2,…``: DNS names or IP addresses (IPv6 with or without brackets), no port, no
+    scheme, no wildcard; lowercased, as ``Host`` is compared (``service.hosts``)."""
+    names: list[str] = []
+    for part in (p.strip().lower() for p in raw.split(",")):
+        if not part:
+            continue
+        bare = part[1:-1] if part.startswith("[") and part.endswith("]") else part
+        try:
+            names.append(str(ipaddress.IPv6Address(bare)))
+        except ValueError:
+            if not _HOST_NAME.fullmatch(part.removesuffix(".")):
+                raise ConfigurationError(
+                    f"{name}: {part!r} is not a host name or IP address (no scheme, port, path or wildcard)"
+                ) from None
+            names.append(part.removesuffix("."))
+    return tuple(dict.fromkeys(names))
 
 
 def _bool(raw: str, name: str) -> bool:

@@ -27,6 +27,7 @@ from service.devtools.files import FILES_PATH, SCOPE_WORDS, DemoFiles, files_rou
 from service.devtools.issuer import ID_PATH, DevIssuer, issuer_routes
 from service.devtools.keys import DevSecrets
 from service.devtools.oauth import RegisteredClient
+from service.hosts import HostCheck, allowed_names
 from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.loopback import is_loopback_host
 from service.settings import Settings
@@ -61,9 +62,11 @@ class DevTools:
     issuer: DevIssuer
     files: DemoFiles
     app: Litestar
+    # Host names answered besides the base's and loopback (``ELICITD_ALLOWED_HOSTS``).
+    allowed_hosts: tuple[str, ...] = ()
 
     @classmethod
-    def build(cls, base: str, keys: DevSecrets) -> DevTools:
+    def build(cls, base: str, keys: DevSecrets, *, allowed_hosts: tuple[str, ...] = ()) -> DevTools:
         id_client = RegisteredClient(
             client_id=CLIENT_ID,
             name="elicitd (this development instance)",
@@ -85,11 +88,12 @@ class DevTools:
             # config would replace the root handler and print every later line without fields.
             logging_config=None,
         )
-        return cls(base=base, issuer=issuer, files=files, app=app)
+        return cls(base=base, issuer=issuer, files=files, app=app, allowed_hosts=allowed_hosts)
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
-        """``app`` with the dev tools in front of their paths."""
-        tools = self.app
+        """``app`` with the dev tools in front of their paths. They check ``Host`` as elicitd does
+        (``service.hosts``): a rebinding page would otherwise mint any user's token here."""
+        tools = HostCheck(self.app, allowed_names(self.base, self.allowed_hosts))
 
         async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] == ScopeType.HTTP and scope["path"].startswith(_PREFIXES):
@@ -180,6 +184,8 @@ def prepare_dev_tools(settings: Settings, *, data_dir: Path, host: str, embedded
     reason = refusal(settings, host=host, embedded=embedded)
     if reason is not None:
         return DevToolsOff(reason)
-    tools = DevTools.build(settings.public_url, DevSecrets.load_or_create(data_dir))
+    tools = DevTools.build(
+        settings.public_url, DevSecrets.load_or_create(data_dir), allowed_hosts=settings.allowed_hosts
+    )
     asyncio.run(tools.register(settings))
     return tools

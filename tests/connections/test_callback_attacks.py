@@ -228,13 +228,19 @@ async def test_open_redirect_attempts(env: Env, client: ServerClientHandle, brow
     await goto_connect(browser_page, env, flow["url"], sub)
     csrf = await browser_page.locator("input[name=csrf_token]").get_attribute("value")
     cookies = {c["name"]: c["value"] for c in await browser_page.context.cookies()}
-    # A forged Host header and extra return parameters cannot move the redirect URI anywhere.
+    # A forged Host header is refused before any route (service.hosts), and extra return
+    # parameters cannot move the redirect URI anywhere.
     async with httpx.AsyncClient(base_url=env.app.url, cookies=cookies) as http:
+        forged = await http.post(
+            f"/connect/{flow['id']}/continue",
+            data={"csrf_token": csrf},
+            headers={"Host": "evil.example"},
+        )
         posted = await http.post(
             f"/connect/{flow['id']}/continue?next=https://evil.example/",
             data={"csrf_token": csrf, "redirect_uri": "https://evil.example/cb"},
-            headers={"Host": "evil.example"},
         )
+    assert (forged.status_code, forged.json()["code"]) == (421, "misdirected_request")
     assert posted.status_code == 303
     location = httpx.URL(posted.headers["location"])
     assert str(location).startswith(env.oauth.url("/authorize"))

@@ -27,6 +27,7 @@ from service.app import create_app
 from service.errors import ConfigurationError
 from service.flows.hot import HotFlowRoutes
 from service.flows.schemas import Subject
+from service.hosts import HostCheck
 from service.observability.requests import RequestObserver
 from service.services import build_services
 from service.settings import Settings
@@ -156,10 +157,15 @@ async def test_status_reads_answer_as_litestar_does(
         (f"/v1/flows/{done}?other=1", False, key),
         (f"/v1/flows/{done}/", False, key),
         ("/v1/flows/not-a-flow", False, key),
-        (f"/v1/flows/{done}", False, {**key, "Host": "bad host"}),
     ]
     for path, taken, headers in cases:
         await both(elicitd, plain, routed, "GET", path, taken=taken, headers=headers)
+    # A Host that is not the instance's is refused before either path (service.hosts), alike.
+    for host in ("bad host", "rebind.example"):
+        refused = await both(
+            elicitd, plain, routed, "GET", f"/v1/flows/{done}", taken=True, headers={**key, "Host": host}
+        )
+        assert refused.status == 421
     # Other methods on the path are Litestar's.
     await both(elicitd, plain, routed, "POST", f"/v1/flows/{done}", taken=False, headers=key)
     await both(elicitd, plain, routed, "HEAD", f"/v1/flows/{done}", taken=False, headers=key)
@@ -232,10 +238,22 @@ async def test_resolves_answer_as_litestar_does(
         (as_json(accept_done), {"Authorization": key["Authorization"]}),
         (as_json({**accept_done, "unknown": 1}), JSON),  # no key and a bad body: Litestar's order
         (b"{" * 40, key),
-        (as_json(accept_done), {**key, "Host": "bad host"}),
     ]
     for body, headers in litestar_cases:
         await both(elicitd, plain, routed, "POST", "/v1/flows/resolve", taken=False, content=body, headers=headers)
+    for host in ("bad host", "rebind.example"):
+        misdirected = {**key, "Host": host}
+        refused = await both(
+            elicitd,
+            plain,
+            routed,
+            "POST",
+            "/v1/flows/resolve",
+            taken=True,
+            content=as_json(accept_done),
+            headers=misdirected,
+        )
+        assert refused.status == 421
     twice = [("Authorization", key["Authorization"]), ("Content-Type", "application/json")]
     twice += [("Elicitd-Subject-Token", "a"), ("Elicitd-Subject-Token", "b")]
     await both(
@@ -404,8 +422,10 @@ def test_building_the_app_fails_if_the_routes_get_what_the_layer_would_skip(
     services = build_services(make_settings())
     app = create_app(services)  # builds: nothing to skip today
     assert isinstance(app.asgi_handler, RequestObserver)
-    assert isinstance(app.asgi_handler.app, HotFlowRoutes)
-    handler = app.asgi_handler.app._app
+    # The Host check sits between the observer and both paths (service.hosts).
+    assert isinstance(app.asgi_handler.app, HostCheck)
+    assert isinstance(app.asgi_handler.app._app, HotFlowRoutes)
+    handler = app.asgi_handler.app._app._app
 
     async def hook(*_: Any) -> None:
         return None
@@ -424,4 +444,5 @@ def test_building_the_app_fails_if_the_routes_get_what_the_layer_would_skip(
     # Without the layer, Litestar serves the routes with whatever they have.
     plain = create_app(build_services(make_settings(hot_routes=False))).asgi_handler
     assert isinstance(plain, RequestObserver)
-    assert not isinstance(plain.app, HotFlowRoutes)
+    assert isinstance(plain.app, HostCheck)
+    assert not isinstance(plain.app._app, HotFlowRoutes)
