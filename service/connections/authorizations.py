@@ -71,10 +71,17 @@ class TokenRow:
     grant_scopes: list[str]
     grant_client: uuid.UUID | None
     grant_group: uuid.UUID | None
+    grant_authorization: uuid.UUID | None  # None for an API-key connection's grant
     grant_mac: bytes | None
     grant_mac_key_id: str | None
     # Whether the grant's ``last_used_at`` is due for a write (``service.grants``).
     touch_due: bool
+
+
+def _either(column: str) -> str:
+    """The authorization's column, or — for an API-key connection's grant, which points at no
+    authorization — the connection's own (its key lives on the connection row)."""
+    return f"CASE WHEN a.id IS NULL THEN c.{column} ELSE a.{column} END"
 
 
 # One positional statement for ``service.db.direct`` (every tool calls it on every use): the
@@ -83,20 +90,24 @@ class TokenRow:
 # (or its trust group) holds are read, each with the one authorization it points at: a connection
 # it was not granted is exactly as absent as one that does not exist, and an authorization it was
 # not granted is never read. The authorization must name the connection's own subject, provider and
-# account (the fields its tokens are bound to), so a row re-pointed at another connection is not read.
+# account (the fields its tokens are bound to), so a row re-pointed at another connection is not
+# read. An API-key connection's grant points at no authorization and reads the key on the
+# connection row (whose id is then the tokens' owner, as for a connection's first authorization).
 PICK_FOR_TOKEN = (
-    "SELECT a.id, a.connection_id, a.status, a.scopes, a.token_type, a.provider, a.account_id, c.account_login, "
-    "a.expires_at, a.access_token_enc, a.access_token_key_id, a.subject_iss, a.subject_sub, "
-    "g.id, g.scopes, g.server_client_id, g.trust_group_id, g.mac, g.mac_key_id, "
+    f"SELECT COALESCE(a.id, c.id), c.id, {_either('status')}, {_either('scopes')}, {_either('token_type')}, "
+    f"c.provider, c.account_id, c.account_login, {_either('expires_at')}, {_either('access_token_enc')}, "
+    f"{_either('access_token_key_id')}, c.subject_iss, c.subject_sub, "
+    "g.id, g.scopes, g.server_client_id, g.trust_group_id, g.authorization_id, g.mac, g.mac_key_id, "
     f"(g.last_used_at IS NULL OR g.last_used_at < now() - make_interval(secs => {TOUCH_SECONDS})), "
-    "COALESCE(a.expires_at <= now() + make_interval(secs => $5), false) AS due "
+    f"COALESCE({_either('expires_at')} <= now() + make_interval(secs => $5), false) AS due "
     "FROM connections c JOIN grants g ON "
     + FOR_CLIENT.format(connection="c.id", client="$6")
-    + " JOIN authorizations a ON a.id = g.authorization_id AND a.connection_id = c.id "
+    + " LEFT JOIN authorizations a ON a.id = g.authorization_id AND a.connection_id = c.id "
     "AND a.subject_iss = c.subject_iss AND a.subject_sub = c.subject_sub AND a.provider = c.provider "
     "AND a.account_id = c.account_id "
     f"WHERE c.subject_iss = $1 AND c.subject_sub = $2 AND c.provider = $3 AND c.status <> '{REVOKED}' "
-    f"AND a.status <> '{REVOKED}' AND ($4::text IS NULL OR c.account_id = $4) "
+    f"AND ((a.id IS NOT NULL AND a.status <> '{REVOKED}') OR (g.authorization_id IS NULL AND c.token_type = 'api_key')) "
+    "AND ($4::text IS NULL OR c.account_id = $4) "
     "ORDER BY c.updated_at DESC, c.id DESC, a.updated_at DESC"
 )
 
@@ -128,11 +139,12 @@ def token_rows(rows: list[Any]) -> list[tuple[TokenRow, bool]]:
                 grant_scopes=list(row[14] or ()),
                 grant_client=row[15],
                 grant_group=row[16],
-                grant_mac=row[17],
-                grant_mac_key_id=row[18],
-                touch_due=bool(row[19]),
+                grant_authorization=row[17],
+                grant_mac=row[18],
+                grant_mac_key_id=row[19],
+                touch_due=bool(row[20]),
             ),
-            bool(row[20]),
+            bool(row[21]),
         )
         for row in rows
     ]
@@ -155,6 +167,11 @@ async def insert(
     )
     result = await _authorizations(session, sql, {**values, "aid": authorization_id, "cid": connection_id})
     return result.scalars().one()  # type: ignore[no-any-return]
+
+
+async def exists(session: AsyncSession, authorization_id: uuid.UUID) -> bool:
+    found = await session.execute(text("SELECT 1 FROM authorizations WHERE id = :id"), {"id": authorization_id})
+    return found.first() is not None
 
 
 async def replace_tokens(

@@ -326,7 +326,10 @@ class ConnectionService:
             values = self._seal_tokens(in_place, bound, tokens)
             stored = await authz.replace_tokens(session, in_place, connection_id, {**values, "scopes": scopes})
         if stored is None:
-            new_id = uuid7()
+            # A connection's first authorization takes the connection's id (as migration 0012 gave
+            # the existing ones): one id to follow in logs for the common one-server account. Known
+            # before sealing, since it is the tokens' owner; stable under the connection's row lock.
+            new_id = uuid7() if await authz.exists(session, connection_id) else connection_id
             values = self._seal_tokens(new_id, bound, tokens)
             stored = await authz.insert(session, new_id, connection_id, {**values, "scopes": scopes})
         await authz.sync_connection(session, connection_id)
@@ -393,7 +396,7 @@ class ConnectionService:
                 mac_key_id=row.grant_mac_key_id,
                 mac=row.grant_mac,
                 connection_id=row.connection_id,
-                authorization_id=row.id,
+                authorization_id=row.grant_authorization,
                 server_client_id=row.grant_client,
                 trust_group_id=row.grant_group,
                 scopes=row.grant_scopes,

@@ -205,25 +205,29 @@ async def give_grant(
     session: AsyncSession, vault: Vault, connection: str, grantee: str, scopes: list[str]
 ) -> GrantView:
     """An operator's grant: the connection must be live, and (for OAuth) hold an active
-    authorization with exactly ``scopes`` — the grant points at it, so the grantee is never handed
-    a token with more than the grant names. Replaces a live grant the grantee holds."""
+    authorization with exactly ``scopes`` (none named: its only authorization, all of whose scopes
+    the grant then records) — the grant points at it, so the grantee is never handed a token with
+    more than the grant names. Replaces a live grant the grantee holds."""
     connection_id = _connection(connection)
+    who = await _grantee(session, grantee)
     held = await repo.active_authorizations(session, connection_id)
     authorization_id = None
     if held:
-        exact = [a for a in held if a.scopes == frozenset(scopes)]
+        # No scopes named: the connection's one authorization, with all of its scopes recorded.
+        exact = [a for a in held if a.scopes == frozenset(scopes)] if scopes or len(held) > 1 else held
         if not exact:
             raise NoMatchingAuthorization(
                 "Grant exactly the scopes of one of the connection's authorizations.",
                 extra={"authorizations": [sorted(a.scopes) for a in held]},
             )
         authorization_id = exact[0].id
+        scopes = sorted(exact[0].scopes)
     granted = await repo.give(
         session,
         vault=vault,
         connection_id=connection_id,
         authorization_id=authorization_id,
-        grantee=await _grantee(session, grantee),
+        grantee=who,
         scopes=scopes,
         origin=ORIGIN_ADMIN,
     )

@@ -146,7 +146,7 @@ async def connect_in_browser(
 
 async def connection_rows(app: RunningApp, sub: str) -> list[dict[str, Any]]:
     async with app.state.sessions() as session:
-        rows = await session.execute(text("SELECT * FROM connections WHERE subject_sub = :s ORDER BY id"), {"s": sub})
+        rows = await session.execute(text("SELECT * FROM authorizations WHERE subject_sub = :s ORDER BY id"), {"s": sub})
         return [dict(r._mapping) for r in rows]
 
 
@@ -202,6 +202,7 @@ async def plant_connection(
         client_id=PROVIDER_CLIENT_ID,
         scope=scope,
         expires_in=expires_in,
+        connected_by=granted_to.id if granted_to is not None else None,
     )
     if granted_to is not None:
         await grant(env.app, connection, granted_to, scope.split())
@@ -217,7 +218,7 @@ async def expire_soon(env: Env, connection_ref: str) -> None:
     async with env.app.state.sessions() as session:
         await session.execute(
             text(
-                "UPDATE connections SET expires_at = now() + interval '5 seconds' "
+                "UPDATE authorizations SET expires_at = now() + interval '5 seconds' "
                 "WHERE 'cn_' || replace(id::text, '-', '') = :c"
             ),
             {"c": connection_ref},

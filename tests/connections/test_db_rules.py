@@ -81,7 +81,7 @@ async def test_a_lock_wait_that_runs_out_in_a_refresh_is_a_retry_not_a_slow_refr
     calls = provider_token_calls(env.oauth, "refresh_token")
     async with env.app.state.sessions() as holder:
         await holder.execute(
-            text("SELECT id FROM connections WHERE 'cn_' || replace(id::text, '-', '') = :c FOR UPDATE"),
+            text("SELECT id FROM authorizations WHERE 'cn_' || replace(id::text, '-', '') = :c FOR UPDATE"),
             {"c": connection},
         )
         refused = await get_token(env, client, sub)

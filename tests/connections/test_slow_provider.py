@@ -109,7 +109,7 @@ class PoolWatch:
 async def set_row(env: Env, connection_ref: str, assignments: str) -> None:
     async with env.app.state.sessions() as session:
         await session.execute(
-            text(f"UPDATE connections SET {assignments} WHERE 'cn_' || replace(id::text, '-', '') = :c"),
+            text(f"UPDATE authorizations SET {assignments} WHERE 'cn_' || replace(id::text, '-', '') = :c"),
             {"c": connection_ref},
         )
         await session.commit()
@@ -120,7 +120,7 @@ async def claim_columns(env: Env, connection_ref: str) -> tuple[object, object]:
         row = (
             await session.execute(
                 text(
-                    "SELECT refresh_claim, refresh_claimed_until FROM connections "
+                    "SELECT refresh_claim, refresh_claimed_until FROM authorizations "
                     "WHERE 'cn_' || replace(id::text, '-', '') = :c"
                 ),
                 {"c": connection_ref},
@@ -306,7 +306,7 @@ async def test_a_claim_left_by_a_replica_that_died_lapses_and_is_taken_over(
     async with env.app.state.sessions() as session:
         refreshed_at = (
             await session.execute(
-                text("SELECT refreshed_at FROM connections WHERE 'cn_' || replace(id::text, '-', '') = :c"),
+                text("SELECT refreshed_at FROM authorizations WHERE 'cn_' || replace(id::text, '-', '') = :c"),
                 {"c": connection},
             )
         ).scalar_one()

@@ -146,7 +146,7 @@ async def test_revoke_at_provider_and_locally(env: Env, client: ServerClientHand
     async with env.app.http(client.api_key) as http:
         response = await http.delete(f"/v1/connections/{env.provider}", params={"iss": env.iss, "sub": sub})
     assert response.status_code == 200
-    assert response.json() == {"revoked": [connection], "revoked_at_provider": True}
+    assert response.json() == {"revoked": [connection], "revoked_at_provider": True, "grants_revoked": []}
     assert len(env.oauth.revocations()) == revocations + 1
     assert not accepted_by_provider(env, minted["access_token"])
     assert (await get_token(env, client, sub)).status_code == 404
@@ -211,7 +211,7 @@ async def test_an_unreadable_stored_token_asks_for_reconnection_not_a_500(env: E
     async with env.app.state.sessions() as session:
         await session.execute(
             text(
-                "UPDATE connections SET access_token_enc = (SELECT access_token_enc FROM connections "
+                "UPDATE authorizations SET access_token_enc = (SELECT access_token_enc FROM authorizations "
                 "WHERE subject_sub = :other) WHERE subject_sub = :sub"
             ),
             {"other": other, "sub": sub},

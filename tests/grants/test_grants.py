@@ -49,7 +49,37 @@ async def test_disconnect_follows_the_token_rule(story: Story) -> None:
     assert (served.status_code, served.json()["access_token"]) == (200, minted["access_token"])
     async with story.app.http(a.api_key) as http:
         done = await http.delete(f"/v1/connections/{story.provider}", params={"iss": story.iss, "sub": alice})
-    assert done.json() == {"revoked": [connection], "revoked_at_provider": True}
+    # A did not connect the account: its DELETE ends its own grant (and hands its token back),
+    # not the account.
+    body = done.json()
+    assert (body["revoked"], len(body["grants_revoked"]), body["revoked_at_provider"]) == ([], 1, True)
+    assert (await token(story, a, alice)).status_code == 404
+
+
+async def test_a_grantee_ends_its_own_grant_and_only_the_connecting_server_disconnects(story: Story) -> None:
+    a, b = await new_server_client(story.app), await new_server_client(story.app)
+    alice = new_sub("alice")
+    connection, minted = await plant(story, alice)
+    async with story.app.state.sessions() as session:
+        await session.execute(
+            text("UPDATE connections SET connected_by = :a WHERE id = :c"),
+            {"a": a.id, "c": CONNECTION_ID.parse(connection)},
+        )
+        await session.commit()
+    await grant_to(story, connection, a, ["files:read"])
+    await grant_to(story, connection, b, ["files:read"])
+    params = {"iss": story.iss, "sub": alice}
+    async with story.app.http(b.api_key) as http:
+        ended = await http.delete(f"/v1/connections/{story.provider}", params=params)
+    # B shared A's authorization: its grant ends, the authorization stays for A and is not revoked.
+    assert (ended.status_code, ended.json()["revoked"], ended.json()["revoked_at_provider"]) == (200, [], False)
+    assert len(ended.json()["grants_revoked"]) == 1
+    assert (await token(story, b, alice)).status_code == 404
+    served = await token(story, a, alice)
+    assert (served.status_code, served.json()["access_token"]) == (200, minted["access_token"])
+    async with story.app.http(a.api_key) as http:
+        done = await http.delete(f"/v1/connections/{story.provider}", params=params)
+    assert done.json() == {"revoked": [connection], "revoked_at_provider": True, "grants_revoked": []}
 
 
 async def test_a_client_uses_only_the_scopes_it_was_granted(story: Story) -> None:
@@ -66,13 +96,14 @@ async def test_a_client_uses_only_the_scopes_it_was_granted(story: Story) -> Non
         "insufficient_scope",
         ["files:write"],
     )
-    assert granted.status_code == 200
-    # Asking for the scope the connection holds but this client was not given: the grant page.
+    # The grant names less than the token carries (an operator's narrower grant): handing the token
+    # out would give more than granted, so it is refused, and no flow reports it as satisfied.
+    assert (granted.status_code, granted.json()["code"]) == (409, "authorization_exceeds_grant")
     more = await create_connect_flow(story, a, alice, scopes=["files:write"])
     assert (more["status"], more["flow"]["scopes"]) == ("pending", ["files:write"])
     assert await flow_connection(story, more["flow"]["id"]) == connection
-    held = await create_connect_flow(story, a, alice, scopes=["files:read"], expect=200)
-    assert (held["status"], held["result"]["scopes"]) == ("completed", ["files:read"])
+    held = await create_connect_flow(story, a, alice, scopes=["files:read"])
+    assert held["status"] == "pending"
 
 
 async def test_create_completes_at_once_only_with_a_grant(story: Story) -> None:
@@ -96,9 +127,9 @@ async def test_create_completes_at_once_only_with_a_grant(story: Story) -> None:
     assert await flow_connection(story, fresh["flow"]["id"]) is None
 
 
-async def test_a_reconnect_by_another_client_keeps_what_others_hold(story: Story) -> None:
-    """B asks for more than the connection holds: a provider step, for B's scopes — and the provider
-    is asked for A's as well, so replacing the grant does not take them from A."""
+async def test_more_scopes_ask_the_provider_for_the_askers_own_never_for_what_others_hold(story: Story) -> None:
+    """B asks for more than the account's authorization holds: a provider step for B's scopes only
+    (its new authorization is its own, A's stays A's). A asking for more keeps what A holds."""
     a, b = await new_server_client(story.app), await new_server_client(story.app)
     alice = new_sub("alice")
     connection, _ = await plant(story, alice, scope="files:read")
@@ -107,7 +138,9 @@ async def test_a_reconnect_by_another_client_keeps_what_others_hold(story: Story
     assert asked["flow"]["scopes"] == ["files:write"]  # only what B asked for
     flow = await story.app.state.flows.read(uuid.UUID(asked["flow"]["id"][3:]))
     assert flow is not None
-    assert await story.app.state.connect.kept_scopes(flow) == ["files:read"]
+    assert await story.app.state.connect.kept_scopes(flow) == []
+    wider = await create_connect_flow(story, a, alice, scopes=["files:write"])
+    assert wider["flow"]["scopes"] == ["files:read", "files:write"]
 
 
 async def test_last_use_is_written_at_most_once_a_minute(story: Story) -> None:

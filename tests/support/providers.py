@@ -73,8 +73,10 @@ async def store_connection(
     account_id: str,
     account_login: str,
     requested: list[str],
+    connected_by: uuid.UUID | None = None,
 ) -> str:
-    """The connection ``store_authorization`` makes of ``tokens``, granted to nobody; its ``cn_`` id."""
+    """The connection ``store_authorization`` makes of ``tokens``, granted to nobody (recorded as
+    connected by ``connected_by``, as a connect flow of that client records it); its ``cn_`` id."""
     service = app.state.connections
     async with app.state.sessions() as session:
         resolved = await service.provider(provider)
@@ -88,6 +90,7 @@ async def store_connection(
             account_login=account_login,
             requested=requested,
             reconnect=None,
+            connected_by=connected_by,
         )
         await session.commit()
     return str(done.result["connection_id"])
@@ -104,6 +107,7 @@ async def plant_connection(
     client_id: str,
     scope: str = "files:read",
     expires_in: int = 3600,
+    connected_by: uuid.UUID | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """A connection of ``sub`` (at ``iss``) to ``login``'s account at ``server``, of tokens the
     server really issued (``mint``) to ``client_id``; the connection's id and the minted tokens."""
@@ -125,6 +129,7 @@ async def plant_connection(
         account_id=server.account_id(login),
         account_login=login,
         requested=scope.split(),
+        connected_by=connected_by,
     )
     return connection, minted
 
