@@ -15,6 +15,7 @@ asked again.
 from __future__ import annotations
 
 from datetime import datetime
+from urllib.parse import urlsplit
 from typing import TYPE_CHECKING, Annotated, Any
 
 from litestar import Request, Response, get, post
@@ -75,7 +76,19 @@ async def grant_page(request: Req, flow: Flow, services: Services, identity: Bro
     offer = await services.grants.offer(flow)
     if offer is None:
         return None
-    return _grant_page(flow, identity, offer)
+    response = _grant_page(flow, identity, offer)
+    if offer.wider and offer.can_separate:
+        # *Connect separately* POSTs to the connect route, which answers with a redirect to the
+        # provider: allow exactly that origin as a form target, as the connect page does.
+        endpoint = (await services.connect.connect_page(flow)).provider.authorization_endpoint
+        parts = urlsplit(endpoint)
+        headers = dict(response.headers)
+        headers["Referrer-Policy"] = "same-origin"
+        headers["Content-Security-Policy"] = (
+            f"default-src 'self'; frame-ancestors 'none'; form-action 'self' {parts.scheme}://{parts.netloc}"
+        )
+        response.headers = headers
+    return response
 
 
 def _default_messages(conn: OfferedConnection) -> set[str]:

@@ -43,6 +43,7 @@ async def register_provider(
 ) -> None:
     """``server`` as provider ``name`` (scope ``files:read`` by default), and elicitd as its
     registered client; ``callback`` registers elicitd's connect callback as its redirect URI."""
+    default_scopes = overrides.pop("default_scopes", ("files:read",))
     spec = ProviderSpec(
         name=name,
         catalog="oauth2",
@@ -53,7 +54,7 @@ async def register_provider(
         account_login_field="login",
         client_id=client_id,
         client_secret=secret,
-        default_scopes=("files:read",),
+        default_scopes=default_scopes,
         **overrides,
     )
     async with app.state.sessions() as session:
