@@ -106,7 +106,8 @@ PICK_FOR_TOKEN = (
     "AND a.subject_iss = c.subject_iss AND a.subject_sub = c.subject_sub AND a.provider = c.provider "
     "AND a.account_id = c.account_id "
     f"WHERE c.subject_iss = $1 AND c.subject_sub = $2 AND c.provider = $3 AND c.status <> '{REVOKED}' "
-    f"AND ((a.id IS NOT NULL AND a.status <> '{REVOKED}') OR (g.authorization_id IS NULL AND c.token_type = 'api_key')) "
+    f"AND ((a.id IS NOT NULL AND a.status <> '{REVOKED}') "
+    "OR (g.authorization_id IS NULL AND c.token_type = 'api_key')) "
     "AND ($4::text IS NULL OR c.account_id = $4) "
     "ORDER BY c.updated_at DESC, c.id DESC, a.updated_at DESC"
 )

@@ -15,8 +15,8 @@ asked again.
 from __future__ import annotations
 
 from datetime import datetime
-from urllib.parse import urlsplit
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 from litestar import Request, Response, get, post
 from litestar.params import Parameter
