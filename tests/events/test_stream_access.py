@@ -113,13 +113,13 @@ async def test_each_client_holds_a_bounded_number_of_streams_per_replica(
                 status = refused.status_code
                 headers = refused.headers
                 problem = (await refused.aread()) if status != 200 else b""
+            assert status == 429
             async with reading(app, other) as elsewhere:
                 assert elsewhere.status == 200  # another client's streams are its own
             assert (one.status, two.status, hub.streams_of(client.id)) == (200, 200, 2)
         await until(lambda: hub.streams_of(client.id) == 0, what="both places given back")
         async with reading(app, client) as three, reading(app, client) as four:
             assert (three.status, four.status) == (200, 200)
-    assert status == 429
     assert headers["content-type"].startswith("application/problem+json")
     assert headers["retry-after"] == "1"  # the heartbeat (0.3 s), rounded up: when a gone consumer is noticed
     assert httpx.Response(429, content=problem).json()["code"] == "too_many_streams"
