@@ -38,6 +38,8 @@ def test_the_declared_binding_is_the_writers() -> None:
     assert token_binding(row) == tuple(getattr(row, name) for name in CONNECTION_BINDING)  # type: ignore[arg-type]
     bound = {c.label: c.bound_sql for c in ENCRYPTED_COLUMNS if c.bound_sql}
     assert bound == {
+        "authorizations.access_token_enc": CONNECTION_BINDING,
+        "authorizations.refresh_token_enc": CONNECTION_BINDING,
         "connections.access_token_enc": CONNECTION_BINDING,
         "connections.refresh_token_enc": CONNECTION_BINDING,
     }
@@ -101,9 +103,11 @@ async def env(
 async def _move(env: Env, connection: str, **values: str) -> None:
     sets = ", ".join(f"{column} = :{column}" for column in values)
     async with env.app.state.sessions() as session:
-        await session.execute(
-            text(f"UPDATE connections SET {sets} WHERE id = :id"), {**values, "id": CONNECTION_ID.parse(connection)}
-        )
+        # Both rows, as a database writer would: the authorization names its connection's fields.
+        for table in ("connections", "authorizations"):
+            await session.execute(
+                text(f"UPDATE {table} SET {sets} WHERE id = :id"), {**values, "id": CONNECTION_ID.parse(connection)}
+            )
         await session.commit()
 
 
@@ -130,7 +134,7 @@ async def _seal_the_old_way(env: Env, connection: str, access: str, refresh: str
     async with env.app.state.sessions() as session:
         await session.execute(
             text(
-                "UPDATE connections SET access_token_enc = :a, access_token_key_id = :ak, refresh_token_enc = :r, "
+                "UPDATE authorizations SET access_token_enc = :a, access_token_key_id = :ak, refresh_token_enc = :r, "
                 "refresh_token_key_id = :rk WHERE id = :id"
             ),
             {
@@ -150,17 +154,32 @@ async def test_old_values_keep_working_until_rotation_binds_them(env: Env) -> No
     connection, minted = await plant_connection(env, alice, granted_to=client)
     await _seal_the_old_way(env, connection, minted["access_token"], minted["refresh_token"])
 
-    # Served as before the upgrade: nobody has to reconnect.
-    served = await get_token(env, client, alice)
-    assert (served.status_code, served.json()["access_token"]) == (200, minted["access_token"])
+    # Refused by default: an unbound value opens only while the operator accepts them for an upgrade.
+    vault = env.app.state.vault
+    refused = await get_token(env, client, alice)
+    assert (refused.status_code, refused.json()["code"]) == (409, "reauthorization_required")
+    vault.accept_unbound = True
+    try:
+        # Served as before the upgrade: nobody has to reconnect.
+        served = await get_token(env, client, alice)
+        assert (served.status_code, served.json()["access_token"]) == (200, minted["access_token"])
+    finally:
+        vault.accept_unbound = False
 
     report = await rotate(env.app.state.sessions, env.app.state.vault, batch=2)
-    assert report.rebound == {"connections.access_token_enc": 1, "connections.refresh_token_enc": 1}
+    assert report.rebound == {
+        "authorizations.access_token_enc": 1,
+        "authorizations.refresh_token_enc": 1,
+        "connections.access_token_enc": 0,
+        "connections.refresh_token_enc": 0,
+    }
+    bound = await get_token(env, client, alice)
+    assert (bound.status_code, bound.json()["access_token"]) == (200, minted["access_token"])
     # (Rows the test above moved are reported as undecryptable, and left alone; this one is not.)
     row = str(CONNECTION_ID.parse(connection))
     assert all(row not in failed for failed in report.failed.values())
     again = await rotate(env.app.state.sessions, env.app.state.vault, batch=2)
-    assert again.rebound == {"connections.access_token_enc": 0, "connections.refresh_token_enc": 0}
+    assert set(again.rebound.values()) == {0}
 
     # Bound now: still served to its owner, refused once the row names someone else.
     assert (await get_token(env, client, alice)).json()["access_token"] == minted["access_token"]

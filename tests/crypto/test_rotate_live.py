@@ -31,6 +31,7 @@ from service.apikeys.providers import get_api_key_provider, upsert_api_key_provi
 from service.connections import oauth as provider_oauth
 from service.connections.providers import ProviderSpec, upsert_provider
 from service.crypto.columns import ENCRYPTED_COLUMNS, EncryptedColumn
+from service.crypto.rotate import GRANTS_LABEL
 from service.crypto.vault import Vault
 from service.db.base import FLOW_ID
 from service.db.engine import make_engine, make_sessionmaker
@@ -471,7 +472,7 @@ async def test_rotate_cli_while_serving(
         assert refreshed_by_app == set(refreshing)
         assert code == 0, (report, stderr)
         assert report["current_key_id"] == NEW_ID
-        assert set(report["rotated"]) == {c.label for c in ENCRYPTED_COLUMNS}
+        assert set(report["rotated"]) == {c.label for c in ENCRYPTED_COLUMNS} | {GRANTS_LABEL}
         assert all(v == [] for v in report["failed"].values()), report
         assert all(v == 0 for v in report["remaining"].values()), report
         # Rows the app rewrote (new webhook secrets) may have been re-keyed by the CLI or not.
