@@ -146,7 +146,9 @@ async def connect_in_browser(
 
 async def connection_rows(app: RunningApp, sub: str) -> list[dict[str, Any]]:
     async with app.state.sessions() as session:
-        rows = await session.execute(text("SELECT * FROM authorizations WHERE subject_sub = :s ORDER BY id"), {"s": sub})
+        rows = await session.execute(
+            text("SELECT * FROM authorizations WHERE subject_sub = :s ORDER BY id"), {"s": sub}
+        )
         return [dict(r._mapping) for r in rows]
 
 
