@@ -234,36 +234,29 @@ async def unreferenced(session: AsyncSession, authorization_ids: list[uuid.UUID]
     return list((await _authorizations(session, sql, {"ids": authorization_ids})).scalars())
 
 
-async def mark_revoked(session: AsyncSession, authorization_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+_REVOKE = (
+    f"UPDATE authorizations SET status = '{REVOKED}', access_token_enc = NULL, access_token_key_id = NULL, "
+    "refresh_token_enc = NULL, refresh_token_key_id = NULL, refresh_claim = NULL, "
+    "refresh_claimed_until = NULL, revoked_at = now(), updated_at = now() "
+    f"WHERE {{column}} = ANY(:ids) AND status <> '{REVOKED}' RETURNING id"
+)
+
+
+async def _revoke(session: AsyncSession, column: str, ids: list[uuid.UUID]) -> list[uuid.UUID]:
     """Local revocation always happens, and wipes the ciphertexts rather than keeping dead secrets."""
-    if not authorization_ids:
+    if not ids:
         return []
-    result = await session.execute(
-        text(
-            f"UPDATE authorizations SET status = '{REVOKED}', access_token_enc = NULL, access_token_key_id = NULL, "
-            "refresh_token_enc = NULL, refresh_token_key_id = NULL, refresh_claim = NULL, "
-            "refresh_claimed_until = NULL, revoked_at = now(), updated_at = now() "
-            f"WHERE id = ANY(:ids) AND status <> '{REVOKED}' RETURNING id"
-        ),
-        {"ids": authorization_ids},
-    )
+    result = await session.execute(text(_REVOKE.format(column=column)), {"ids": ids})
     return [r[0] for r in result]
+
+
+async def mark_revoked(session: AsyncSession, authorization_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    return await _revoke(session, "id", authorization_ids)
 
 
 async def revoke_of_connections(session: AsyncSession, connection_ids: list[uuid.UUID]) -> list[uuid.UUID]:
     """Every authorization of these connections, revoked with them."""
-    if not connection_ids:
-        return []
-    result = await session.execute(
-        text(
-            f"UPDATE authorizations SET status = '{REVOKED}', access_token_enc = NULL, access_token_key_id = NULL, "
-            "refresh_token_enc = NULL, refresh_token_key_id = NULL, refresh_claim = NULL, "
-            "refresh_claimed_until = NULL, revoked_at = now(), updated_at = now() "
-            f"WHERE connection_id = ANY(:ids) AND status <> '{REVOKED}' RETURNING id"
-        ),
-        {"ids": connection_ids},
-    )
-    return [r[0] for r in result]
+    return await _revoke(session, "connection_id", connection_ids)
 
 
 # ---- refresh: claim, call the provider holding nothing, write conditionally ---------------------------
