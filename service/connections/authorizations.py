@@ -194,12 +194,17 @@ async def replace_tokens(
 
 
 async def sync_connection(session: AsyncSession, connection_id: uuid.UUID) -> None:
-    """The connection's summary from its authorizations: the union of the live ones' scopes, and
-    ``active`` while one is active, ``reauthorization_required`` while none is but one waits for it."""
+    """The connection's summary from its authorizations: the union of the live ones' scopes, the
+    soonest expiry and the latest refresh of the active ones, and ``active`` while one is active,
+    ``reauthorization_required`` while none is but one waits for it."""
     await session.execute(
         text(
             "UPDATE connections c SET scopes = ARRAY(SELECT DISTINCT s FROM authorizations a, unnest(a.scopes) s "
             f"WHERE a.connection_id = c.id AND a.status <> '{REVOKED}' ORDER BY 1), "
+            "expires_at = COALESCE((SELECT min(a.expires_at) FROM authorizations a "
+            f"WHERE a.connection_id = c.id AND a.status = '{ACTIVE}'), c.expires_at), "
+            "refreshed_at = COALESCE((SELECT max(a.refreshed_at) FROM authorizations a "
+            "WHERE a.connection_id = c.id), c.refreshed_at), "
             f"status = CASE WHEN c.status = '{REVOKED}' THEN c.status "
             f"WHEN EXISTS (SELECT 1 FROM authorizations a WHERE a.connection_id = c.id AND a.status = '{ACTIVE}') "
             f"THEN '{ACTIVE}' WHEN EXISTS (SELECT 1 FROM authorizations a WHERE a.connection_id = c.id "

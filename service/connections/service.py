@@ -642,7 +642,7 @@ class ConnectionService:
             values["scopes"] = oauth.split_scopes(tokens.scope, provider.scope_separator) if tokens.scope else None
             async with unit_of_work(self.sessions) as session:
                 updated = await authz.store_refreshed(session, auth.id, claim, values)
-                if updated is not None and values["scopes"] is not None:
+                if updated is not None:
                     await authz.sync_connection(session, auth.connection_id)
             settled = True
             if updated is None:

@@ -126,6 +126,16 @@ class World:
     conn_sub: dict[str, str] = field(default_factory=dict)  # connection ref -> sub
     webhook: dict[str, str] = field(default_factory=dict)  # client public id -> webhook secret
     planted: set[str] = field(default_factory=set)  # secrets the test itself chose
+    keys: set[str] = field(default_factory=set)  # connection refs holding an API key (on the connection row)
+
+    def access_cell(self, ref: str) -> Cell:
+        """Where a connection's secret is kept: an API key on the connection row, an OAuth token on
+        its first authorization (which takes the connection's id)."""
+        table = "connections" if ref in self.keys else "authorizations"
+        return (f"{table}.access_token_enc", str(uuid.UUID(ref[3:])))
+
+    def oauth_refs(self) -> list[str]:
+        return sorted(ref for ref in self.access if ref not in self.keys)
 
 
 async def mint_connection(app: RunningApp, oauth: OAuthServer, world: World, sub: str, expires_in: int = 3600) -> str:
@@ -232,6 +242,7 @@ async def api_key_connection(app: RunningApp, oauth: OAuthServer, world: World, 
     world.subs[sub] = API_KEY_PROVIDER
     world.conn_sub[ref] = sub
     world.access[ref] = key
+    world.keys.add(ref)
     world.planted.add(key)
     return ref
 
@@ -303,7 +314,7 @@ async def fill_vault(app: RunningApp, oauth: OAuthServer, *, connections: int) -
                     )
                 ).json()
             assert (await follow(http, await http.get(f"/f/{flow['flow']['id']}"), app)).status_code == 303
-    for n in range(2):
+    for n in range(4):  # more than one batch of API keys on connection rows
         await api_key_connection(app, oauth, world, f"key-{uuid.uuid4().hex[:8]}", f"acme-key-{n}-{uuid.uuid4().hex}")
     for _ in range(connections):
         await mint_connection(app, oauth, world, f"mint-{uuid.uuid4().hex[:8]}")
@@ -314,9 +325,9 @@ def expected_cells(world: World, plain: dict[Cell, str]) -> dict[Cell, str]:
     """What the test knows each connection and webhook cell holds (the rest: the snapshot)."""
     known = dict(plain)
     for ref, token in world.access.items():
-        known[("connections.access_token_enc", str(uuid.UUID(ref[3:])))] = token
+        known[world.access_cell(ref)] = token
     for ref, token in world.refresh.items():
-        known[("connections.refresh_token_enc", str(uuid.UUID(ref[3:])))] = token
+        known[("authorizations.refresh_token_enc", str(uuid.UUID(ref[3:])))] = token
     for public_id, secret in world.webhook.items():
         known[("server_clients.webhook_secret_enc", str(uuid.UUID(public_id[3:])))] = secret
     return known
@@ -359,7 +370,11 @@ async def test_rotate_cli_while_serving(
         world = await fill_vault(old_app, oauth, connections=24)
         before, key_ids = await open_everything(old_app.state.sessions, Vault(KeyRing.parse(OLD, name="old")))
     for c in ENCRYPTED_COLUMNS:  # every column holds more rows than one batch, all under the old key
-        assert sum(1 for cell in before if cell[0] == c.label) > 3, c.label
+        held = sum(1 for cell in before if cell[0] == c.label)
+        if c.label == "connections.refresh_token_enc":
+            assert held == 0  # refresh tokens live on authorizations; an API key has none
+        else:
+            assert held > 3, c.label
     assert set(key_ids.values()) == {OLD_ID}
     expected = expected_cells(world, before)
     assert expected == before  # the snapshot holds exactly what the product was given
@@ -367,7 +382,7 @@ async def test_rotate_cli_while_serving(
 
     original_webhooks = dict(world.webhook)
     ring = f"{NEW},{OLD}"
-    refreshing = list(world.access)[-3:]  # these get refreshed at the provider during the rotation
+    refreshing = world.oauth_refs()[-3:]  # these get refreshed at the provider during the rotation
     mint_refs = [r for r in world.access if world.subs[world.conn_sub[r]] == PROVIDER]
     async with running_app(settings_for(make_settings, url, ring)) as app:
         world.app = app
@@ -405,8 +420,8 @@ async def test_rotate_cli_while_serving(
             while not stop.is_set():
                 sub = f"live-{uuid.uuid4().hex[:8]}"
                 ref = await mint_connection(app, oauth, world, sub)
-                new_cells[("connections.access_token_enc", str(uuid.UUID(ref[3:])))] = world.access[ref]
-                new_cells[("connections.refresh_token_enc", str(uuid.UUID(ref[3:])))] = world.refresh[ref]
+                new_cells[world.access_cell(ref)] = world.access[ref]
+                new_cells[("authorizations.refresh_token_enc", str(uuid.UUID(ref[3:])))] = world.refresh[ref]
                 handle = world.clients[n % len(world.clients)]
                 async with app.state.sessions() as session:
                     shown = await rotate_webhook_secret(session, app.state.vault, handle.public_id)
@@ -435,7 +450,7 @@ async def test_rotate_cli_while_serving(
                 return
             async with app.state.sessions() as session:
                 await session.execute(
-                    text("UPDATE connections SET expires_at = now() + interval '5 seconds' WHERE id = ANY(:ids)"),
+                    text("UPDATE authorizations SET expires_at = now() + interval '5 seconds' WHERE id = ANY(:ids)"),
                     {"ids": [uuid.UUID(r[3:]) for r in refreshing]},
                 )
                 await session.commit()
@@ -484,7 +499,7 @@ async def test_rotate_cli_while_serving(
         for c in ENCRYPTED_COLUMNS:
             old_rows = sum(1 for cell in before if cell[0] == c.label)
             app_rows = rewritten.get(c.label, 0)
-            if c.table == "connections":
+            if c.table == "authorizations":
                 # A refresh rewrites both tokens; it may land before or after the CLI re-keyed them.
                 assert old_rows - len(refreshing) <= report["rotated"][c.label] <= old_rows, (c.label, report)
             else:
@@ -513,7 +528,15 @@ async def test_rotate_cli_while_serving(
             assert answer.status_code == 200, answer.text
             assert answer.json()["access_token"] == world.access[ref]
         forced = await new_app.state.connections.refresh_by_id(uuid.UUID(mint_refs[0][3:]))
-        assert forced is not None and forced.access_token_key_id == NEW_ID
+        assert forced is not None
+        async with new_app.state.sessions() as session:
+            kid = (
+                await session.execute(
+                    text("SELECT access_token_key_id FROM authorizations WHERE id = :i"),
+                    {"i": uuid.UUID(mint_refs[0][3:])},
+                )
+            ).scalar_one()
+        assert kid == NEW_ID
     print(f"rotation CLI took {took:.2f}s; {served} token answers and {written} write rounds meanwhile")
 
 
@@ -524,13 +547,14 @@ async def test_rotate_cli_reports_a_moved_ciphertext_and_rekeys_the_rest(
     async with running_app(settings_for(make_settings, url, OLD)) as old_app:
         world = await fill_vault(old_app, oauth, connections=6)
         before, _ = await open_everything(old_app.state.sessions, Vault(KeyRing.parse(OLD, name="old")))
-        victim, source = sorted(world.access)[1], sorted(world.access)[0]
+        victim, source = world.oauth_refs()[1], world.oauth_refs()[0]
         victim_id, source_id = uuid.UUID(victim[3:]), uuid.UUID(source[3:])
         async with old_app.state.sessions() as session:
             # Move one connection's access-token ciphertext onto another connection's row.
             await session.execute(
                 text(
-                    "UPDATE connections SET access_token_enc = (SELECT access_token_enc FROM connections WHERE id = :s) "
+                    "UPDATE authorizations SET access_token_enc = "
+                    "(SELECT access_token_enc FROM authorizations WHERE id = :s) "
                     "WHERE id = :v"
                 ),
                 {"s": source_id, "v": victim_id},
@@ -538,7 +562,7 @@ async def test_rotate_cli_reports_a_moved_ciphertext_and_rekeys_the_rest(
             await session.commit()
             moved = (
                 await session.execute(
-                    text("SELECT access_token_key_id, access_token_enc FROM connections WHERE id = :v"),
+                    text("SELECT access_token_key_id, access_token_enc FROM authorizations WHERE id = :v"),
                     {"v": victim_id},
                 )
             ).one()
@@ -546,19 +570,23 @@ async def test_rotate_cli_reports_a_moved_ciphertext_and_rekeys_the_rest(
     ring = f"{NEW},{OLD}"
     code, report, _ = await run_cli(url, ring, "--batch", "3", "--json")
     assert code == 1
-    label = "connections.access_token_enc"
-    assert report["failed"] == {**{c.label: [] for c in ENCRYPTED_COLUMNS}, label: [str(victim_id)]}
+    label = "authorizations.access_token_enc"
+    failed = {c.label: [] for c in ENCRYPTED_COLUMNS}
+    assert report["failed"] == {**failed, GRANTS_LABEL: [], label: [str(victim_id)]}
     assert all(v == 0 for v in report["remaining"].values()), report
     old_counts = {c.label: sum(1 for cell in before if cell[0] == c.label) for c in ENCRYPTED_COLUMNS}
-    assert report["rotated"] == {**old_counts, label: old_counts[label] - 1}
+    rotated = dict(report["rotated"])
+    macs = rotated.pop(GRANTS_LABEL)
+    assert rotated == {**old_counts, label: old_counts[label] - 1}
 
     engine = make_engine(settings_for(make_settings, url, ring))
     try:
         sessions = make_sessionmaker(engine)
         async with sessions() as session:
+            assert macs == (await session.execute(text("SELECT count(*) FROM grants"))).scalar_one()
             row = (
                 await session.execute(
-                    text("SELECT access_token_key_id, access_token_enc FROM connections WHERE id = :v"),
+                    text("SELECT access_token_key_id, access_token_enc FROM authorizations WHERE id = :v"),
                     {"v": victim_id},
                 )
             ).one()
@@ -596,7 +624,7 @@ async def test_rotate_cli_waits_for_a_row_the_app_holds(
         held = next(iter(r for r in world.access if world.subs[world.conn_sub[r]] == PROVIDER))
         async with app.state.sessions() as session:
             await session.execute(
-                text("UPDATE connections SET expires_at = now() + interval '5 seconds' WHERE id = :i"),
+                text("UPDATE authorizations SET expires_at = now() + interval '5 seconds' WHERE id = :i"),
                 {"i": uuid.UUID(held[3:])},
             )
             await session.commit()
@@ -622,7 +650,7 @@ async def test_rotate_cli_waits_for_a_row_the_app_holds(
         async with app.state.sessions() as session:
             kids = (
                 await session.execute(
-                    text("SELECT access_token_key_id, refresh_token_key_id FROM connections WHERE id = :i"),
+                    text("SELECT access_token_key_id, refresh_token_key_id FROM authorizations WHERE id = :i"),
                     {"i": uuid.UUID(held[3:])},
                 )
             ).one()

@@ -107,8 +107,8 @@ async def _expired_connection(setup: Setup) -> tuple[str, str]:
     connection, _ = await plant_connection(setup.env, sub, granted_to=setup.client)
     await _execute(
         setup.env.app,
-        "UPDATE connections SET expires_at = now() - interval '1 second' "
-        "WHERE 'cn_' || replace(id::text, '-', '') = :c",
+        "UPDATE authorizations SET expires_at = now() - interval '1 second' "
+        "WHERE 'cn_' || replace(connection_id::text, '-', '') = :c",
         c=connection,
     )
     return connection, sub

@@ -148,7 +148,7 @@ async def test_webhook_backlog_counts_undelivered_events_exactly(make_settings: 
 async def _connection_subject(app: RunningApp, connection: str) -> tuple[str, str]:
     async with app.state.sessions() as session:
         await session.execute(
-            text("UPDATE connections SET expires_at = now() + interval '5 seconds' WHERE id = :i"),
+            text("UPDATE authorizations SET expires_at = now() + interval '5 seconds' WHERE connection_id = :i"),
             {"i": CONNECTION_ID.parse(connection)},
         )
         iss, sub = (
