@@ -5,7 +5,7 @@ server clients and two elicitd replicas on one database.
 A connects alice's Acme account for ``files:read files:write``. B asks for ``files:read``. The
 grant page says A already holds both, and offers *Connect separately* first: a provider trip for a
 second authorization with just ``files:read``, which the provider reports as carrying only that,
-and which B's token endpoint answers (on both replicas) while A keeps its own. *Share the wider
+and which B's token endpoint and the RFC 8693 exchange answer (on both replicas) while A keeps its own. *Share the wider
 access* records the wider scopes on B's grant, as the page said. A second authorization for
 another provider account is refused; B ending its grant hands its own token back at the provider.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 
+import httpx
 import pytest
 from playwright.async_api import Page
 from sqlalchemy import text
@@ -29,11 +30,14 @@ from tests.grants.conftest import (
     sign_in_if_asked,
     token,
 )
-from tests.support.apps import ServerClientHandle, new_server_client
+from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
 from tests.support.browser import login_at_issuer
 from tests.support.providers import grant_connection, register_provider
 
 pytestmark = pytest.mark.browser
+
+RESOURCE = "https://files.example.com/mcp"
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 
 BOTH = ["files:read", "files:write"]
 
@@ -48,6 +52,23 @@ async def _a_connects_both(story: Story, page: Page, alice: str, account: str) -
     return a, served.json()["access_token"]
 
 
+async def exchange(
+    story: Story, client: ServerClientHandle, sub: str, *, app: RunningApp, scope: str | None = None
+) -> httpx.Response:
+    """``POST /oauth/token`` (RFC 8693) with ``sub``'s MCP access token, as ``client`` would."""
+    minted = story.id_server.mint(sub, client_id="files-mcp-client", scope="files", audience=RESOURCE, format="jwt")
+    form = {
+        "grant_type": TOKEN_EXCHANGE,
+        "subject_token": str(minted["access_token"]),
+        "subject_token_type": "urn:ietf:params:oauth:token-type:access_token",
+        "audience": story.provider,
+    }
+    if scope is not None:
+        form["scope"] = scope
+    async with httpx.AsyncClient(base_url=app.url, auth=(client.name, client.api_key), timeout=30) as http:
+        return await http.post("/oauth/token", data=form)
+
+
 async def _open_grant_page(story: Story, page: Page, flow_url: str, alice: str) -> None:
     await page.goto(flow_url)
     await sign_in_if_asked(page, story, alice)
@@ -58,7 +79,10 @@ async def test_connect_separately_gives_b_a_token_with_just_what_it_asked(story:
     page = browser_page
     alice, account = new_sub("alice"), "alice@acme"
     a, a_token = await _a_connects_both(story, page, alice, account)
-    b = await new_server_client(story.app, display_name="Other Server")
+    # B serves its MCP tool at RESOURCE and may also trade its users' tokens (RFC 8693).
+    b = await new_server_client(
+        story.app, display_name="Other Server", resource_uris=[RESOURCE], trusted_issuers=[story.iss]
+    )
     asked = await create_connect_flow(story, b, alice, scopes=["files:read"])
     assert asked["status"] == "pending"
     await _open_grant_page(story, page, asked["flow"]["url"], alice)
@@ -87,6 +111,16 @@ async def test_connect_separately_gives_b_a_token_with_just_what_it_asked(story:
         assert story.acme.token(b_served.json()["access_token"]).scope == "files:read"
         a_served = await token(story, a, alice, app=replica)
         assert (a_served.json()["access_token"], a_served.json()["scopes"]) == (a_token, BOTH)
+        # The exchange answers B's own authorization too, with its real scope.
+        traded = await exchange(story, b, alice, app=replica)
+        assert traded.status_code == 200, traded.text
+        assert (traded.json()["access_token"], traded.json()["scope"]) == (
+            b_served.json()["access_token"],
+            "files:read",
+        )
+        wider_trade = await exchange(story, b, alice, app=replica, scope="files:read files:write")
+        assert (wider_trade.status_code, wider_trade.json()["error"]) == (400, "invalid_scope")
+        assert "access_token" not in wider_trade.json()
     assert b_served.json()["connection_id"] == a_served.json()["connection_id"]  # one account, one connection
     async with story.app.http(b.api_key) as http:
         wider = await http.get(
