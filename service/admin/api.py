@@ -17,6 +17,7 @@ from service.admin import deliveries, flows
 from service.admin.api_clients import AdminServerClientsController
 from service.admin.api_directory import DIRECTORY_CONTROLLERS
 from service.admin.api_grants import GRANT_CONTROLLERS
+from service.admin.bodies import strict_booleans
 from service.admin.audit import list_audit
 from service.admin.deps import unit
 from service.admin.guards import AdminAuditMiddleware, AdminGuard, principal_of
@@ -210,6 +211,7 @@ def admin_router(sessions: async_sessionmaker[AsyncSession]) -> Router:
             *GRANT_CONTROLLERS,
         ],
         guards=[AdminGuard(sessions)],
+        before_request=strict_booleans,
         # A closure, not DefineMiddleware(kwargs): Litestar deep-copies kwargs, and the session factory
         # (with its engine) must stay the one shared object.
         middleware=[lambda app: AdminAuditMiddleware(app, sessions)],

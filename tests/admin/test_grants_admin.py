@@ -229,3 +229,30 @@ async def test_trust_group_display_names_follow_the_text_rule(elicitd: RunningAp
         renamed = await http.patch(f"/admin/v1/trust-groups/{name}", json={"display_name": "Line\u2028break"})
         assert (renamed.status_code, renamed.json()["code"]) == (400, "invalid_request")
         assert (await http.get(f"/admin/v1/trust-groups/{name}")).json()["display_name"] == "Fine"
+
+
+async def test_a_flag_that_is_not_a_json_boolean_is_refused_and_changes_nothing(
+    elicitd: RunningApp, tokens: dict[str, Token]
+) -> None:
+    unproven = await new_server_client(elicitd, subject_proof="none")
+    name = f"corp-{uuid.uuid4().hex[:6]}"
+    async with admin_http(elicitd, tokens["admin"]) as http:
+        for flag in (1, 0, "true", "false"):
+            made = await http.post(
+                "/admin/v1/trust-groups",
+                json={"name": name, "display_name": "Example Corp", "members": [], "allow_unproven": flag},
+            )
+            assert (made.status_code, made.json()["code"]) == (400, "invalid_request"), made.text
+            assert "allow_unproven" in made.json()["detail"]
+        assert (await http.get(f"/admin/v1/trust-groups/{name}")).status_code == 404
+        made = await http.post("/admin/v1/trust-groups", json={"name": name, "display_name": "Example Corp"})
+        assert made.status_code == 201, made.text
+        changed = await http.patch(
+            f"/admin/v1/trust-groups/{name}", json={"allow_unproven": 1, "members": [unproven.name]}
+        )
+        assert (changed.status_code, changed.json()["code"]) == (400, "invalid_request")
+        shown = (await http.get(f"/admin/v1/trust-groups/{name}")).json()
+        assert (shown["allow_unproven"], shown["members"]) == (False, [])
+        # null where the field takes it, and a real boolean, are read as they are.
+        kept = await http.patch(f"/admin/v1/trust-groups/{name}", json={"allow_unproven": None})
+        assert (kept.status_code, kept.json()["allow_unproven"]) == (200, False)
