@@ -3,6 +3,12 @@ service still works (by polling), so it stays ready and says it is degraded. ``r
 ``wakeups`` come from the same fact (the waiter hub's subscription is healthy), as does the
 ``elicitd_redis_fallback`` metric, so the three always agree.
 
+A replica is not ready while the database's schema is older than its code expects (``"schema":
+"behind"``): during a rolling upgrade the new replicas wait for ``elicitd migrate`` before they take
+traffic, instead of failing requests on a column that is not there yet. A schema newer than the code
+(``"ahead"``: the migration of the next release has run while this replica still serves) is ready:
+every migration is written so that the previous release keeps working on it (docs/deploy.md).
+
 The answer says only ``down``; the server log says why — once when a dependency goes down (or
 fails for a new reason) and once when it is back, not on every probe: an orchestrator probes every
 few seconds, and a line per probe would bury everything else during an outage.
@@ -10,6 +16,7 @@ few seconds, and a line per probe would bury everything else during an outage.
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from typing import TYPE_CHECKING
@@ -17,8 +24,11 @@ from typing import TYPE_CHECKING
 import msgspec
 from litestar import Response, get
 from sqlalchemy import text
+from sqlalchemy.exc import ProgrammingError
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
     from service.services import Services
 
 
@@ -71,6 +81,43 @@ _UNPROVEN = text(
     "SELECT (SELECT count(*) FROM server_clients WHERE subject_proof = 'none' AND NOT disabled), "
     "(SELECT count(*) FROM trust_groups WHERE allow_unproven)"
 )
+_SCHEMA_VERSION = text("SELECT version_num FROM alembic_version")
+
+
+@functools.cache
+def known_revisions() -> tuple[str, frozenset[str]]:
+    """The head revision this code migrates to, and every revision it knows (the chain is linear:
+    a known revision other than the head is older). Read from the shipped scripts once."""
+    from alembic.script import ScriptDirectory
+
+    from service.db.migrate import migrations_dir
+
+    scripts = ScriptDirectory(str(migrations_dir()))
+    (head,) = scripts.get_heads()
+    return head, frozenset(script.revision for script in scripts.walk_revisions())
+
+
+def schema_state(versions: list[str]) -> str:
+    """``current``, ``behind`` (no version, or one this code knows that is not its head) or
+    ``ahead`` (a revision only a newer release knows)."""
+    head, known = known_revisions()
+    if versions == [head]:
+        return "current"
+    if not versions or all(version in known for version in versions):
+        return "behind"
+    return "ahead"
+
+
+async def _schema(session: AsyncSession) -> str:
+    try:
+        versions = list((await session.execute(_SCHEMA_VERSION)).scalars())
+    except ProgrammingError as exc:
+        if getattr(exc.orig, "sqlstate", None) != "42P01":  # undefined_table: never migrated
+            raise
+        versions = []
+    return schema_state(versions)
+
+
 # A warning: what an operator chose and should know about; readiness does not depend on it.
 WARNING_UNPROVEN_GROUPS = "trust_groups_allow_unproven_members"
 
@@ -87,6 +134,9 @@ class Readiness(msgspec.Struct, omit_defaults=True):
     # Trust groups that allow members without subject proof (whose API key alone reads every grant
     # of the group): a count, as above; the admin API's group answers name them.
     trust_groups_allowing_unproven: int | None = None
+    # ``current``, ``behind`` (not ready: ``elicitd migrate`` has not run yet) or ``ahead`` (a newer
+    # release's migration has run; still ready). Absent when PostgreSQL is down.
+    schema: str | None = None
     # Stable codes, absent when there is none; a warning never makes the answer 503.
     warnings: list[str] = []
 
@@ -103,9 +153,12 @@ async def readyz(services: Services) -> Response[Readiness]:
     log = dependency_log(hub)
     unproven: int | None = None
     unproven_groups: int | None = None
+    schema: str | None = None
     try:
         async with state.sessions() as session:
-            unproven, unproven_groups = (await session.execute(_UNPROVEN)).one()
+            schema = await _schema(session)
+            if schema != "behind":  # an older schema may lack what the counts read
+                unproven, unproven_groups = (await session.execute(_UNPROVEN)).one()
         postgres = "ok"
         log.up("postgres")
     except Exception as exc:  # any failure means "not ready"; why goes to the server log, not here
@@ -123,7 +176,7 @@ async def readyz(services: Services) -> Response[Readiness]:
         else:
             log.down("redis", failure)
     wakeups = "redis" if hub.healthy else "polling"
-    ready = postgres == "ok"
+    ready = postgres == "ok" and schema != "behind"
     body = Readiness(
         status="ready" if ready else "unavailable",
         postgres=postgres,
@@ -131,6 +184,7 @@ async def readyz(services: Services) -> Response[Readiness]:
         wakeups=wakeups,
         clients_without_subject_proof=unproven,
         trust_groups_allowing_unproven=unproven_groups,
+        schema=schema,
         warnings=[WARNING_UNPROVEN_GROUPS] if unproven_groups else [],
     )
     return Response(body, status_code=200 if ready else 503)

@@ -102,7 +102,7 @@ async def test_health_and_ready(elicitd: RunningApp) -> None:
     unproven = body.pop("clients_without_subject_proof")
     groups = body.pop("trust_groups_allowing_unproven")
     body.pop("warnings", None)  # present while another test's group allows unproven members
-    assert body == {"status": "ready", "postgres": "ok", "redis": "ok", "wakeups": "redis"}
+    assert body == {"status": "ready", "postgres": "ok", "redis": "ok", "wakeups": "redis", "schema": "current"}
     # The shared database holds the tests' clients, which name users without their tokens.
     assert isinstance(unproven, int) and unproven >= 0
     assert isinstance(groups, int) and groups >= 0
