@@ -4,14 +4,19 @@
 # Two stages: the first builds elicitd's wheel from the package sources (migrations, templates and
 # static files ship inside it); the second installs that wheel, so the image runs exactly what
 # `pip install 'elicitd[server]'` gives, with no source tree beside it.
-FROM python:3.11-slim AS build
+#
+# BASE is the Python 3.11 image both stages start from. The default is the official one; where no
+# registry can be reached, deploy/image/local-base.sh makes an equivalent from Debian's packages
+# (debootstrap) and the build names it: `podman build --build-arg BASE=localhost/elicitd-base:bookworm .`
+ARG BASE=python:3.11-slim
+FROM ${BASE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY service ./service
 COPY elicitd_client ./elicitd_client
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM python:3.11-slim
+FROM ${BASE}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 # constraints.txt pins every distribution: the image gets the versions the tests ran with. Only the
 # `server` extra: no embedded PostgreSQL/Redis, test or lint tools in production.
@@ -20,8 +25,10 @@ COPY --from=build /wheels /wheels
 RUN set -e; wheel="$(echo /wheels/elicitd-*.whl)"; \
     pip install --no-compile -c /tmp/constraints.txt "${wheel}[server]"; \
     rm -rf /wheels /tmp/constraints.txt; \
-    useradd --system --uid 10001 --create-home elicitd
-USER elicitd
+    groupadd --system --gid 10001 elicitd; \
+    useradd --system --uid 10001 --gid 10001 --create-home elicitd
+# Numeric, so Kubernetes' runAsNonRoot can check it without reading /etc/passwd.
+USER 10001:10001
 WORKDIR /home/elicitd
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2)" || exit 1
