@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CHROMIUM ?= $(or $(ELICITD_CHROMIUM),/usr/bin/chromium)
 
-.PHONY: run demo test test-backends check lint format types bench clean prerequisites constraints
+.PHONY: run demo test test-backends check lint format types imports bench clean prerequisites constraints
 
 # Every version comes from constraints.txt (pyproject.toml declares only compatible ranges).
 # `dev` brings the embedded PostgreSQL and Redis, `lint` ruff and mypy.
@@ -50,8 +50,12 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(VENV)/bin/mypy
 
+# The layer rules of .importlinter (docs/architecture.md): an import up a layer fails the build.
+imports: $(STAMP)
+	$(VENV)/bin/lint-imports
+
 # The static checks come first: they take seconds and the suite takes minutes. `.ci/run` runs this.
-check: format lint types test
+check: format lint types imports test
 
 bench: $(STAMP)
 	$(PY) bench/run.py $(if $(PHASES),--phases $(PHASES))

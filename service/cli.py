@@ -411,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     rotate = keys_sub.add_parser("rotate", help="re-encrypt stored secrets under the current (first) key")
     rotate.add_argument("--batch", type=int, default=200, help="rows per transaction")
     rotate.add_argument("--json", action="store_true")
-    rotate.set_defaults(func=lambda args: importlib.import_module("service.crypto.rotate").cmd_keys_rotate(args))
+    rotate.set_defaults(func=lambda args: importlib.import_module("service.rotation").cmd_keys_rotate(args))
 
     for module in _COMMAND_GROUPS:
         register: Callable[[Any], None] = importlib.import_module(module).register

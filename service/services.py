@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
@@ -48,7 +49,7 @@ from service.identity.issuers import IssuerDirectory
 from service.identity.keys import ApiKeyAuthenticator
 from service.identity.sessions import purge_expired as purge_expired_logins
 from service.identity.subject_proof import SubjectProver
-from service.kinds import load_plugins
+from service.kinds import REGISTRY
 from service.oauth.exchange import TokenExchange
 from service.observability.metrics import Metrics
 from service.observability.stalls import StallMonitor
@@ -149,6 +150,17 @@ async def bounded(name: str, step: Awaitable[Any], deadline: float) -> None:
     failure = None if task.cancelled() else task.exception()
     if failure is not None:
         logger.warning("shutdown step failed", extra={"dependency": name, "error_type": type(failure).__name__})
+
+
+def load_plugins(settings: Settings, registry: Mapping[str, str] = REGISTRY) -> dict[str, KindPlugin]:
+    """Each registered kind's plugin, built from its module; a plugin must carry its registered name."""
+    plugins: dict[str, KindPlugin] = {}
+    for name, module_name in registry.items():
+        plugin: KindPlugin = importlib.import_module(module_name).plugin(settings)
+        if plugin.name != name:
+            raise RuntimeError(f"{module_name} builds the kind {plugin.name!r}, registered as {name!r}")
+        plugins[name] = plugin
+    return plugins
 
 
 def build_services(settings: Settings, *, clock: Clock | None = None) -> Services:

@@ -17,8 +17,8 @@ from service.admin import deliveries, flows
 from service.admin.api_clients import AdminServerClientsController
 from service.admin.api_directory import DIRECTORY_CONTROLLERS
 from service.admin.api_grants import GRANT_CONTROLLERS
-from service.admin.bodies import strict_booleans
 from service.admin.audit import list_audit
+from service.admin.bodies import strict_booleans
 from service.admin.deps import unit
 from service.admin.guards import AdminAuditMiddleware, AdminGuard, principal_of
 from service.admin.schemas import (

@@ -6,10 +6,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.admin.models import AdminAuditEntry
-from service.admin.pagination import keyset, page
 from service.admin.schemas import AuditEntryView, AuditPage
 from service.admin.tokens import ADMIN_TOKEN_ID
 from service.db.base import PrefixedId
+from service.db.pagination import keyset, page
 from service.errors import InvalidRequest
 
 AUDIT_ID = PrefixedId("au")

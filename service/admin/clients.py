@@ -16,7 +16,6 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.admin.flows import db_now, parse_client
-from service.admin.pagination import keyset, page
 from service.admin.schemas import (
     CreatedServerClient,
     CreateServerClient,
@@ -29,6 +28,7 @@ from service.admin.schemas import (
 from service.admin.views import client_view
 from service.crypto.vault import Vault
 from service.db.base import CLIENT_ID
+from service.db.pagination import keyset, page
 from service.errors import InvalidRequest, NotFound
 from service.grants import groups
 from service.identity.clients import create_server_client

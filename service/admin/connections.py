@@ -14,10 +14,10 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.admin.pagination import keyset, page
 from service.connections.models import Connection
 from service.connections.service import ConnectionService
 from service.db.base import CONNECTION_ID
+from service.db.pagination import keyset, page
 from service.errors import ConnectionNotFound
 
 

@@ -8,9 +8,9 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.admin.flows import parse_client, parse_flow
-from service.admin.pagination import keyset, page
 from service.admin.schemas import WebhookDeliveryView, WebhookPage
 from service.admin.views import DELIVERY_ID, delivery_view
+from service.db.pagination import keyset, page
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.signals.models import WebhookDelivery
 

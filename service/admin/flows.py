@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy import Select, and_, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.admin.pagination import keyset, page
 from service.admin.schemas import FlowDetail, FlowPage, ProviderStats, Stats, StatusKindCount
 from service.admin.views import delivery_view, event_view, flow_view
 from service.db.base import CLIENT_ID, FLOW_ID
+from service.db.pagination import keyset, page
 from service.errors import FlowNotFound, FlowNotPending, InvalidRequest
 from service.flows.models import Flow, FlowEvent
 from service.flows.repository import Transition

@@ -15,8 +15,8 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.admin.pagination import keyset, page
 from service.db.base import FLOW_ID
+from service.db.pagination import keyset, page
 from service.errors import Conflict, PaymentNotFound
 from service.payments.models import Payment, PaymentEvent
 

@@ -15,9 +15,9 @@ from typing import Annotated
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.admin.pagination import MAX_LIMIT, decode_cursor, page
 from service.crypto.vault import Vault
 from service.db.base import CLIENT_ID, CONNECTION_ID, FLOW_ID
+from service.db.pagination import MAX_LIMIT, decode_cursor, page
 from service.errors import Conflict, ConnectionNotFound, InvalidRequest, NotFound
 from service.events import repository as events_repo
 from service.grants import groups

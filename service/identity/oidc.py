@@ -6,7 +6,7 @@ the client secret), then ``iss``, ``aud`` (and ``azp`` when several audiences), 
 and ``nonce`` are checked. Nothing from the provider's error bodies reaches a page or a log.
 
 Authlib supplies the protocol pieces (the authorization URL, the token request body, client
-authentication); the token request is the one ``service.connections.oauth`` makes to providers,
+authentication); the token request is the one ``service.oauth_client`` makes to providers too,
 on the process's one shared HTTP client. Authlib's own HTTP integration builds a client, and with
 it a TLS context, per call: about 50 ms of CPU that every request parked on the event loop waited
 for, once to make a URL and once per exchange.
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from service.connections.oauth import ProviderError, token_request
+from service.oauth_client import ProviderError, token_request
 from service.errors import ElicitdError
 from service.identity.issuers import IssuerDirectory, ResolvedIssuer
 
@@ -82,7 +82,7 @@ async def exchange_code(
     http: httpx.AsyncClient, issuer: ResolvedIssuer, *, code: str, redirect_uri: str, code_verifier: str
 ) -> dict[str, Any]:
     """Trade the code for tokens at the issuer's token endpoint (RFC 6749 §4.1.3, RFC 7636 §4.5),
-    through the same token call as a connection's provider (``service.connections.oauth``)."""
+    through the same token call as a connection's provider (``service.oauth_client``)."""
     from authlib.oauth2.auth import ClientAuth
     from authlib.oauth2.rfc6749.parameters import prepare_token_request
 

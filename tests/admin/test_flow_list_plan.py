@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import text
 
 from service.admin.flows import FlowFilters, list_statement
-from service.admin.pagination import encode_cursor
+from service.db.pagination import encode_cursor
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
 
 ROWS = 20_000

@@ -18,10 +18,10 @@ from sqlalchemy import text
 from service.connections.service import ACCESS_TOKEN, REFRESH_TOKEN, token_binding
 from service.crypto.aead import SealError
 from service.crypto.columns import CONNECTION_BINDING, ENCRYPTED_COLUMNS
-from service.crypto.rotate import rotate
 from service.crypto.vault import Vault
 from service.db.base import CONNECTION_ID
 from service.db.migrate import upgrade_async
+from service.rotation import rotate
 from service.settings import KeyRing, Settings, normalize_database_url
 from tests.connections.conftest import Env, get_token, new_sub, plant_connection, register_provider
 from tests.support import backends

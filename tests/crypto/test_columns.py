@@ -16,10 +16,10 @@ import service
 from service.connections.providers import CLIENT_SECRET
 from service.connections.service import ACCESS_TOKEN, PKCE_VERIFIER, REFRESH_TOKEN
 from service.crypto.columns import ENCRYPTED_COLUMNS, EncryptedColumn
-from service.crypto.rotate import GRANTS_LABEL
 from service.db.base import CLIENT_ID, CONNECTION_ID, Base
 from service.identity.issuers import INTROSPECTION_SECRET_PURPOSE, SECRET_PURPOSE
 from service.identity.sessions import ATTEMPT_PURPOSE
+from service.rotation import GRANTS_LABEL
 from service.settings import normalize_database_url
 from service.signals.webhooks import WEBHOOK_SECRET_PURPOSE
 

@@ -31,13 +31,13 @@ from service.apikeys.providers import get_api_key_provider, upsert_api_key_provi
 from service.connections import oauth as provider_oauth
 from service.connections.providers import ProviderSpec, upsert_provider
 from service.crypto.columns import ENCRYPTED_COLUMNS, EncryptedColumn
-from service.crypto.rotate import GRANTS_LABEL
 from service.crypto.vault import Vault
 from service.db.base import FLOW_ID
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.migrate import upgrade_async
 from service.flows.models import Flow
 from service.identity.issuers import IssuerConfig, upsert_issuer
+from service.rotation import GRANTS_LABEL
 from service.settings import KeyRing, Settings, normalize_database_url
 from tests.connections.conftest import PROVIDER_CLIENT_ID, grant, register_provider
 from tests.support import backends
@@ -571,7 +571,7 @@ async def test_rotate_cli_reports_a_moved_ciphertext_and_rekeys_the_rest(
     code, report, _ = await run_cli(url, ring, "--batch", "3", "--json")
     assert code == 1
     label = "authorizations.access_token_enc"
-    failed = {c.label: [] for c in ENCRYPTED_COLUMNS}
+    failed: dict[str, list[str]] = {c.label: [] for c in ENCRYPTED_COLUMNS}
     assert report["failed"] == {**failed, GRANTS_LABEL: [], label: [str(victim_id)]}
     assert all(v == 0 for v in report["remaining"].values()), report
     old_counts = {c.label: sum(1 for cell in before if cell[0] == c.label) for c in ENCRYPTED_COLUMNS}

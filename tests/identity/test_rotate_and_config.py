@@ -17,12 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.config_file import apply_config_file
 from service.crypto.aead import SealError
 from service.crypto.columns import ENCRYPTED_COLUMNS
-from service.crypto.rotate import GRANTS_LABEL, rotate
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.migrate import upgrade_async
 from service.errors import ConfigurationError
 from service.identity.issuers import SECRET_PURPOSE, IssuerConfig, IssuerDirectory, upsert_issuer
+from service.rotation import GRANTS_LABEL, rotate
 from service.settings import KeyRing, normalize_database_url
 from tests.support import backends
 from tests.support.oauth_server import OAuthServer

@@ -42,6 +42,7 @@ from service.crypto.columns import ENCRYPTED_COLUMNS, EncryptedColumn
 from service.crypto.vault import Vault
 from service.db.errors import DbError, classify
 from service.db.unit import unit_of_work
+from service.grants import integrity
 
 DEFAULT_BATCH = 200
 # Longest wait for a row a request holds. Requests hold rows for milliseconds (no provider call
@@ -96,8 +97,6 @@ async def _seal_grants(
 ) -> None:
     """MAC the grants that have none yet (made before migration 0012) and re-MAC those under an
     older key, each only after its current MAC checked: a tampered row is reported, never sealed."""
-    from service.grants import integrity
-
     select_sql = text(
         "SELECT id, connection_id, authorization_id, server_client_id, trust_group_id, scopes, mac, mac_key_id "
         "FROM grants WHERE mac_key_id IS DISTINCT FROM :current AND NOT (id = ANY(:skip)) "
