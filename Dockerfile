@@ -1,9 +1,9 @@
 # elicitd: one process type (the Litestar app under uvicorn). Migrations run as a one-shot
 # `elicitd migrate` (see compose.yaml), never implicitly at start.
 #
-# Two stages: the first builds elicitd's wheel from the package sources (migrations, templates and
-# static files ship inside it); the second installs that wheel, so the image runs exactly what
-# `pip install 'elicitd[server]'` gives, with no source tree beside it.
+# Two stages: the first builds elicitd's wheel from the package sources (the top-level migrations/
+# folder, templates and static files ship inside it); the second installs that wheel, so the image
+# runs exactly what `pip install 'elicitd[server]'` gives, with no source tree beside it.
 #
 # BASE is the Python 3.11 image both stages start from. The default is the official one; where no
 # registry can be reached, deploy/image/local-base.sh makes an equivalent from Debian's packages
@@ -13,6 +13,7 @@ FROM ${BASE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY service ./service
+COPY migrations ./migrations
 COPY elicitd_client ./elicitd_client
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 

@@ -1,9 +1,9 @@
 """The ``elicitd`` command.
 
 ``serve`` runs the app against configured PostgreSQL/Redis; ``dev`` does the same on embedded ones
-under ``.data/`` (what ``make run`` calls); ``migrate`` applies Alembic migrations; ``servers``
-manages server clients; ``keys`` makes and rotates keys. Domains add their own subcommands
-through ``register`` functions listed in ``_COMMAND_GROUPS``.
+under ``.data/`` (what ``make run`` calls); ``migrate`` applies, undoes and shows Alembic migrations
+(``service/db/cli.py``); ``servers`` manages server clients; ``keys`` makes and rotates keys.
+Domains add their own subcommands through ``register`` functions listed in ``_COMMAND_GROUPS``.
 
 ``elicitd --dev COMMAND`` runs any command against the running ``elicitd dev`` (its settings come
 from ``.data/dev.env``, see ``service/dev_instance.py``). Every command that prints a result takes
@@ -26,13 +26,13 @@ from typing import Any
 
 from service.cli_exits import CommandFailed, ExitCode, classify, ensure_port_free
 from service.cli_output import print_json, print_table, report
-from service.errors import ConfigurationError
 from service.settings import KeyRing, Settings
 
 DATA_DIR = Path(os.environ.get("ELICITD_DATA_DIR", ".data"))
 
 # Modules with a ``register(subparsers)`` function adding their own subcommands.
 _COMMAND_GROUPS: list[str] = [
+    "service.db.cli",
     "service.identity.cli",
     "service.admin.cli",
     "service.payments.cli",
@@ -78,21 +78,6 @@ def cmd_serve(args: argparse.Namespace) -> None:
         proxy_headers=True,
         server_header=False,
         **server_options(),
-    )
-
-
-def cmd_migrate(args: argparse.Namespace) -> None:
-    from service.db.migrate import upgrade
-    from service.settings import normalize_database_url
-
-    url = os.environ.get("ELICITD_DATABASE_URL")
-    if not url:
-        raise ConfigurationError("ELICITD_DATABASE_URL is required")
-    applied = upgrade(normalize_database_url(url), args.revision)
-    report(
-        args.json,
-        {"revision": args.revision, "applied": list(applied)},
-        f"migrated to {args.revision}" + (f" (applied {', '.join(applied)})" if applied else " (nothing to apply)"),
     )
 
 
@@ -375,11 +360,6 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument("--port", type=int, default=8000)
     dev.set_defaults(func=cmd_dev)
-
-    migrate = sub.add_parser("migrate", help="apply Alembic migrations to ELICITD_DATABASE_URL")
-    migrate.add_argument("revision", nargs="?", default="head")
-    migrate.add_argument("--json", action="store_true")
-    migrate.set_defaults(func=cmd_migrate)
 
     servers = sub.add_parser("servers", help="server clients (MCP servers that call the API)")
     servers_sub = servers.add_subparsers(dest="servers_command", required=True)

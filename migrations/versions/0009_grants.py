@@ -125,12 +125,12 @@ def upgrade() -> None:
     op.create_index(op.f("ix_grants_flow_id"), "grants", ["flow_id"])
 
     # The history scan may take longer than the migration's usual bound on a large flows table; it
-    # holds no lock a writer waits for, and the bound is restored for the statements that do.
-    bind = op.get_bind()
-    saved = bind.execute(sa.text("SELECT current_setting('statement_timeout')")).scalar_one()
-    bind.execute(sa.text("SELECT set_config('statement_timeout', '10min', true)"))
-    bind.execute(sa.text(_GRANTS_FROM_HISTORY))
-    bind.execute(sa.text("SELECT set_config('statement_timeout', :saved, true)"), {"saved": saved})
+    # holds no lock a writer waits for, and the bound is restored for the statements that do. Saved
+    # and restored in SQL, so that the offline (--sql) script does the same.
+    op.execute("SELECT set_config('elicitd.saved_statement_timeout', current_setting('statement_timeout'), true)")
+    op.execute("SET LOCAL statement_timeout = '10min'")
+    op.execute(_GRANTS_FROM_HISTORY)
+    op.execute("SELECT set_config('statement_timeout', current_setting('elicitd.saved_statement_timeout'), true)")
 
     op.create_foreign_key(
         op.f("fk_trust_group_members_server_client_id_server_clients"),

@@ -1,7 +1,7 @@
 """Providers (third-party OAuth APIs), connections, their authorizations (the token vault) and
 pending OAuth states.
 
-Mirrors ``service/migrations/versions/0003_connections.py`` (0007, the refresh claim; 0012, the
+Mirrors ``migrations/versions/0003_connections.py`` (0007, the refresh claim; 0012, the
 authorizations); the app never calls ``create_all``. Every secret column is ciphertext from
 ``service.crypto.vault.Vault`` with its ``*_key_id`` beside it.
 """

@@ -1,4 +1,4 @@
-"""Issued consent receipts. Mirrors ``service/migrations/versions/0004_kinds.py``."""
+"""Issued consent receipts. Mirrors ``migrations/versions/0004_kinds.py``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Grants and trust groups (DESIGN §10). Mirrors ``service/migrations/versions/0009_grants.py`` (and 0013).
+"""Grants and trust groups (DESIGN §10). Mirrors ``migrations/versions/0009_grants.py`` (and 0013).
 
 A **grant** is the subject's permission for one grantee — a server client, or a trust group of
 them — to use one connection for some scopes. It is data, never a cache: the token endpoint reads

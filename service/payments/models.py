@@ -1,4 +1,4 @@
-"""Payments and processed provider events. Mirrors ``service/migrations/versions/0004_kinds.py``."""
+"""Payments and processed provider events. Mirrors ``migrations/versions/0004_kinds.py``."""
 
 from __future__ import annotations
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from alembic import command
 from alembic.script import ScriptDirectory
 from sqlalchemy.exc import DBAPIError
 
@@ -159,8 +158,3 @@ async def test_downgrade_to_nothing_and_upgrade_again_gives_the_same_schema(
 
     assert await upgrade_async(empty_database) == ALL
     assert await schema_diff(empty_database) == []
-
-
-def test_alembic_without_the_migration_lock_is_refused(empty_database: str) -> None:
-    with pytest.raises(RuntimeError, match="migration lock"):
-        command.upgrade(alembic_config(empty_database), "head")

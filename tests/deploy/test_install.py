@@ -1,7 +1,8 @@
 """elicitd installed as the Docker image installs it: a wheel built from the build context, not
 editable, into a fresh virtualenv with only the ``server`` extra at the pinned versions. Then
 ``elicitd migrate``, ``elicitd servers create`` and ``elicitd serve`` against real PostgreSQL and
-Redis, and the MCP-server API contract: create a flow, read it back."""
+Redis, and the MCP-server API contract: create a flow, read it back. The Alembic chain is the
+top-level ``migrations/`` folder, which the wheel carries as ``service.migrations``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 import signal
 import subprocess
 import time
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -35,7 +37,8 @@ async def test_a_non_editable_install_migrates_serves_and_answers_the_contract(
 ) -> None:
     wheel = project_wheel()
     shipped = zipfile.ZipFile(wheel).namelist()
-    chain = sorted(p.name for p in (migrations_dir() / "versions").glob("0*.py"))
+    chain = sorted(p.name for p in (ROOT / "migrations" / "versions").glob("0*.py"))
+    assert len(chain) >= 13
     assert {"service/migrations/env.py", "service/migrations/script.py.mako"} <= set(shipped)
     assert sorted(Path(n).name for n in shipped if n.startswith("service/migrations/versions/0")) == chain
     python = fresh_venv(tmp_path / "venv")
@@ -78,7 +81,12 @@ async def test_a_non_editable_install_migrates_serves_and_answers_the_contract(
         migrated = await asyncio.to_thread(_run, [str(bin_dir / "elicitd"), "migrate", "--json"], env, tmp_path)
         assert migrated.returncode == 0, migrated.stderr
         applied = json.loads(migrated.stdout)["applied"]
-        assert applied[0] == "0001" and applied == sorted(applied)
+        assert applied == [name.split("_")[0] for name in chain]
+        current = await asyncio.to_thread(
+            _run, [str(bin_dir / "elicitd"), "migrate", "current", "--json"], env, tmp_path
+        )
+        assert current.returncode == 0, current.stderr
+        assert json.loads(current.stdout) == {"current": [applied[-1]], "head": applied[-1]}
 
         created = await asyncio.to_thread(
             _run,
@@ -138,7 +146,23 @@ async def test_a_non_editable_install_migrates_serves_and_answers_the_contract(
         await backends.drop_database(backend.server_url, url)
 
 
-def test_migrations_live_in_the_package() -> None:
-    # A migration written to the old top-level migrations/ would never be applied: fail loudly.
-    assert migrations_dir() == ROOT / "service" / "migrations"
-    assert not (ROOT / "migrations").exists(), "migrations moved to service/migrations/: move new ones there"
+def test_the_chain_is_the_top_level_migrations_folder() -> None:
+    # What stock alembic (alembic.ini) and elicitd migrate (the package resource) both run.
+    assert migrations_dir() == ROOT / "migrations"
+    assert {"env.py", "script.py.mako", "versions"} <= {p.name for p in (ROOT / "migrations").iterdir()}
+    assert "script_location = %(here)s/migrations" in (ROOT / "alembic.ini").read_text()
+    # A migration written under service/ would be run by neither: fail loudly.
+    assert not (ROOT / "service" / "migrations").exists(), "the chain is migrations/ at the top: move it there"
+
+
+def test_every_package_is_listed_for_the_wheel() -> None:
+    # pyproject lists its packages (the mapped migrations/ folder rules out discovery): a package
+    # missing from the list would be missing from the wheel and the image.
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    on_disk = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for tree in ("service", "elicitd_client")
+        for init in (ROOT / tree).rglob("__init__.py")
+    }
+    assert sorted(set(setuptools["packages"]) - {"service.migrations"}) == sorted(on_disk)
+    assert setuptools["package-dir"] == {"service.migrations": "migrations"}
