@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 from litestar import Request
-from litestar.exceptions import ValidationException
+from litestar.exceptions import SerializationException, ValidationException
 
 
 @cache
@@ -43,7 +43,10 @@ async def strict_booleans(request: Request[Any, Any, Any]) -> None:
     fields = _boolean_fields(data.annotation)
     if not fields:
         return
-    body = await request.json()
+    try:
+        body = await request.json()
+    except SerializationException:
+        return  # not JSON: Litestar's own reading of the body refuses it, as on any other route
     if not isinstance(body, dict):
         return  # not an object: Litestar's own validation refuses it
     for name in sorted(fields):

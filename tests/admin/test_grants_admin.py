@@ -253,6 +253,11 @@ async def test_a_flag_that_is_not_a_json_boolean_is_refused_and_changes_nothing(
         assert (changed.status_code, changed.json()["code"]) == (400, "invalid_request")
         shown = (await http.get(f"/admin/v1/trust-groups/{name}")).json()
         assert (shown["allow_unproven"], shown["members"]) == (False, [])
+        # A body that is not JSON at all is the same 400 as on any route, never a 500.
+        garbled = await http.patch(
+            f"/admin/v1/trust-groups/{name}", content=b"S\xff\xfe2", headers={"Content-Type": "application/json"}
+        )
+        assert (garbled.status_code, garbled.json()["code"]) == (400, "invalid_request")
         # null where the field takes it, and a real boolean, are read as they are.
         kept = await http.patch(f"/admin/v1/trust-groups/{name}", json={"allow_unproven": None})
         assert (kept.status_code, kept.json()["allow_unproven"]) == (200, False)
