@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CHROMIUM ?= $(or $(ELICITD_CHROMIUM),/usr/bin/chromium)
 
-.PHONY: run demo test test-backends check lint format types imports bench clean prerequisites constraints
+.PHONY: run demo test test-backends check lint format types imports bench clean prerequisites constraints i18n-extract i18n-update i18n-check
 
 # Every version comes from constraints.txt (pyproject.toml declares only compatible ranges).
 # `dev` brings the embedded PostgreSQL and Redis, `lint` ruff and mypy.
@@ -25,6 +25,12 @@ run: $(STAMP)
 # saves every page it sees; DEMO_USER picks the user (alice); ELICITD_URL finds another instance.
 demo: $(STAMP)
 	$(PY) -m examples.demo $(if $(filter 1 true yes,$(HEADLESS)),--headless) $(if $(SCREENSHOTS),--screenshots $(SCREENSHOTS))
+
+# The TypeScript package (clients/typescript), built and packed for `npm install`:
+# dist/elicitd-client-<version>.tgz (docs/typescript.md). Needs Node.js 20+ and npm.
+typescript:
+	@command -v npm >/dev/null 2>&1 || { echo "make typescript: Node.js 20+ with npm is required."; exit 1; }
+	mkdir -p dist && cd clients/typescript && npm install --no-save --ignore-scripts --no-audit --no-fund --loglevel=error && npm pack --pack-destination ../../dist --loglevel=error
 
 prerequisites:
 	@command -v node >/dev/null 2>&1 || { echo "make test: Node.js 20+ is required for the OAuth test server (install the 'nodejs' and 'npm' packages)."; exit 1; }
@@ -54,8 +60,26 @@ types: $(STAMP)
 imports: $(STAMP)
 	$(VENV)/bin/lint-imports
 
+# The pages' catalogues (service/locale/, docs/development.md#translations): `i18n-extract` writes
+# messages.pot from the code and templates, `i18n-update` merges it into every locale's .po, and
+# `i18n-check` fails when messages.pot is stale or a shipped locale lacks a translation. The .po
+# files are the only form committed; each is compiled in memory when its first page renders.
+PYBABEL_EXTRACT = $(VENV)/bin/pybabel extract -F babel.cfg -k N_ -k _ -k ngettext:1,2 --no-location --sort-output --omit-header
+
+i18n-extract: $(STAMP)
+	$(PYBABEL_EXTRACT) -o service/locale/messages.pot . >/dev/null
+
+i18n-update: i18n-extract
+	$(VENV)/bin/pybabel update -i service/locale/messages.pot -d service/locale --no-fuzzy-matching --no-wrap >/dev/null
+
+i18n-check: $(STAMP)
+	@$(PYBABEL_EXTRACT) -o .i18n-extracted.pot . >/dev/null
+	@cmp -s .i18n-extracted.pot service/locale/messages.pot || { diff -u service/locale/messages.pot .i18n-extracted.pot | head -40; rm -f .i18n-extracted.pot; echo "service/locale/messages.pot is stale: run 'make i18n-update' and translate the new messages"; exit 1; }
+	@rm -f .i18n-extracted.pot
+	$(PY) -m pytest -q -p no:cacheprovider tests/i18n/test_catalogues.py
+
 # The static checks come first: they take seconds and the suite takes minutes. `.ci/run` runs this.
-check: format lint types imports test
+check: format lint types imports i18n-check test
 
 bench: $(STAMP)
 	$(PY) bench/run.py $(if $(PHASES),--phases $(PHASES))

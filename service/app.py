@@ -24,7 +24,7 @@ from service.admin.api import admin_router
 from service.api_docs import OfflineSwaggerRenderPlugin
 from service.connections.api import ConnectionController
 from service.domains import display_origin
-from service.errors import EXCEPTION_HANDLERS
+from service.errors import EXCEPTION_HANDLERS, is_browser_path
 from service.events.api import EventController
 from service.flows.api import FlowController
 from service.flows.hot import HotFlowRoutes
@@ -32,6 +32,7 @@ from service.flows.pages import open_flow
 from service.grants.pages import ROUTES as GRANT_ROUTES
 from service.health import healthz, readyz
 from service.hosts import HostCheck, allowed_names
+from service.i18n import BY_TAG, LocaleScope
 from service.limits import LimitedRequest
 from service.oauth.api import OAUTH_ROUTES
 from service.observability.metrics import metrics_endpoint
@@ -45,6 +46,7 @@ from service.templating import LazyJinjaEngine
 
 if TYPE_CHECKING:
     from litestar.plugins import PluginProtocol
+    from litestar.types import ASGIApp
 
 _HERE = Path(__file__).parent
 
@@ -148,7 +150,14 @@ def create_app(services: Services) -> Litestar:
         debug=False,
         logging_config=None,
     )
-    handler = app.asgi_handler
+    # Every browser page (error pages too) speaks the language chosen here (service/i18n.py).
+    app.asgi_handler = LocaleScope(
+        app.asgi_handler,
+        default=BY_TAG.get(settings.default_locale.lower(), BY_TAG["en"]),
+        secure=settings.secure_cookies,
+        pages=lambda path: path == "/" or is_browser_path(path),
+    )
+    handler: ASGIApp = app.asgi_handler
     if settings.hot_routes:
         # Ordinary status reads and resolves are answered without Litestar's per-request work.
         handler = HotFlowRoutes(handler, app, services)

@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service.db.errors import TRANSIENT, DbError, classify
+from service.i18n import N_, _
 
 logger = logging.getLogger("elicitd.errors")
 
@@ -104,7 +105,7 @@ class ConfigurationError(ElicitdError):
 class InvalidRequest(ElicitdError):
     code = "invalid_request"
     status = 400
-    title = "Invalid request"
+    title = N_("Invalid request")
 
 
 class InvalidRequestState(ElicitdError):
@@ -122,7 +123,7 @@ class RequestStateExpired(ElicitdError):
 class Unauthenticated(ElicitdError):
     code = "unauthenticated"
     status = 401
-    title = "Authentication required"
+    title = N_("Authentication required")
 
     def __init__(self, detail: str | None = None) -> None:
         super().__init__(detail or "A valid API key is required.", headers={"WWW-Authenticate": "Bearer"})
@@ -131,13 +132,13 @@ class Unauthenticated(ElicitdError):
 class Forbidden(ElicitdError):
     code = "forbidden"
     status = 403
-    title = "Forbidden"
+    title = N_("Forbidden")
 
 
 class NotFound(ElicitdError):
     code = "not_found"
     status = 404
-    title = "Not found"
+    title = N_("Not found")
 
 
 class FlowNotFound(NotFound):
@@ -173,12 +174,12 @@ class NotConnected(NotFound):
 class Conflict(ElicitdError):
     code = "conflict"
     status = 409
-    title = "Conflict"
+    title = N_("Conflict")
 
 
 class FlowNotPending(Conflict):
     code = "flow_not_pending"
-    title = "Flow is no longer pending"
+    title = N_("Flow is no longer pending")
 
 
 class ReauthorizationRequired(Conflict):
@@ -189,13 +190,13 @@ class ReauthorizationRequired(Conflict):
 class PayloadTooLarge(ElicitdError):
     code = "payload_too_large"
     status = 413
-    title = "Request body too large"
+    title = N_("Request body too large")
 
 
 class RateLimited(ElicitdError):
     code = "rate_limited"
     status = 429
-    title = "Too many requests"
+    title = N_("Too many requests")
 
     def __init__(self, detail: str, *, retry_after: int) -> None:
         super().__init__(
@@ -206,24 +207,24 @@ class RateLimited(ElicitdError):
 class UpstreamError(ElicitdError):
     code = "upstream_error"
     status = 502
-    title = "Upstream service failed"
+    title = N_("Upstream service failed")
 
 
 class ServiceUnavailable(ElicitdError):
     code = "unavailable"
     status = 503
-    title = "Service unavailable"
+    title = N_("Service unavailable")
 
 
 _LITESTAR_CODES: dict[int, tuple[str, str]] = {
-    400: ("invalid_request", "Invalid request"),
-    401: ("unauthenticated", "Authentication required"),
-    403: ("forbidden", "Forbidden"),
-    404: ("not_found", "Not found"),
-    405: ("method_not_allowed", "Method not allowed"),
-    413: ("payload_too_large", "Request body too large"),
-    415: ("unsupported_media_type", "Unsupported media type"),
-    429: ("rate_limited", "Too many requests"),
+    400: ("invalid_request", N_("Invalid request")),
+    401: ("unauthenticated", N_("Authentication required")),
+    403: ("forbidden", N_("Forbidden")),
+    404: ("not_found", N_("Not found")),
+    405: ("method_not_allowed", N_("Method not allowed")),
+    413: ("payload_too_large", N_("Request body too large")),
+    415: ("unsupported_media_type", N_("Unsupported media type")),
+    429: ("rate_limited", N_("Too many requests")),
 }
 
 
@@ -248,9 +249,11 @@ def _problem_response(status: int, body: dict[str, Any], headers: dict[str, str]
 
 def _html_response(status: int, title: str, detail: str, headers: dict[str, str] | None = None) -> Response[Any]:
     merged = {"Cache-Control": "no-store", **(headers or {})}
+    # A person reads this page: the title and a fixed detail in their language where the catalogue
+    # has them (every error a browser page can raise is marked for it), else as written.
     return Template(
         template_name="error.html",
-        context={"title": title, "detail": detail, "status": status},
+        context={"title": _(title), "detail": _(detail) if detail else detail, "status": status},
         status_code=status,
         media_type=MediaType.HTML,
         headers=merged,
@@ -282,13 +285,13 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
     if isinstance(exc, ValidationException):
         detail = _validation_detail(exc)
     elif isinstance(exc, NotFoundException):
-        detail = "No such resource."
+        detail = N_("No such resource.")
     elif isinstance(exc, MethodNotAllowedException):
-        detail = "This method is not allowed here."
+        detail = N_("This method is not allowed here.")
     elif isinstance(exc, NotAuthorizedException | PermissionDeniedException):
         detail = title
     elif status == 413:
-        detail = "The request body exceeds the configured limit."
+        detail = N_("The request body exceeds the configured limit.")
     else:
         detail = title
     headers = dict(exc.headers or {})

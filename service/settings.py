@@ -190,6 +190,8 @@ class Settings:
     log_json: bool = True
     # Status reads and resolves answered by ``service.flows.hot`` (False: through Litestar's routing).
     hot_routes: bool = True
+    # The language of a page when neither ``?lang=``, its cookie nor ``Accept-Language`` picks a shipped one.
+    default_locale: str = "en"
     # Host names answered besides the public URL's and loopback (service/hosts.py), lowercase ASCII.
     allowed_hosts: tuple[str, ...] = ()
     background_tasks: bool = True
@@ -339,6 +341,8 @@ class Settings:
             values["allowed_hosts"] = _host_names(raw, "ELICITD_ALLOWED_HOSTS")
         if (raw := get("DB_STATEMENT_CACHE")) is not None:
             values["db_statement_cache"] = _bool(raw, "ELICITD_DB_STATEMENT_CACHE")
+        if (raw := get("DEFAULT_LOCALE")) is not None:
+            values["default_locale"] = _locale(raw, "ELICITD_DEFAULT_LOCALE")
         values.update(_kind_settings(get))
         values["extra"] = {k[len(_PREFIX) :]: v for k, v in env.items() if k.startswith(_PREFIX)}
         values.update(overrides)
@@ -432,6 +436,15 @@ def _host_names(raw: str, name: str) -> tuple[str, ...]:
                 ) from None
             names.append(part.removesuffix("."))
     return tuple(dict.fromkeys(names))
+
+
+def _locale(raw: str, name: str) -> str:
+    from service.i18n import BY_TAG
+
+    found = BY_TAG.get(raw.strip().lower().replace("_", "-"))
+    if found is None:
+        raise ConfigurationError(f"{name} must be one of {', '.join(sorted(BY_TAG))}, got {raw!r}")
+    return found.tag
 
 
 def _bool(raw: str, name: str) -> bool:

@@ -23,6 +23,58 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+def _bdi(value: Any) -> Any:
+    from markupsafe import Markup, escape
+
+    return Markup("<bdi>%s</bdi>") % escape(value)
+
+
+def _ltr(value: Any) -> Any:
+    from markupsafe import Markup, escape
+
+    return Markup('<bdi dir="ltr">%s</bdi>') % escape(value)
+
+
+# How a locale lists names (and, with ``semicolons``, longer phrases): CLDR's list patterns, without
+# the final "and", so a list reads the same whether it holds two names or ten.
+_COMMAS = {"ja": "、", "zh_Hans": "、", "ar": "، "}
+_SEMICOLONS = {"ja": "、", "zh_Hans": "\uff1b", "ar": "؛ "}
+
+
+def _listing(values: Any, *, strong: bool = False, ltr: bool = False, semicolons: bool = False) -> Any:
+    """Names joined as the page's language lists them, each isolated (``<bdi>``), optionally bold."""
+    from markupsafe import Markup, escape
+
+    from service import i18n
+
+    catalogue = i18n.current().catalogue
+    separator = _SEMICOLONS.get(catalogue, "; ") if semicolons else _COMMAS.get(catalogue, ", ")
+    item = Markup('<bdi dir="ltr">%s</bdi>') if ltr else Markup("<bdi>%s</bdi>")
+    if strong:
+        item = Markup("<strong>") + item + Markup("</strong>")
+    return escape(separator).join(item % escape(value) for value in values)
+
+
+def install_translations(environment: Any) -> None:
+    """Jinja's i18n extension on elicitd's catalogues (``service.i18n``), with the two isolation
+    filters every page uses: ``bdi`` for names of any direction (a server's display name, a login),
+    ``ltr`` for what is always left to right (URLs, domains, ids, scope strings)."""
+    from service import i18n
+
+    environment.add_extension("jinja2.ext.i18n")
+    environment.policies["ext.i18n.trimmed"] = True
+    environment.install_gettext_callables(
+        lambda message: i18n.translations(i18n.current().catalogue).gettext(message),
+        lambda singular, plural, count: i18n.translations(i18n.current().catalogue).ngettext(singular, plural, count),
+        newstyle=True,
+    )
+    environment.filters["bdi"] = _bdi
+    environment.filters["ltr"] = _ltr
+    environment.filters["listing"] = _listing
+    environment.globals["list_comma"] = lambda: _COMMAS.get(i18n.current().catalogue, ", ")
+    environment.globals.update(i18n.page_globals())
+
+
 class LazyJinjaEngine(TemplateEngineProtocol["JinjaTemplate", Mapping[str, Any]]):
     def __init__(self, directory: Path, engine_instance: Any = None, *, page_globals: Mapping[str, Any]) -> None:
         self._directory = directory
@@ -36,6 +88,7 @@ class LazyJinjaEngine(TemplateEngineProtocol["JinjaTemplate", Mapping[str, Any]]
             from litestar.contrib.jinja import JinjaTemplateEngine
 
             engine = JinjaTemplateEngine(directory=self._directory)
+            install_translations(engine.engine)
             engine.engine.globals.update(self._globals)
             for key, template_callable in self._callables:
                 engine.register_template_callable(key, template_callable)

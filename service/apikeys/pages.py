@@ -16,6 +16,7 @@ from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
 from service.grants.pages import grant_page
+from service.i18n import _
 from service.signin.gate import BrowserIdentity
 
 if TYPE_CHECKING:
@@ -52,8 +53,8 @@ async def api_key_page(request: Req, flow: Flow, services: Services) -> Response
         return page(
             "flow_status.html",
             503,
-            heading="Not available",
-            text="This service is not set up on elicitd any more. Ask your assistant to try again later.",
+            heading=_("Not available"),
+            text=_("This service is not set up on elicitd any more. Ask your assistant to try again later."),
             flow_id=FLOW_ID.format(flow.id),
         )
     return _form(flow, identity, shown)
@@ -75,8 +76,8 @@ async def submit_api_key(request: Req, flow_ref: str, services: Services) -> Res
         return page(
             "flow_status.html",
             503,
-            heading="Not available",
-            text="This service is not set up on elicitd any more.",
+            heading=_("Not available"),
+            text=_("This service is not set up on elicitd any more."),
             flow_id=flow_ref,
         )
     if isinstance(outcome, ApiKeyForm):

@@ -31,6 +31,7 @@ from service.flows.repository import Transition
 from service.flows.service import FlowService
 from service.flows.states import Actor, FlowStatus
 from service.grants.service import grant_for_flow
+from service.i18n import _
 
 # Sent in an HTTP header and typed by people: printable ASCII without spaces, whatever the pattern says.
 _PRINTABLE = re.compile(r"[\x21-\x7e]+")
@@ -58,20 +59,32 @@ def validate_entry(
     """The cleaned key and extra fields, or ``EntryRejected`` naming the first problem."""
     key = (secret or "").strip()
     if not key:
-        raise EntryRejected(f"Enter your {config.key_label}.", reason="missing")
+        raise EntryRejected(_("Enter your %(label)s.", label=config.key_label), reason="missing")
     if len(key) > config.max_length:
         raise EntryRejected(
-            f"That is too long: the {config.key_label} has at most {config.max_length} characters.", reason="too_long"
+            _(
+                "That is too long: the %(label)s has at most %(count)s characters.",
+                label=config.key_label,
+                count=config.max_length,
+            ),
+            reason="too_long",
         )
     if len(key) < config.min_length:
         raise EntryRejected(
-            f"That is too short: the {config.key_label} has at least {config.min_length} characters.",
+            _(
+                "That is too short: the %(label)s has at least %(count)s characters.",
+                label=config.key_label,
+                count=config.min_length,
+            ),
             reason="too_short",
         )
     if not _PRINTABLE.fullmatch(key) or not re.fullmatch(config.pattern, key):
         raise EntryRejected(
-            f"That does not look like the {config.key_label}: it contains characters such keys "
-            "never contain. Copy it again from the provider.",
+            _(
+                "That does not look like the %(label)s: it contains characters such keys never contain. "
+                "Copy it again from the provider.",
+                label=config.key_label,
+            ),
             reason="bad_characters",
         )
     fields: dict[str, str] = {}
@@ -79,16 +92,20 @@ def validate_entry(
         value = (values.get(spec.name) or "").strip()
         if not value:
             if spec.required:
-                raise EntryRejected(f"{spec.label} is required.", field=spec.name, reason="missing_field")
+                raise EntryRejected(
+                    _("%(label)s is required.", label=spec.label), field=spec.name, reason="missing_field"
+                )
             continue
         if len(value) > spec.max_length or not _FIELD_TEXT.fullmatch(value):
-            raise EntryRejected(f"{spec.label} is not valid.", field=spec.name, reason="bad_field")
+            raise EntryRejected(_("%(label)s is not valid.", label=spec.label), field=spec.name, reason="bad_field")
         if spec.choices is not None and value not in spec.choices:
             raise EntryRejected(
-                f"Choose one of the listed values for {spec.label}.", field=spec.name, reason="bad_field"
+                _("Choose one of the listed values for %(label)s.", label=spec.label),
+                field=spec.name,
+                reason="bad_field",
             )
         if spec.pattern is not None and not re.fullmatch(spec.pattern, value):
-            raise EntryRejected(f"{spec.label} is not valid.", field=spec.name, reason="bad_field")
+            raise EntryRejected(_("%(label)s is not valid.", label=spec.label), field=spec.name, reason="bad_field")
         fields[spec.name] = value
     return key, fields
 
@@ -146,19 +163,29 @@ class ApiKeyService:
                 response = await self.http.request(check.method, url, headers=headers, timeout=check.timeout_seconds)
         except (httpx.HTTPError, TimeoutError):
             raise EntryRejected(
-                f"{provider.display_name} could not be reached to check the key. Try again in a moment.",
+                _(
+                    "%(provider)s could not be reached to check the key. Try again in a moment.",
+                    provider=provider.display_name,
+                ),
                 reason="check_unavailable",
             ) from None
         if 200 <= response.status_code < 300:
             return
         if response.status_code in {401, 403}:
             raise EntryRejected(
-                f"{provider.display_name} did not accept this {provider.config.key_label}. Check "
-                "that you copied all of it and that it is still active.",
+                _(
+                    "%(provider)s did not accept this %(label)s. Check that you copied all of it and that it "
+                    "is still active.",
+                    provider=provider.display_name,
+                    label=provider.config.key_label,
+                ),
                 reason="check_refused",
             )
         raise EntryRejected(
-            f"{provider.display_name} could not check the key right now. Try again in a moment.",
+            _(
+                "%(provider)s could not check the key right now. Try again in a moment.",
+                provider=provider.display_name,
+            ),
             reason="check_unavailable",
         )
 
@@ -229,7 +256,7 @@ class ApiKeyService:
         provider = await self.provider_for(flow)
         if provider is None:
             return None
-        display_name, _ = await self.flows.asker(flow.server_client_id)
+        display_name, _asker_id = await self.flows.asker(flow.server_client_id)
         return ApiKeyForm(provider=provider, client=display_name)
 
     async def submit(self, flow: Flow, form: Mapping[str, str]) -> ApiKeyForm | ApiKeyStored | ApiKeyNotTaken | None:
@@ -247,10 +274,10 @@ class ApiKeyService:
         except EntryRejected as rejected:
             async with self.flows.unit_of_work() as uow:
                 await uow.event(flow.id, "api_key_rejected", Actor.BROWSER, {"reason": rejected.reason})
-            display_name, _ = await self.flows.asker(flow.server_client_id)
+            display_name, _asker_id = await self.flows.asker(flow.server_client_id)
             kept = {k: v for k, v in values.items() if v is not None}
             return ApiKeyForm(provider=provider, client=display_name, error=rejected, values=kept)
         if await self.store(flow, provider, key, fields) is None:
             return ApiKeyNotTaken(current=await self.flows.read(flow.id))
-        display_name, _ = await self.flows.asker(flow.server_client_id)
+        display_name, _asker_id = await self.flows.asker(flow.server_client_id)
         return ApiKeyStored(provider=provider, client=display_name)

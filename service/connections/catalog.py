@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.i18n import N_, _
+
 
 @dataclass(frozen=True, slots=True)
 class CatalogEntry:
@@ -48,13 +50,13 @@ CATALOG: dict[str, CatalogEntry] = {
         token_auth_method="client_secret_post",
         default_scopes=("read:user",),
         scope_descriptions={
-            "repo": "Read and write your code, issues and pull requests, including private repositories",
-            "public_repo": "Read and write your public repositories",
-            "read:user": "See your GitHub profile",
-            "user:email": "See your email addresses",
-            "read:org": "See your organizations and teams",
-            "gist": "Create and edit your gists",
-            "workflow": "Change your GitHub Actions workflows",
+            "repo": N_("Read and write your code, issues and pull requests, including private repositories"),
+            "public_repo": N_("Read and write your public repositories"),
+            "read:user": N_("See your GitHub profile"),
+            "user:email": N_("See your email addresses"),
+            "read:org": N_("See your organizations and teams"),
+            "gist": N_("Create and edit your gists"),
+            "workflow": N_("Change your GitHub Actions workflows"),
         },
     ),
     "google": CatalogEntry(
@@ -69,14 +71,14 @@ CATALOG: dict[str, CatalogEntry] = {
         # No ``include_granted_scopes``: a token set carries only what its own request asked for.
         authorize_params={"access_type": "offline", "prompt": "consent"},
         scope_descriptions={
-            "openid": "Confirm who you are",
-            "email": "See your email address",
-            "profile": "See your name and profile picture",
-            "https://www.googleapis.com/auth/drive.readonly": "See and download your Google Drive files",
-            "https://www.googleapis.com/auth/drive.file": "Work with the Drive files you open with it",
-            "https://www.googleapis.com/auth/gmail.readonly": "Read your Gmail messages",
-            "https://www.googleapis.com/auth/calendar.readonly": "See your calendars and events",
-            "https://www.googleapis.com/auth/calendar.events": "See and change your calendar events",
+            "openid": N_("Confirm who you are"),
+            "email": N_("See your email address"),
+            "profile": N_("See your name and profile picture"),
+            "https://www.googleapis.com/auth/drive.readonly": N_("See and download your Google Drive files"),
+            "https://www.googleapis.com/auth/drive.file": N_("Work with the Drive files you open with it"),
+            "https://www.googleapis.com/auth/gmail.readonly": N_("Read your Gmail messages"),
+            "https://www.googleapis.com/auth/calendar.readonly": N_("See your calendars and events"),
+            "https://www.googleapis.com/auth/calendar.events": N_("See and change your calendar events"),
         },
     ),
     "slack": CatalogEntry(
@@ -90,11 +92,11 @@ CATALOG: dict[str, CatalogEntry] = {
         scope_separator=",",
         default_scopes=("users:read",),
         scope_descriptions={
-            "channels:read": "See the public channels in your workspace",
-            "channels:history": "Read messages in public channels",
-            "chat:write": "Send messages as the app",
-            "users:read": "See people in your workspace",
-            "search:read": "Search your workspace's messages and files",
+            "channels:read": N_("See the public channels in your workspace"),
+            "channels:history": N_("Read messages in public channels"),
+            "chat:write": N_("Send messages as the app"),
+            "users:read": N_("See people in your workspace"),
+            "search:read": N_("Search your workspace's messages and files"),
         },
     ),
     "microsoft": CatalogEntry(
@@ -108,12 +110,12 @@ CATALOG: dict[str, CatalogEntry] = {
         token_auth_method="client_secret_post",
         default_scopes=("offline_access", "User.Read"),
         scope_descriptions={
-            "offline_access": "Keep access while you are not using it",
-            "User.Read": "See your profile",
-            "Mail.Read": "Read your email",
-            "Calendars.Read": "See your calendars",
-            "Files.Read": "See your OneDrive files",
-            "Files.ReadWrite": "See and change your OneDrive files",
+            "offline_access": N_("Keep access while you are not using it"),
+            "User.Read": N_("See your profile"),
+            "Mail.Read": N_("Read your email"),
+            "Calendars.Read": N_("See your calendars"),
+            "Files.Read": N_("See your OneDrive files"),
+            "Files.ReadWrite": N_("See and change your OneDrive files"),
         },
     ),
     "atlassian": CatalogEntry(
@@ -128,11 +130,11 @@ CATALOG: dict[str, CatalogEntry] = {
         default_scopes=("read:me", "offline_access"),
         authorize_params={"audience": "api.atlassian.com", "prompt": "consent"},
         scope_descriptions={
-            "read:me": "See your profile",
-            "offline_access": "Keep access while you are not using it",
-            "read:jira-work": "See Jira issues and projects",
-            "write:jira-work": "Create and change Jira issues",
-            "read:confluence-content.all": "Read Confluence pages",
+            "read:me": N_("See your profile"),
+            "offline_access": N_("Keep access while you are not using it"),
+            "read:jira-work": N_("See Jira issues and projects"),
+            "write:jira-work": N_("Create and change Jira issues"),
+            "read:confluence-content.all": N_("Read Confluence pages"),
         },
     ),
     "notion": CatalogEntry(
@@ -157,9 +159,9 @@ CATALOG: dict[str, CatalogEntry] = {
         scope_separator=",",
         default_scopes=("read",),
         scope_descriptions={
-            "read": "See your issues, projects and teams",
-            "write": "Create and change issues and comments",
-            "issues:create": "Create issues",
+            "read": N_("See your issues, projects and teams"),
+            "write": N_("Create and change issues and comments"),
+            "issues:create": N_("Create issues"),
         },
     ),
     "oidc": CatalogEntry(
@@ -170,24 +172,25 @@ CATALOG: dict[str, CatalogEntry] = {
         default_scopes=("openid",),
         needs_issuer=True,
         scope_descriptions={
-            "openid": "Confirm who you are",
-            "email": "See your email address",
-            "profile": "See your name and profile",
-            "offline_access": "Keep access while you are not using it",
+            "openid": N_("Confirm who you are"),
+            "email": N_("See your email address"),
+            "profile": N_("See your name and profile"),
+            "offline_access": N_("Keep access while you are not using it"),
         },
     ),
     "oauth2": CatalogEntry(
         key="oauth2",
         display_name="OAuth 2 provider",
-        scope_descriptions={"offline_access": "Keep access while you are not using it"},
+        scope_descriptions={"offline_access": N_("Keep access while you are not using it")},
     ),
 }
 
 
 def describe_scope(scope: str, descriptions: dict[str, Any]) -> str:
-    """Plain words for a scope; unknown scopes are shown as they are, never hidden."""
+    """Plain words for a scope, in the page's language where the catalogue has them (an operator's own
+    words are shown as written); unknown scopes are shown as they are, never hidden."""
     text = descriptions.get(scope)
-    return str(text) if text else f"Permission “{scope}”"
+    return _(str(text)) if text else _("Permission “%(scope)s”", scope=scope)
 
 
 def dig(document: Any, path: str) -> Any:

@@ -21,6 +21,7 @@ from service.domains import display_url_host
 from service.flows.models import Flow
 from service.flows.pages import PAGE_HEADERS, page, status_page
 from service.grants.pages import grant_page, party_context
+from service.i18n import N_, _, isolate
 from service.signin.gate import redirect
 
 if TYPE_CHECKING:
@@ -72,7 +73,9 @@ async def connect_page(request: Req, flow: Flow, services: Services) -> Response
         "provider": provider.display_name,
         "provider_host": display_url_host(provider.authorization_endpoint),
         "scopes": scopes,
-        "message": flow.message,
+        "message": _("Connect your %(provider)s account to continue.", provider=provider.display_name)
+        if flow.message == f"Connect your {provider.display_name} account to continue."
+        else flow.message,
         "signed_in_as": identity.sub,
         "reconnect": flow.connection_id is not None,
         "csrf_token": identity.csrf_token,
@@ -116,36 +119,43 @@ async def connect_decline(request: Req, flow_ref: str, services: Services) -> Re
 
 
 # ---- the provider's redirect back -----------------------------------------------------------------
-_RESTART = "Go back to your assistant and open its link again to start over."
-_NOT_VALID = "This sign-in response is not valid"
-
-
 def refused_page(refused: Refused) -> Response[Any]:
+    restart = _("Go back to your assistant and open its link again to start over.")
+    provider = isolate(refused.provider or "")
     if refused.reason == "state_unusable":
         return problem_page(
             400,
-            "This sign-in response was already used",
-            "It was used before, has expired, or was started in another browser. " + _RESTART,
+            _("This sign-in response was already used"),
+            _("It was used before, has expired, or was started in another browser.") + " " + restart,
             refused.flow,
         )
     if refused.reason in {"iss_missing", "iss_mismatch"}:
         return problem_page(
             400,
-            "The response did not come from the expected provider",
-            f"elicitd expected an answer from {refused.provider} and got something else, "
-            "so it did not continue. " + _RESTART,
+            _("The response did not come from the expected provider"),
+            _(
+                "elicitd expected an answer from %(provider)s and got something else, so it did not continue.",
+                provider=provider,
+            )
+            + " "
+            + restart,
             refused.flow,
         )
     if refused.reason == "account_mismatch":
         return problem_page(
             409,
-            f"You signed in to {refused.provider} as another account",
-            f"This link connects the {refused.provider} account you connected before, and {refused.provider} "
-            "answered for a different one, so elicitd kept nothing and handed that access back. Open the link "
-            f"again and sign in to {refused.provider} with the account you connected before.",
+            _("You signed in to %(provider)s as another account", provider=provider),
+            _(
+                "This link connects the %(provider)s account you connected before, and %(provider)s answered for a "
+                "different one, so elicitd kept nothing and handed that access back. Open the link again and sign "
+                "in to %(provider)s with the account you connected before.",
+                provider=provider,
+            ),
             refused.flow,
         )
-    return problem_page(400, _NOT_VALID, _RESTART, refused.flow)  # state_invalid, code_missing
+    return problem_page(
+        400, _("This sign-in response is not valid"), restart, refused.flow
+    )  # state_invalid, code_missing
 
 
 @get(
@@ -182,11 +192,11 @@ async def connect_callback(request: Req, services: Services) -> Response[Any]:
 
 # ---- the final page --------------------------------------------------------------------------------
 _HEADINGS = {
-    "completed": "Connected",
-    "declined": "Not connected",
-    "failed": "The connection failed",
-    "expired": "This link has expired",
-    "cancelled": "Cancelled",
+    "completed": N_("Connected"),
+    "declined": N_("Not connected"),
+    "failed": N_("The connection failed"),
+    "expired": N_("This link has expired"),
+    "cancelled": N_("Cancelled"),
 }
 
 
@@ -195,7 +205,7 @@ def final_page(shown: FinalPage) -> Response[Any]:
     return page(
         "connect_done.html",
         200,
-        heading=_HEADINGS.get(flow.status, "Unavailable"),
+        heading=_(_HEADINGS.get(flow.status, N_("Unavailable"))),
         outcome=flow.status,
         client=shown.client,
         provider=shown.provider,

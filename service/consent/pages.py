@@ -15,6 +15,7 @@ from litestar import Request, Response, get, post
 from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
+from service.i18n import _
 
 if TYPE_CHECKING:
     from service.services import Services
@@ -77,5 +78,5 @@ async def decide(request: Req, flow_ref: str, services: Services) -> Response[An
         flow_id=flow_ref,
         client=decided.client,
         approved=approved,
-        heading="Approved" if approved else "Declined",
+        heading=_("Approved") if approved else _("Declined"),
     )

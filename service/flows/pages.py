@@ -17,16 +17,23 @@ from service.db.base import FLOW_ID
 from service.domains import display_url_host
 from service.flows.models import Flow
 from service.flows.service import FlowService
+from service.i18n import N_, _
 
 if TYPE_CHECKING:
     from service.services import Services
 
 _FINISHED = {
-    "completed": ("All done", "This request is complete. You can close this tab and return to your assistant."),
-    "declined": ("Declined", "This request was declined. Nothing was shared."),
-    "cancelled": ("Cancelled", "This request was cancelled. Nothing was shared."),
-    "expired": ("This link has expired", "Ask your assistant to try again; it will give you a new link."),
-    "failed": ("Something went wrong", "This request could not be completed. Ask your assistant to try again."),
+    "completed": (
+        N_("All done"),
+        N_("This request is complete. You can close this tab and return to your assistant."),
+    ),
+    "declined": (N_("Declined"), N_("This request was declined. Nothing was shared.")),
+    "cancelled": (N_("Cancelled"), N_("This request was cancelled. Nothing was shared.")),
+    "expired": (N_("This link has expired"), N_("Ask your assistant to try again; it will give you a new link.")),
+    "failed": (
+        N_("Something went wrong"),
+        N_("This request could not be completed. Ask your assistant to try again."),
+    ),
 }
 
 PAGE_HEADERS = {
@@ -48,12 +55,12 @@ def status_page(flow: Flow | None, status: int = 200) -> Response[Any]:
         return page(
             "flow_status.html",
             404,
-            heading="Link not found",
-            text="This link is not valid. Check that you copied it completely, or ask your assistant for a new one.",
+            heading=_("Link not found"),
+            text=_("This link is not valid. Check that you copied it completely, or ask your assistant for a new one."),
             flow_id="-",
         )
-    heading, text = _FINISHED.get(flow.status, ("Unavailable", "This request is not available."))
-    return page("flow_status.html", status, heading=heading, text=text, flow_id=FLOW_ID.format(flow.id))
+    heading, text = _FINISHED.get(flow.status, (N_("Unavailable"), N_("This request is not available.")))
+    return page("flow_status.html", status, heading=_(heading), text=_(text), flow_id=FLOW_ID.format(flow.id))
 
 
 async def pending_flow(flows: FlowService, flow_ref: str, kind: str) -> Flow | Response[Any]:
@@ -85,8 +92,8 @@ async def open_flow(request: Request[Any, Any, Any], flow_ref: str, services: Se
     if flow.kind == "external" and flow.external_url:
         return page(
             "flow_status.html",
-            heading="Continue on the service's own page",
-            text="This step happens on a page run by the service that asked.",
+            heading=_("Continue on the service's own page"),
+            text=_("This step happens on a page run by the service that asked."),
             link=flow.external_url,
             link_host=display_url_host(flow.external_url),
             flow_id=FLOW_ID.format(flow.id),
@@ -96,8 +103,8 @@ async def open_flow(request: Request[Any, Any, Any], flow_ref: str, services: Se
         return page(
             "flow_status.html",
             501,
-            heading="Not available yet",
-            text=f"This kind of request ({flow.kind}) cannot be completed on this elicitd yet.",
+            heading=_("Not available yet"),
+            text=_("This kind of request (%(kind)s) cannot be completed on this elicitd yet.", kind=flow.kind),
             flow_id=FLOW_ID.format(flow.id),
         )
     return await plugin.page(request, flow, services)

@@ -36,6 +36,7 @@ from service.grants.service import (
     Gone,
     GrantOffer,
 )
+from service.i18n import _, format_when, isolate, ngettext
 from service.identity import sessions as store
 from service.signin.account_page import ME_PATH, me_path
 from service.signin.csrf import csrf_token_for
@@ -53,10 +54,16 @@ def party_sentence(party: AskingParty) -> str:
     """ "Acme Files Assistant and 2 other services of Example Corp": every page that grants says it."""
     if party.group is None:
         return party.client
+    client, group = isolate(party.client), isolate(party.group)
     if not party.others:
-        return f"{party.client} ({party.group})"
-    count = len(party.others)
-    return f"{party.client} and {count} other service{'s' if count != 1 else ''} of {party.group}"
+        return _("%(client)s (%(group)s)", client=client, group=group)
+    return ngettext(
+        "%(client)s and %(num)s other service of %(group)s",
+        "%(client)s and %(num)s other services of %(group)s",
+        len(party.others),
+        client=client,
+        group=group,
+    )
 
 
 def party_context(party: AskingParty) -> dict[str, Any]:
@@ -171,7 +178,7 @@ def _answered(flow: Flow, party: AskingParty) -> Response[Any]:
     allowed = flow.status == "completed"
     return page(
         "grant_done.html",
-        heading="Allowed" if allowed else "Not allowed",
+        heading=_("Allowed") if allowed else _("Not allowed"),
         outcome=flow.status,
         client=party.client,
         party=party_sentence(party),
@@ -182,7 +189,7 @@ def _answered(flow: Flow, party: AskingParty) -> Response[Any]:
 
 # ---- /me ------------------------------------------------------------------------------------------
 def _when(value: datetime | None) -> str | None:
-    return None if value is None else value.strftime("%Y-%m-%d %H:%M UTC")
+    return None if value is None else format_when(value)
 
 
 def _entry_view(entry: ConnectionEntry) -> dict[str, Any]:
@@ -245,8 +252,8 @@ async def own_page(
             return page(
                 "signin_problem.html",
                 404,
-                heading="Unknown sign-in service",
-                text="This elicitd does not know that sign-in service. Open this page from a link elicitd gave you.",
+                heading=_("Unknown sign-in service"),
+                text=_("This elicitd does not know that sign-in service. Open this page from a link elicitd gave you."),
             )
         if row is None or row.iss != issuer.issuer:
             return await services.gate.start_login(request, issuer, me_path(issuer.issuer))
@@ -280,8 +287,8 @@ async def _checked_me_post(request: Req, services: Services) -> BrowserIdentity 
         return page(
             "signin_problem.html",
             401,
-            heading="You are signed out",
-            text="Your session ended before the form was sent. Open your elicitd page again and sign in.",
+            heading=_("You are signed out"),
+            text=_("Your session ended before the form was sent. Open your elicitd page again and sign in."),
         )
     identity = _identity(row)
     raw = await request.form()
@@ -327,8 +334,8 @@ def _not_yours() -> Response[Any]:
     return page(
         "signin_problem.html",
         404,
-        heading="Nothing to change",
-        text="That access does not exist any more. Go back to your elicitd page to see what is connected.",
+        heading=_("Nothing to change"),
+        text=_("That access does not exist any more. Go back to your elicitd page to see what is connected."),
     )
 
 

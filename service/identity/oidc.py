@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from service.oauth_client import ProviderError, token_request
 from service.errors import ElicitdError
+from service.i18n import N_
 from service.identity.issuers import IssuerDirectory, ResolvedIssuer
+from service.oauth_client import ProviderError, token_request
 
 # Authlib and joserfc are imported by the calls that use them (a sign-in, a subject token): an
 # idle process never loads them (~3.4 MB of RSS together).
@@ -43,7 +44,7 @@ class LoginFailed(ElicitdError):
 
     code = "login_failed"
     status = 400
-    title = "Sign-in failed"
+    title = N_("Sign-in failed")
 
 
 class InvalidIdToken(LoginFailed):
@@ -94,10 +95,10 @@ async def exchange_code(
         return await token_request(http, issuer.token_endpoint, client, body, log={"issuer": issuer.issuer})
     except ProviderError as failed:
         if failed.error == "provider_unreachable" or failed.error.startswith("http_"):
-            raise LoginFailed("The sign-in service could not be reached. Please try again.") from None
+            raise LoginFailed(N_("The sign-in service could not be reached. Please try again.")) from None
         # ``error`` is a registered OAuth error code; the description is provider text: dropped.
         logger.warning("issuer token exchange refused", extra={"code": failed.error, "issuer": issuer.issuer})
-        raise LoginFailed("The sign-in service did not accept the sign-in. Please try again.") from None
+        raise LoginFailed(N_("The sign-in service did not accept the sign-in. Please try again.")) from None
 
 
 async def verify_id_token(

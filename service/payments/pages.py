@@ -16,7 +16,8 @@ from litestar.response import Redirect
 from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.pages import PAGE_HEADERS, page, status_page
-from service.payments.kind import format_amount
+from service.i18n import format_money
+from service.payments.kind import ZERO_DECIMAL
 from service.payments.service import PaymentPage, PaymentReceived, PaymentSummary
 from service.signin.gate import BrowserIdentity
 
@@ -24,6 +25,12 @@ if TYPE_CHECKING:
     from service.services import Services
 
 Req = Request[Any, Any, Any]
+
+
+def _amount(amount: int, currency: str) -> str:
+    """The amount as the page's locale writes it (``฿1,234.00``, ``1.234,00 €``); Stripe's amounts
+    are in minor units, except for its zero-decimal currencies."""
+    return format_money(amount, currency, minor_digits=0 if currency.lower() in ZERO_DECIMAL else 2)
 
 
 def _render(shown: PaymentPage, identity: BrowserIdentity) -> Response[Any]:
@@ -34,7 +41,7 @@ def _render(shown: PaymentPage, identity: BrowserIdentity) -> Response[Any]:
             "payment_done.html",
             flow_id=FLOW_ID.format(shown.flow.id),
             client=shown.client,
-            amount=format_amount(shown.amount, shown.currency),
+            amount=_amount(shown.amount, shown.currency),
         )
     return status_page(shown.current, 200)
 
@@ -45,7 +52,7 @@ def _summary(shown: PaymentSummary, identity: BrowserIdentity) -> Response[Any]:
         "payment.html",
         flow_id=flow_ref,
         client=shown.client,
-        amount=format_amount(shown.amount, shown.currency),
+        amount=_amount(shown.amount, shown.currency),
         description=shown.description,
         csrf_token=identity.csrf_token,
         processing=shown.processing,

@@ -12,15 +12,16 @@ import hashlib
 import hmac
 
 from service.errors import Forbidden
+from service.i18n import N_
 from service.identity.sessions import SessionRow
 
 
 class CsrfFailed(Forbidden):
     code = "csrf_failed"
-    title = "This form has expired"
+    title = N_("This form has expired")
 
     def __init__(self) -> None:
-        super().__init__("The form could not be verified. Reload the page and try again.")
+        super().__init__(N_("The form could not be verified. Reload the page and try again."))
 
 
 def csrf_token_for(session: SessionRow) -> str:

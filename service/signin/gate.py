@@ -35,6 +35,7 @@ from service.flows.models import Flow
 from service.flows.pages import PAGE_HEADERS, page, pending_flow
 from service.flows.service import FlowService
 from service.flows.states import Actor
+from service.i18n import _
 from service.identity import sessions as store
 from service.identity.issuers import IssuerDirectory, ResolvedIssuer
 from service.settings import Settings
@@ -188,10 +189,12 @@ class BrowserGate:
             return page(
                 "signin_problem.html",
                 403,
-                heading="This sign-in service is not trusted here",
-                text="The account this request is for belongs to a sign-in service this elicitd does not "
-                "trust, so it cannot check who you are. Ask the service that sent you here to contact "
-                "its administrator.",
+                heading=_("This sign-in service is not trusted here"),
+                text=_(
+                    "The account this request is for belongs to a sign-in service this elicitd does not "
+                    "trust, so it cannot check who you are. Ask the service that sent you here to contact "
+                    "its administrator."
+                ),
                 flow_id=FLOW_ID.format(flow.id),
             )
         token = self.session_cookie(request)

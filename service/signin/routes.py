@@ -16,6 +16,7 @@ from litestar.params import Body, Parameter
 
 from service.errors import InvalidRequest
 from service.flows.pages import PAGE_HEADERS, page
+from service.i18n import N_, _
 from service.identity import sessions as store
 from service.identity.oidc import LoginFailed
 from service.signin.gate import (
@@ -39,7 +40,7 @@ _ANSWER = ("code", "iss", "error")
 
 class InvalidReturnTo(InvalidRequest):
     code = "invalid_return_to"
-    title = "Invalid return address"
+    title = N_("Invalid return address")
 
 
 @get(
@@ -59,7 +60,9 @@ async def login(
 ) -> Response[Any]:
     path = safe_return_to(return_to)
     if path is None:
-        raise InvalidReturnTo("A sign-in can only return to a request page of this site.", headers=dict(PAGE_HEADERS))
+        raise InvalidReturnTo(
+            N_("A sign-in can only return to a request page of this site."), headers=dict(PAGE_HEADERS)
+        )
     return await services.gate.login_for_page(request, path, prompt="login" if switch else None)
 
 
@@ -88,10 +91,10 @@ async def callback(request: Request[Any, Any, Any], services: Services) -> Respo
         return page(
             "signin_problem.html",
             400,
-            heading="Sign-in was not completed",
-            text="The sign-in was cancelled or refused, so nothing was shared.",
+            heading=_("Sign-in was not completed"),
+            text=_("The sign-in was cancelled or refused, so nothing was shared."),
             link=outcome.return_to,
-            link_text="Try again",
+            link_text=_("Try again"),
         )
     return redirect(
         outcome.return_to,
@@ -140,8 +143,8 @@ def _signed_out(request: Request[Any, Any, Any], settings: Settings) -> str:
     engine = request.app.template_engine
     assert engine is not None
     rendered: str = engine.get_template("signin_problem.html").render(
-        heading="Signed out",
-        text="You are signed out of elicitd. You can close this tab.",
+        heading=_("Signed out"),
+        text=_("You are signed out of elicitd. You can close this tab."),
         domain=settings.public_origin,
     )
     return rendered

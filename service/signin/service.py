@@ -21,6 +21,7 @@ from service.crypto.vault import Vault
 from service.db.base import FLOW_ID
 from service.db.unit import unit_of_work
 from service.flows.service import FlowService
+from service.i18n import N_
 from service.identity import sessions as store
 from service.identity.issuers import IssuerDirectory, ResolvedIssuer
 from service.identity.oidc import LoginFailed, authorization_url, exchange_code, verify_id_token
@@ -36,12 +37,12 @@ TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")
 
 class LoginStateInvalid(LoginFailed):
     code = "login_state_invalid"
-    title = "This sign-in link is not valid"
+    title = N_("This sign-in link is not valid")
 
 
 class IssuerMismatch(LoginFailed):
     code = "issuer_mismatch"
-    title = "Sign-in answered by the wrong service"
+    title = N_("Sign-in answered by the wrong service")
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,31 +164,35 @@ class LoginService:
         the browser's current session, ended when the new one starts. Raises ``LoginFailed``."""
         if not state or not binding:
             raise LoginStateInvalid(
-                "This sign-in was not started in this browser, or it took too long. "
-                "Open the link from your assistant again."
+                N_(
+                    "This sign-in was not started in this browser, or it took too long. "
+                    "Open the link from your assistant again."
+                )
             )
         async with unit_of_work(self._sessions) as session:
             attempt = await store.consume_login_attempt(session, self._vault, state=state, browser_binding=binding)
         if attempt is None:
             raise LoginStateInvalid(
-                "This sign-in was already used, has expired, or was started in another "
-                "browser. Open the link from your assistant again."
+                N_(
+                    "This sign-in was already used, has expired, or was started in another "
+                    "browser. Open the link from your assistant again."
+                )
             )
         issuer = await self.issuers.resolve_id(attempt.issuer_id)
         if issuer is None:
-            raise LoginFailed("This sign-in service is no longer trusted here.")
+            raise LoginFailed(N_("This sign-in service is no longer trusted here."))
         # RFC 9207: the response must come from the issuer we sent the browser to — checked before the
         # code goes anywhere, so a mix-up attacker never sees it redeemed at the wrong token endpoint.
         returned_iss = answer.get("iss")
         if returned_iss is not None and returned_iss != issuer.issuer:
-            raise IssuerMismatch("The sign-in answer did not come from the expected service.")
+            raise IssuerMismatch(N_("The sign-in answer did not come from the expected service."))
         if returned_iss is None and issuer.iss_parameter_supported:
-            raise IssuerMismatch("The sign-in answer did not say which service sent it.")
+            raise IssuerMismatch(N_("The sign-in answer did not say which service sent it."))
         if answer.get("error") is not None:
             return NotSignedIn(return_to=attempt.return_to)
         code = answer.get("code")
         if not code:
-            raise LoginFailed("The sign-in service sent no authorization code.")
+            raise LoginFailed(N_("The sign-in service sent no authorization code."))
         tokens = await exchange_code(
             self._http, issuer, code=code, redirect_uri=self.redirect_uri, code_verifier=attempt.code_verifier
         )

@@ -18,6 +18,7 @@ import math
 
 from service.clock import Clock, SystemClock
 from service.errors import RateLimited
+from service.i18n import N_
 
 LOGIN_STARTS_PER_MINUTE = 30
 WINDOW_SECONDS = 60.0
@@ -43,7 +44,7 @@ class LoginThrottle:
         if count >= self.limit:
             retry_after = math.ceil(self.window - (now - started))
             raise RateLimited(
-                "Too many sign-ins were started from your network. Wait a minute, then try again.",
+                N_("Too many sign-ins were started from your network. Wait a minute, then try again."),
                 retry_after=retry_after,
             )
         self._windows[address] = (started, count + 1)

@@ -23,7 +23,7 @@ from tests.support.stripe_double import StripeDouble
 async def go_to_checkout(page: Page, payments: Payments, sub: str, *, screenshot: str | None = None) -> str:
     created = await payments.create(sub)
     await open_as(page, created["flow"]["url"], sub, payments.issuer)
-    assert await page.locator("#payment-amount").inner_text() == "19.99 EUR"
+    assert await page.locator("#payment-amount").inner_text() == "€19.99"
     assert await page.locator("#payment-description").inner_text() == "Order 42"
     assert "Acme Shop Assistant" in await page.locator("main").inner_text()
     if screenshot:
@@ -108,7 +108,7 @@ async def test_decline_on_the_page_declines_and_closes_the_checkout(
     sub = new_sub("decl")
     flow_id = await go_to_checkout(browser_page, payments, sub)
     await browser_page.goto(payments.double.session_for(flow_id)["cancel_url"])  # "back" from Stripe
-    assert await browser_page.locator("#payment-amount").inner_text() == "19.99 EUR"
+    assert await browser_page.locator("#payment-amount").inner_text() == "€19.99"
     async with browser_page.expect_navigation():
         await browser_page.click("#decline")
     assert await browser_page.locator("h1").inner_text() == "Declined"
