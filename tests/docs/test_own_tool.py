@@ -61,7 +61,7 @@ def background(script: str, env: dict[str, str], log: Path) -> Iterator[subproce
         process.wait(10)
 
 
-def wait_for_line(process: subprocess.Popen[str], starts: str, seen: list[str], timeout: float = 60) -> str:
+def wait_for_line(process: subprocess.Popen[str], starts: str, seen: list[str]) -> str:
     assert process.stdout is not None
     while True:
         line = process.stdout.readline()
@@ -135,3 +135,59 @@ async def test_your_own_python_tool_as_docs_mcp_md_tells_it(instance: DevInstanc
     started = server_log.read_text()
     assert "Uvicorn running on" in started
     assert "Warning" not in started, started  # MCPDeprecationWarning and any other
+
+
+def test_the_typescript_page_shows_the_example_server_as_it_is() -> None:
+    page = section(read("docs/typescript.md"), "Your own tool in ten minutes")
+    assert code_blocks(page, "ts") == [(ROOT / "examples/own_tool/typescript/server.ts").read_text()]
+    assert code_blocks(page, "text") == [ANSWER + "\n"]
+
+
+async def test_your_own_typescript_tool_as_docs_typescript_md_tells_it(instance: DevInstance, tmp_path: Path) -> None:
+    """``make typescript`` packs the package; a project of one's own installs the tarball, builds
+    the example with strict TypeScript and serves it; Dev ID's ES256 tokens pass its verifier."""
+    serve, call = code_blocks(section(read("docs/typescript.md"), "Your own tool in ten minutes"), "sh")
+    project = tmp_path / "my-tool"
+    port = free_port()
+    env = {**os.environ, "ELICITD_URL": instance.url, "PORT": str(port), "BROWSER": "true", "NO_COLOR": "1"}
+    script = moved(serve.replace('"$ELICITD_CLONE/.data/', '"@DATA@/'), instance, port)
+    script = script.replace("@DATA@", str(instance.data_dir)).replace("../my-tool", str(project))
+    server_log = tmp_path / "server.log"
+    with background(script, env, server_log) as server:
+        client = subprocess.Popen(
+            [
+                "bash",
+                "-euo",
+                "pipefail",
+                "-c",
+                f"for i in $(seq 1200); do (echo > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; sleep 0.1; done\n"
+                + moved(call, instance, port).replace('"sub": "alice"', '"sub": "bob"'),  # alice is connected
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        seen: list[str] = []
+        try:
+            try:
+                link = wait_for_line(client, f"{instance.url}/f/fl_", seen)
+            except AssertionError as e:
+                raise AssertionError(str(e) + server_log.read_text()) from None
+            async with HeadlessPerson("bob") as person:
+                said = await person.connect(link)
+            assert said == "Connected. Your Demo Files account bob is now connected for Development MCP server."
+            rest, _ = client.communicate(timeout=60)
+        finally:
+            if client.poll() is None:
+                client.kill()
+        output = "".join(seen) + rest
+        assert client.returncode == 0, output + server_log.read_text()
+        assert output.splitlines()[-1] == ANSWER.replace("alice", "bob")
+        assert server.poll() is None, server_log.read_text()
+    served = server_log.read_text()
+    assert f"my-files MCP server on http://127.0.0.1:{port}/mcp" in served, served
+    assert '"@elicitd/client": "file:' in (project / "package.json").read_text()
+    assert (project / "node_modules/@elicitd/client/build/src/auth.js").is_file()
+    assert "warn" not in served.lower(), served

@@ -1,3 +1,4 @@
+export * from "./auth.js";
 export * from "./client.js";
 export * from "./errors.js";
 export * from "./events.js";

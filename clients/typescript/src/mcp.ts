@@ -3,7 +3,7 @@
  * awaited call gives the tool the user's token, consent or form answer, on protocol revisions
  * 2026-07-28 (input-required rounds) and 2025-11-25 (push-style elicitation).
  *
- *     const elicitd = new Elicitd(new ElicitdClient(url, apiKey));
+ *     const elicitd = new Elicitd(new ElicitdClient(url, apiKey), { stateKey: process.env.MCP_STATE_KEY! });
  *     server.registerTool("list_repos", { description: "…" }, elicitd.tool(server, async (ctx) => {
  *         const token = await elicitd.requireToken(ctx, { provider: "github", scopes: ["repo"] });
  *         …
@@ -26,7 +26,7 @@
  */
 
 import { AsyncLocalStorage } from "node:async_hooks";
-import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { createHash, createHmac, timingSafeEqual } from "node:crypto";
 
 import type { ElicitdClient, Flow, InputRequiredWire, Resolution, Subject, Token } from "./client.js";
 import { ElicitdError, ElicitdUnavailable, InvalidRequestState, RateLimited } from "./errors.js";
@@ -128,8 +128,12 @@ export interface ElicitdOptions {
   budgetSeconds?: number;
   maxRounds?: number;
   legacy?: "push" | "error";
-  /** Signs the request-state envelope; every replica of one MCP server needs the same key. */
-  stateKey?: string | Uint8Array;
+  /**
+   * Signs the request-state envelope: at least 32 bytes, the same on every replica of one MCP
+   * server (a round started on one replica is retried on another). Required: a key made up per
+   * process would break every retry that reaches another replica, and only then.
+   */
+  stateKey: string | Uint8Array;
   /** The verified user of a request; by default from `ctx.http.authInfo` (`subjectFromAuth`). */
   subject?: (ctx: ServerContext) => Subject;
   /** Consume elicitd's event stream for 2025-11-25 completion notifications (default true). */
@@ -162,6 +166,20 @@ function need(kind: string, create: Record<string, unknown>): Need {
   return { kind, create: cleaned, tag };
 }
 
+const MIN_STATE_KEY_BYTES = 32;
+
+function stateKeyOf(given: string | Uint8Array | undefined): Buffer {
+  const key = given === undefined || given === null ? Buffer.alloc(0) : Buffer.from(given);
+  if (key.length < MIN_STATE_KEY_BYTES) {
+    throw new Error(
+      `new Elicitd(client, { stateKey }): stateKey is ${key.length === 0 ? "missing" : `${key.length} bytes`}; give at least ` +
+        `${MIN_STATE_KEY_BYTES} bytes, the same on every replica (for instance process.env.MCP_STATE_KEY, made once with ` +
+        "`openssl rand -hex 32`)",
+    );
+  }
+  return key;
+}
+
 type Sdk = typeof import("@modelcontextprotocol/server");
 let sdk: Promise<Sdk> | undefined;
 const loadSdk = (): Promise<Sdk> => (sdk ??= import("@modelcontextprotocol/server"));
@@ -183,14 +201,14 @@ export class Elicitd {
   private eventsReady: Promise<void> | undefined;
   private eventsAbort: AbortController | undefined;
 
-  constructor(client: ElicitdClient, options: ElicitdOptions = {}) {
+  constructor(client: ElicitdClient, options: ElicitdOptions) {
     this.client = client;
     this.waitSeconds = options.waitSeconds ?? 15;
     this.budgetSeconds = options.budgetSeconds ?? 50;
     this.maxRounds = options.maxRounds ?? 10;
     this.legacy = options.legacy ?? "push";
     this.events = options.events ?? true;
-    this.stateKey = options.stateKey ? Buffer.from(options.stateKey) : randomBytes(32);
+    this.stateKey = stateKeyOf(options?.stateKey);
     this.subjectOf = options.subject ?? subjectFromAuth;
   }
 

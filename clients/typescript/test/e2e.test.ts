@@ -75,8 +75,8 @@ function tools(elicitd: Elicitd, environment: NonNullable<typeof env>) {
 describe("with elicitd, the test OAuth server and a browser", { skip: env === undefined && "run through tests/mcp/test_mcp_typescript.py" }, () => {
   const e = env!;
   const api = new ElicitdClient(e?.elicitdUrl ?? "http://127.0.0.1:1", e?.apiKey ?? "none");
-  const elicitd = new Elicitd(api, { stateKey: "shared-by-every-replica", waitSeconds: 5 });
-  const erroring = new Elicitd(api, { legacy: "error" });
+  const elicitd = new Elicitd(api, { stateKey: "shared-by-every-replica-of-this-server", waitSeconds: 5 });
+  const erroring = new Elicitd(api, { stateKey: "another-server-and-another-state-key", legacy: "error" });
   const servers: { url: string; close: () => Promise<void> }[] = [];
   let url = "";
   let errorUrl = "";

@@ -6,7 +6,7 @@
  * from the Python test that runs them (tests/mcp/test_mcp_typescript.py), through the environment.
  */
 
-import { createPublicKey, randomUUID, verify as verifySignature, type KeyObject } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { createServer, type Server as HttpServer } from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -17,8 +17,11 @@ import {
   WebStandardStreamableHTTPServerTransport,
   createMcpHandler,
   isLegacyRequest,
+  requireBearerAuth,
   type AuthInfo,
 } from "@modelcontextprotocol/server";
+
+import { JwtVerifier } from "../src/index.js";
 
 export interface Environment {
   elicitdUrl: string;
@@ -60,26 +63,9 @@ export async function userToken(env: Environment, sub: string): Promise<string> 
   return body.access_token;
 }
 
-const keys = new Map<string, KeyObject>();
-
-/** RS256 signature against the issuer's JWKS, then iss, aud and exp: the SDK's `authInfo`. */
-async function verifyJwt(env: Environment, token: string): Promise<AuthInfo | undefined> {
-  const [head, body, signature] = token.split(".");
-  if (!head || !body || !signature) return undefined;
-  const header = JSON.parse(Buffer.from(head, "base64url").toString()) as { alg?: string; kid?: string };
-  if (header.alg !== "RS256" || !header.kid) return undefined;
-  if (!keys.has(header.kid)) {
-    const jwks = (await (await fetch(`${env.issuer}/jwks`)).json()) as { keys: ({ kid: string } & Record<string, string>)[] };
-    for (const jwk of jwks.keys) keys.set(jwk.kid, createPublicKey({ key: jwk, format: "jwk" }));
-  }
-  const key = keys.get(header.kid);
-  if (!key || !verifySignature("RSA-SHA256", Buffer.from(`${head}.${body}`), key, Buffer.from(signature, "base64url"))) return undefined;
-  const claims = JSON.parse(Buffer.from(body, "base64url").toString()) as { iss?: string; sub?: string; aud?: string | string[]; exp?: number };
-  const audiences = Array.isArray(claims.aud) ? claims.aud : [claims.aud];
-  if (claims.iss !== env.issuer || !claims.sub || !audiences.includes(env.audience) || (claims.exp ?? 0) < Date.now() / 1000) {
-    return undefined;
-  }
-  return { token, clientId: env.audience, scopes: [], extra: { iss: claims.iss, sub: claims.sub } };
+/** The users' tokens as any server verifies them with this package: the issuer's JWKS, iss, aud, exp. */
+function verifier(env: Environment): JwtVerifier {
+  return new JwtVerifier(env.issuer, { audience: env.audience, jwksUrl: `${env.issuer}/jwks` });
 }
 
 // ---- the MCP server ------------------------------------------------------------------------------------
@@ -110,14 +96,14 @@ export async function serve(env: Environment, tools: (server: McpServer) => void
     }
     return transport.handleRequest(request, { authInfo });
   };
+  const gate = requireBearerAuth({ verifier: verifier(env) });
   const http: HttpServer = createServer((req, res) => {
     void (async () => {
       const request = await toWebRequest(req as Parameters<typeof toWebRequest>[0]);
-      const bearer = /^Bearer (.+)$/i.exec(request.headers.get("authorization") ?? "")?.[1];
-      const authInfo = bearer ? await verifyJwt(env, bearer) : undefined;
+      const authInfo = await gate(request);
       let response: Response;
-      if (!authInfo) {
-        response = new Response(JSON.stringify({ error: "invalid_token" }), { status: 401, headers: { "WWW-Authenticate": "Bearer" } });
+      if (authInfo instanceof Response) {
+        response = authInfo;
       } else if (await isLegacyRequest(request)) {
         response = await legacy(request, authInfo);
       } else {
