@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import sys
 from typing import Any
 
@@ -89,7 +90,9 @@ def cmd_migrate(args: argparse.Namespace) -> None:
             _history(migrate.history(), as_json=args.json)
         elif args.sql:
             assert revision is not None
-            migrate.write_sql(action, revision, sys.stdout)
+            script = io.StringIO()  # written out only whole: a failure leaves no half script behind
+            migrate.write_sql(action, revision, script)
+            sys.stdout.write(script.getvalue())
         else:
             url = migrate.database_url_from_env()
             if action == "current":
