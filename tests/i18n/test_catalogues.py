@@ -25,7 +25,9 @@ def _template_ids() -> set[str]:
     return {m.id if isinstance(m.id, str) else m.id[0] for m in _read(LOCALE_DIR / "messages.pot") if m.id}
 
 
-def _forms(string: str | tuple[str, ...]) -> tuple[str, ...]:
+def _forms(string: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    if string is None:
+        return ("",)
     return (string,) if isinstance(string, str) else tuple(string)
 
 

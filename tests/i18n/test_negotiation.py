@@ -151,7 +151,7 @@ async def test_the_operator_default_and_the_secure_cookie(make_settings: Callabl
         asked = await http.get(UNKNOWN_FLOW, headers={"Accept-Language": "es"})
     assert '<html lang="fr" dir="ltr">' in unknown.text
     assert '<html lang="es" dir="ltr">' in asked.text
-    scope = i18n.LocaleScope(lambda *_: None, default=BY_TAG["en"], secure=True, pages=lambda _: True)  # type: ignore[arg-type, return-value]
+    scope = i18n.LocaleScope(lambda *_: None, default=BY_TAG["en"], secure=True, pages=lambda _: True)  # type: ignore[arg-type]
     assert scope.cookie == "__Host-elicitd_lang"
     assert scope.attributes == "Path=/; Max-Age=31536000; SameSite=Lax; HttpOnly; Secure"
 
