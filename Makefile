@@ -36,13 +36,20 @@ prerequisites:
 	@command -v node >/dev/null 2>&1 || { echo "make test: Node.js 20+ is required for the OAuth test server (install the 'nodejs' and 'npm' packages)."; exit 1; }
 	@test -x "$(CHROMIUM)" || { echo "make test: Chromium is required for the browser tests: install Debian's 'chromium' package (apt-get install chromium) or set ELICITD_CHROMIUM to its path."; exit 1; }
 
+# TESTS="tests/core tests/flows/test_service.py" runs a part of the suite. `make test tests/core`
+# would run all of it (make reads tests/core as a second goal), so it stops and says how instead.
+TESTS ?=
+PATH_GOALS = $(wildcard $(MAKECMDGOALS))
+
 test: $(STAMP) prerequisites
-	$(PY) -m pytest -q
+	@test -z "$(PATH_GOALS)" || { echo 'make test: to run only $(PATH_GOALS), use: make test TESTS="$(PATH_GOALS)"'; exit 2; }
+	$(PY) -m pytest -q $(TESTS)
 
 # The database/Redis-backed tests against the servers named by ELICITD_TEST_DATABASE_URL/REDIS_URL.
 test-backends: $(STAMP) prerequisites
+	@test -z "$(PATH_GOALS)" || { echo 'make test-backends: to run only $(PATH_GOALS), use: make test-backends TESTS="$(PATH_GOALS)"'; exit 2; }
 	@test -n "$$ELICITD_TEST_DATABASE_URL" -a -n "$$ELICITD_TEST_REDIS_URL" || { echo "set ELICITD_TEST_DATABASE_URL and ELICITD_TEST_REDIS_URL"; exit 1; }
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(TESTS)
 
 # Every Python tree in the repository is held to the same bar; mypy reads its file list from pyproject.
 CODE := service migrations elicitd_client tests bench examples
@@ -97,5 +104,9 @@ constraints:
 	  $(CONSTRAINTS_VENV)/bin/pip freeze --exclude-editable | grep -v '^elicitd'; } > constraints.txt
 	rm -rf $(CONSTRAINTS_VENV)
 
+# Refused while `make run` holds .data/dev.lock: deleting the database and Redis under a running
+# instance leaves it answering "ready" on files that are gone, and its PostgreSQL orphaned.
 clean:
+	@test ! -e .data/dev.lock || $(PYTHON) -c "import fcntl; fcntl.flock(open('.data/dev.lock'), fcntl.LOCK_EX | fcntl.LOCK_NB)" 2>/dev/null || \
+	  { echo "make clean: elicitd dev (make run) is running on .data; stop it first (Ctrl+C in its terminal), then make clean."; exit 1; }
 	rm -rf $(VENV) .data
