@@ -64,7 +64,11 @@ _encode = msgspec.json.Encoder().encode
 REDACTED = "[redacted]"
 # A query string or fragment glued to a URL or path: ``…/cb?code=x&state=y`` or ``…/cb#access_token=x``.
 _QUERY = re.compile(r"(?<=[^\s\"'<>(\[{,;=])[?#][^\s\"'<>]+")
-_BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[^\s\"',;]+", re.IGNORECASE)
+# The word after ``Bearer``/``Basic``/``Token`` is redacted when it looks like a credential, not a
+# word: 6+ characters with a digit, one of ``-._~+/=`` or a lower-then-upper case change, or 20+ of
+# anything (base64). "(the token vault)" and "Token expired" are prose and stay as written.
+_CREDENTIAL = r"(?=[^\s\"',;]{6})(?=[^\s\"',;]*(?:[\d._~+/=-]|(?-i:[a-z][^\s\"',;]*[A-Z]))|[^\s\"',;]{20})[^\s\"',;]+"
+_BEARER = re.compile(rf"\b(Bearer|Basic|Token)\s+{_CREDENTIAL}", re.IGNORECASE)
 # ``code=…``, ``client_secret: …``, ``"refresh_token": "…"``, ``x-api-key=…`` (any name ending so).
 _SECRET_PAIR = re.compile(
     r"\b((?:[\w-]*[_-])?(?:code|state|token|secret|password|key))(\"?\s*[=:]\s*\"?)[^\s\"'&,;})\]]+", re.IGNORECASE

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
+from service.logs import redact_foreign
 from service.settings import Settings
 from tests.support.apps import LogCapture, new_server_client, running_app
 
@@ -219,6 +220,25 @@ def test_third_party_messages_are_redacted() -> None:
         "send headers Authorization: Bearer [redacted]; secret: [redacted]",
         "key=value stays: https://elicitd.example.com/f?x=1",
     ]
+
+
+def test_the_redactor_takes_credentials_after_a_scheme_not_words() -> None:
+    """``Bearer``/``Basic``/``Token`` followed by a credential loses it; followed by prose, nothing."""
+    prose = [
+        "refresh failed (the token vault) for connection 7",
+        "Token expired, asking again",
+        "Basic information about the provider",
+        "The Bearer Authentication scheme",
+    ]
+    assert [redact_foreign(line) for line in prose] == prose
+    credentials = {
+        "Authorization: Bearer eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2ln": "Authorization: Bearer [redacted]",
+        "Basic YWxhZGRpbjpvcGVuc2VzYW1l sent": "Basic [redacted] sent",
+        "token ghp_16C7e42F292c6912E7710c838347Ae178B4a": "token [redacted]",
+        "Bearer elk_ff49d08f_AQoEoG": "Bearer [redacted]",
+        "Bearer opaqueMixedCase": "Bearer [redacted]",
+    }
+    assert {line: redact_foreign(line) for line in credentials} == credentials
 
 
 async def test_a_real_httpx_request_line_loses_its_query(make_settings: Callable[..., Settings]) -> None:
