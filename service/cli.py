@@ -69,6 +69,13 @@ def cmd_serve(args: argparse.Namespace) -> None:
         from service.db.migrate import upgrade
 
         upgrade(settings.database_url)
+    if settings.config_file:
+        from service.config_file import apply_before_serving
+
+        # Here, not only in the app's lifespan: a broken file then stops `serve` with one line
+        # naming the file and the entry (exit 3), where a failing lifespan prints the server's
+        # startup traceback.
+        asyncio.run(apply_before_serving(settings))
     uvicorn.run(
         create_app(build_services(settings)),
         host=args.host,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import tomllib
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -47,6 +48,25 @@ SECTIONS: dict[str, str] = {
 CHECKS: tuple[str, ...] = ("service.grants.groups:check_config",)
 
 
+_TOML_POSITION = re.compile(r"^(?P<reason>.*?) \(at line (?P<line>\d+), column (?P<column>\d+)\)$")
+
+
+def _where_parsing_stopped(exc: Exception) -> str:
+    """`` at line L, column C: reason`` from the parser, which names the syntax it expected, never
+    the file's values (a secret pasted in the wrong place stays out of the message)."""
+    if isinstance(exc, tomllib.TOMLDecodeError):
+        found = _TOML_POSITION.match(str(exc))
+        if found:
+            return f" at line {found['line']}, column {found['column']}: {found['reason']}"
+        reason, _, end = str(exc).rpartition(" (at end of document)")
+        return f" at the end of the file: {reason}" if end == "" and reason else ""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is not None:
+        return f" at line {mark.line + 1}, column {mark.column + 1}" + (f": {problem}" if problem else "")
+    return ""
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Parse the file; errors name the file and never echo its contents (they may hold secrets)."""
     file = Path(path)
@@ -63,7 +83,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         else:
             raise ConfigurationError(f"ELICITD_CONFIG_FILE: {file} must end in .toml, .yaml or .yml")
     except (tomllib.TOMLDecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(f"ELICITD_CONFIG_FILE: {file} is not valid {suffix[1:].upper()}") from exc
+        raise ConfigurationError(
+            f"ELICITD_CONFIG_FILE: {file} is not valid {'TOML' if suffix == '.toml' else 'YAML'}"
+            f"{_where_parsing_stopped(exc)}"
+        ) from exc
     if not isinstance(data, dict):
         raise ConfigurationError(f"ELICITD_CONFIG_FILE: {file} must hold a table at the top level")
     unknown = set(data) - set(SECTIONS)
