@@ -24,12 +24,13 @@ from alembic import context
 from alembic.operations.ops import MigrationScript
 from alembic.runtime.migration import MigrationContext, MigrationInfo
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
 from service.db import migrate
+from service.errors import ConfigurationError
 
 config = context.config
-timeouts: migrate.MigrationTimeouts = config.attributes.get("timeouts", migrate.DEFAULT_TIMEOUTS)
 
 
 def _record(ctx: MigrationContext, step: MigrationInfo, heads: Collection[Any], run_args: Mapping[str, Any]) -> None:
@@ -64,14 +65,14 @@ def _run(connection: Connection) -> None:
 
 
 async def _run_locked(database_url: str) -> None:
-    async with migrate.migration_connection(database_url, timeouts) as connection:
+    async with migrate.migration_connection(database_url) as connection:
         await connection.run_sync(_run)
 
 
 def _offline() -> None:
     # No database is needed to write the script, only its dialect.
     context.configure(dialect_name="postgresql", literal_binds=True, **OPTIONS)
-    for statement in migrate.offline_preamble(timeouts):
+    for statement in migrate.offline_preamble():
         context.execute(statement)
     with context.begin_transaction():
         context.run_migrations()
@@ -87,4 +88,8 @@ if context.is_offline_mode():
 elif (connection := config.attributes.get("connection")) is not None:
     _run(connection)
 else:  # stock alembic: the database the service uses
-    asyncio.run(_run_locked(migrate.database_url_from_env()))
+    try:
+        database_url = migrate.database_url_from_env()
+    except ConfigurationError as missing:  # alembic prints a CommandError as one line
+        raise CommandError(f"{missing} (the database elicitd uses, e.g. postgresql://user@host/elicitd)") from None
+    asyncio.run(_run_locked(database_url))

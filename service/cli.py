@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import importlib
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -433,7 +434,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         failed = classify(exc, database_url=os.environ.get("ELICITD_DATABASE_URL"))
         if failed is None:
             raise  # a bug: keep the traceback
-        _fail(failed)
+        _fail(_with_dev_hint(failed, args, sys.argv[1:] if argv is None else list(argv)))
+
+
+def _with_dev_hint(failed: CommandFailed, args: argparse.Namespace, argv: list[str]) -> CommandFailed:
+    """A command run without settings while ``make run`` serves was meant for that instance: say
+    to add ``--dev``, not to start another one."""
+    from service import dev_instance
+
+    missing = failed.code == ExitCode.CONFIGURATION and "ELICITD_DATABASE_URL is required" in failed.message
+    if not missing or args.dev or args.command in {"dev", "serve"} or not dev_instance.is_running(DATA_DIR):
+        return failed
+    again = shlex.join(["elicitd", "--dev", *argv])
+    return CommandFailed(
+        f"ELICITD_DATABASE_URL is not set, and `elicitd dev` (make run) is running on {DATA_DIR}/: "
+        f"add --dev to reach it: {again}",
+        failed.code,
+    )
 
 
 if __name__ == "__main__":

@@ -254,3 +254,11 @@ async def test_autogenerate_writes_an_empty_revision_when_the_models_match(
     assert "op.create_index('ix_grants_flow_id', 'grants', ['flow_id']" in probe.read_text()
     assert _body(probe, "upgrade") != ["Pass"]
     probe.unlink()
+
+
+async def test_without_a_database_url_stock_alembic_says_so_in_one_line() -> None:
+    code, out, log = await _alembic(None, "current")
+
+    failed = "FAILED: ELICITD_DATABASE_URL is required (the database elicitd uses, e.g. postgresql://user@host/elicitd)"
+    assert (code, out.splitlines()) == (255, [failed])
+    assert "Traceback" not in log
