@@ -61,7 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from service.app import create_app
     from service.logs import configure_logging
     from service.services import build_services
-    from service.serving import server_options
+    from service.serving import drain_seconds, serve, server_options
 
     settings = _settings()
     ensure_port_free(args.host, args.port)
@@ -77,16 +77,19 @@ def cmd_serve(args: argparse.Namespace) -> None:
         # naming the file and the entry (exit 3), where a failing lifespan prints the server's
         # startup traceback.
         asyncio.run(apply_before_serving(settings))
-    uvicorn.run(
-        create_app(build_services(settings)),
+    services = build_services(settings)
+    config = uvicorn.Config(
+        create_app(services),
         host=args.host,
         port=args.port,
         log_config=None,
         access_log=False,
         proxy_headers=True,
         server_header=False,
+        timeout_graceful_shutdown=drain_seconds(settings.max_wait_seconds),
         **server_options(),
     )
+    serve(config, services.events.drain)
 
 
 def _dev_keys() -> str:

@@ -172,6 +172,17 @@ class EventHub:
         self.clock: Clock = clock or SystemClock()
         self._tails: dict[uuid.UUID, _Tail] = {}
         self._slots: dict[uuid.UUID, weakref.WeakSet[StreamSlot]] = {}
+        self._draining = False
+
+    def drain(self) -> None:
+        """The process is stopping: every open stream ends after what it has sent, and a new one
+        ends at once. A stream never ends by itself, so the server would otherwise wait for it
+        until its stop ran out and cut it; ended here, its client resumes from ``Last-Event-ID``
+        on another replica without losing an event."""
+        self._draining = True
+        for tail in self._tails.values():
+            for subscription in tail.subscriptions:
+                subscription.poke()
 
     # ---- after a commit ------------------------------------------------------------------------
     @staticmethod
@@ -249,7 +260,7 @@ class EventHub:
         """Every event after ``after``, in order, as batches; ``None`` when a heartbeat is due."""
         async with self._subscribe(server_client_id) as (subscription, tail):
             position = after
-            while True:
+            while not self._draining:
                 # Catch up from PostgreSQL. The subscription is registered and reset first, so an
                 # event committed meanwhile is either read here or pushed (and skipped if both).
                 subscription.reset()
@@ -266,6 +277,8 @@ class EventHub:
                     if not await subscription.wait(self.settings.heartbeat_seconds):
                         yield None
                         continue
+                    if self._draining:
+                        return
                     if subscription.behind:
                         break
                     rows = [row for row in subscription.take() if row.seq > position]

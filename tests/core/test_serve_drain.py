@@ -1,0 +1,112 @@
+"""``elicitd serve`` on SIGTERM: an open event stream ends at once (its client resumes elsewhere
+from ``Last-Event-ID``), a parked long-poll is answered at the end of its wait, and the process
+ends within ``drain_seconds`` plus the app's own shutdown — the bound terminationGracePeriodSeconds
+is sized from (docs/deploy.md). Before, one open event stream kept the process running until it
+was killed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+
+from service.services import BACKGROUND_STOP_SECONDS, SHUTDOWN_SECONDS
+from service.serving import drain_seconds
+from service.settings import KeyRing
+from tests.support import backends
+from tests.support.apps import free_port
+
+MAX_WAIT = 3
+
+
+async def test_sigterm_answers_the_long_poll_cuts_the_stream_and_ends_in_time(
+    backend: backends.Backends, database_url: str
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ELICITD_")} | {
+        "ELICITD_DATABASE_URL": database_url,
+        "ELICITD_REDIS_URL": backend.redis_url,
+        "ELICITD_PUBLIC_URL": f"http://127.0.0.1:{port}",
+        "ELICITD_KEYS": KeyRing.generate_entry("k1"),
+        "ELICITD_REDIS_CHANNEL": f"elicitd:drain:{port}",
+        "ELICITD_MAX_WAIT_SECONDS": str(MAX_WAIT),
+    }
+    cli = [sys.executable, "-m", "service.cli"]
+    created = await asyncio.to_thread(
+        subprocess.run,
+        [*cli, "servers", "create", f"drain-{port}", "--subject-proof", "none", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert created.returncode == 0, created.stderr
+    auth = {"Authorization": f"Bearer {json.loads(created.stdout)['api_key']}"}
+    server = subprocess.Popen(
+        [*cli, "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if (await http.get("/readyz")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert server.poll() is None and time.monotonic() < deadline, "elicitd serve did not become ready"
+                await asyncio.sleep(0.2)
+            made = await http.post(
+                "/v1/flows",
+                headers=auth,
+                json={
+                    "subject": {"iss": "https://id.example.com", "sub": "drain"},
+                    "kind": "external",
+                    "url": "https://app.example.com/s",
+                },
+            )
+            assert made.status_code == 201, made.text
+            flow = made.json()["flow"]["id"]
+
+            async def stream() -> tuple[bytes, float]:
+                received = b""
+                async with http.stream("GET", "/v1/events", headers=auth) as events:
+                    assert events.status_code == 200
+                    async for chunk in events.aiter_bytes():  # a cut stream raises here
+                        received += chunk
+                return received, time.monotonic()
+
+            streaming = asyncio.create_task(stream())
+            parked = asyncio.create_task(http.get(f"/v1/flows/{flow}?wait_seconds={MAX_WAIT}", headers=auth))
+            await asyncio.sleep(0.5)
+            sent = time.monotonic()
+            server.send_signal(signal.SIGTERM)
+            answer = await parked
+            assert (answer.status_code, answer.json()["flow"]["status"]) == (200, "pending")
+            received, ended = await asyncio.wait_for(streaming, 30)
+            # Ended by the server at once, whole, not cut when the stop ran out.
+            assert received.startswith(b": elicitd events") and ended - sent < 1.5, ended - sent
+        code = await asyncio.to_thread(server.wait, 30)
+        took = time.monotonic() - sent
+        # uvicorn raises SIGTERM again once the app has shut down (as PID 1 in a container, the
+        # kernel ignores it and the exit code is 0): the log says the shutdown was complete.
+        assert code == -signal.SIGTERM
+        assert took < drain_seconds(MAX_WAIT) + BACKGROUND_STOP_SECONDS + SHUTDOWN_SECONDS, took
+        assert server.stderr is not None
+        log = server.stderr.read()
+        assert "Application shutdown complete" in log and "Traceback" not in log
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
