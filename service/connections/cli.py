@@ -79,8 +79,14 @@ def cmd_add(args: argparse.Namespace) -> None:
         args.json,
         view,
         f"provider {view['name']} saved ({view['display_name']}, client {view['client_id']}); "
-        f"redirect URI to register there: <ELICITD_PUBLIC_URL>/connect/callback",
+        f"redirect URI to register there: {_public_url()}/connect/callback",
     )
+
+
+def _public_url() -> str:
+    """This instance's public URL (``--dev`` sets it from the running ``elicitd dev``), or the
+    variable's name for the operator to fill in when it is not set here."""
+    return os.environ.get("ELICITD_PUBLIC_URL", "").rstrip("/") or "<ELICITD_PUBLIC_URL>"
 
 
 def cmd_list(args: argparse.Namespace) -> None:
