@@ -1,0 +1,156 @@
+"""Every person-facing page in every shipped language, opened in Chromium at 1280 and 320 px:
+axe-core finds no WCAG 2.0/2.1/2.2 A or AA violation, nothing scrolls sideways on a phone, and
+``lang``/``dir`` are right. Arabic pages mirror while URLs, domains, ids and scope strings keep
+their own direction. Screenshots of the connect, grant and payment pages go to
+``tests/artifacts/screenshots/i18n/``.
+
+The pages are the real templates and stylesheet rendered as elicitd renders them
+(``tests/i18n/pages.py``), served to the browser through request interception; one browser and
+one context serve the whole sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, BrowserContext, Page, Route
+
+from service.i18n import BY_TAG, LANGUAGES, Language
+from service.text import display_text_problem
+from tests.i18n.pages import ACCOUNT, PROVIDER_HOST, RTL_CLIENT, STYLESHEET, contexts, render
+from tests.support import axe
+from tests.support.browser import SCREENSHOT_DIR, new_context
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ORIGIN = "https://elicitd.test"
+SHOTS = SCREENSHOT_DIR / "i18n"
+SCREENSHOT_PAGES = ("connect", "grant", "grant_wider", "payment", "api_key", "me")
+SCREENSHOT_LANGUAGES = ("en", "th", "ja", "ar")
+# What every page sends: the same policy, so axe runs under it (it is injected through DevTools).
+CSP = "default-src 'self'; frame-ancestors 'none'; form-action 'self' https:"
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def sweep(chromium_browser: Browser) -> AsyncIterator[tuple[BrowserContext, Page]]:
+    context = await new_context(chromium_browser, viewport={"width": 1280, "height": 900})
+    await axe.with_axe(context)
+    stylesheet = STYLESHEET.read_bytes()
+
+    async def serve(route: Route) -> None:
+        path = route.request.url.removeprefix(ORIGIN)
+        if path == "/static/elicitd.css":
+            await route.fulfill(body=stylesheet, content_type="text/css")
+            return
+        _, tag, name = path.split("/", 2)
+        body = render(BY_TAG[tag.lower()], name.split("?", 1)[0])
+        await route.fulfill(
+            body=body, content_type="text/html; charset=utf-8", headers={"Content-Security-Policy": CSP}
+        )
+
+    await context.route(f"{ORIGIN}/**", serve)
+    page = await context.new_page()
+    try:
+        yield context, page
+    finally:
+        await context.close()
+
+
+async def _open(page: Page, language: Language, name: str) -> None:
+    await page.goto(f"{ORIGIN}/{language.tag}/{name}")
+
+
+async def _no_sideways_scroll(page: Page) -> bool:
+    return bool(await page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth"))
+
+
+@pytest.mark.parametrize("language", LANGUAGES, ids=[language.tag for language in LANGUAGES])
+async def test_every_page_passes_axe_at_both_widths(sweep: tuple[BrowserContext, Page], language: Language) -> None:
+    _, page = sweep
+    problems: dict[str, object] = {}
+    for width in (1280, 320):
+        await page.set_viewport_size({"width": width, "height": 900})
+        for name in contexts():
+            await _open(page, language, name)
+            html = page.locator("html")
+            assert (await html.get_attribute("lang"), await html.get_attribute("dir")) == (
+                language.tag,
+                "rtl" if language.rtl else "ltr",
+            ), name
+            found = await axe.violations(page)
+            if found:
+                problems[f"{name}@{width}"] = found
+            if width == 320 and not await _no_sideways_scroll(page):
+                problems[f"{name}@320"] = "scrolls sideways"
+            if width == 1280 and name in SCREENSHOT_PAGES and language.tag in SCREENSHOT_LANGUAGES:
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                await page.screenshot(path=str(SHOTS / f"{name}-{language.tag}.png"), full_page=True)
+            if width == 320 and name == "connect" and language.tag in SCREENSHOT_LANGUAGES:
+                await page.screenshot(path=str(SHOTS / f"{name}-{language.tag}-320.png"), full_page=True)
+    assert problems == {}
+
+
+async def test_arabic_mirrors_and_keeps_urls_ids_and_scopes_left_to_right(sweep: tuple[BrowserContext, Page]) -> None:
+    _, page = sweep
+    await page.set_viewport_size({"width": 1280, "height": 900})
+    arabic = BY_TAG["ar"]
+    await _open(page, arabic, "connect")
+    assert await page.evaluate("getComputedStyle(document.body).direction") == "rtl"
+    # Mirrored: the first fact's label sits at the right edge of the card, the button row starts there too.
+    card = await page.locator("main").bounding_box()
+    label = await page.locator("#connect-facts dt").first.bounding_box()
+    assert card is not None and label is not None
+    assert abs((card["x"] + card["width"]) - (label["x"] + label["width"])) < 40
+    # The provider's domain (with its punycode form), the account and the scope strings keep LTR.
+    host = page.locator("#provider bdi[dir=ltr]")
+    assert await host.inner_text() == PROVIDER_HOST
+    assert await host.evaluate("e => getComputedStyle(e).direction") == "ltr"
+    assert await page.locator("#connect-facts dd bdi[dir=ltr]").nth(1).inner_text() == "alice"
+    for code in await page.locator("#scopes code").all():
+        assert await code.evaluate("e => getComputedStyle(e).direction + ' ' + getComputedStyle(e).unicodeBidi") == (
+            "ltr isolate"
+        )
+    # A server name in Arabic is its own isolate, so it cannot pull the Latin words around it.
+    member = page.locator("#members strong bdi", has_text=RTL_CLIENT)
+    assert await member.count() == 1
+    await _open(page, arabic, "grant")
+    assert await page.locator("#account bdi[dir=ltr]").inner_text() == ACCOUNT
+    assert await page.locator("#grant-title bdi[dir=ltr]").inner_text() == ACCOUNT
+    # The text rule keeps bidi controls out of the names in the first place.
+    assert display_text_problem("Acme\u202e Files", "display_name") is not None
+
+
+async def test_keyboard_reaches_every_action_in_order_with_visible_focus(sweep: tuple[BrowserContext, Page]) -> None:
+    """Tab from the top of the connect page: the skip link, the page's two actions in reading
+    order, then the language links; every focused element shows its 3 px outline."""
+    _, page = sweep
+    await page.set_viewport_size({"width": 1280, "height": 900})
+    for tag in ("en", "ar"):
+        await _open(page, BY_TAG[tag], "connect")
+        order: list[str] = []
+        for _ in range(5):
+            await page.keyboard.press("Tab")
+            focused = await page.evaluate(
+                """() => { const e = document.activeElement, s = getComputedStyle(e);
+                    return [e.id || "lang-" + e.getAttribute("hreflang"), s.outlineStyle + " " + s.outlineWidth]; }"""
+            )
+            assert focused[1] == "solid 3px", focused
+            order.append(focused[0])
+        assert order == ["skip", "continue", "decline", "lang-en", "lang-th"]
+        await _open(page, BY_TAG[tag], "connect")
+        await page.keyboard.press("Tab")
+        await page.keyboard.press("Enter")
+        assert page.url.endswith("#main")
+
+
+def test_screenshots_were_taken() -> None:
+    """Run after the sweep in the same session: the pages people look at exist as images."""
+    missing = [
+        f"{name}-{tag}.png"
+        for name in SCREENSHOT_PAGES
+        for tag in SCREENSHOT_LANGUAGES
+        if not (SHOTS / f"{name}-{tag}.png").is_file()
+    ]
+    assert missing == []
