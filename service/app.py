@@ -24,7 +24,6 @@ from service.admin.api import admin_router
 from service.api_docs import OfflineSwaggerRenderPlugin
 from service.connections.api import ConnectionController
 from service.domains import display_origin
-from service.errors import EXCEPTION_HANDLERS, is_browser_path
 from service.events.api import EventController
 from service.flows.api import FlowController
 from service.flows.hot import HotFlowRoutes
@@ -38,6 +37,7 @@ from service.oauth.api import OAUTH_ROUTES
 from service.observability.metrics import metrics_endpoint
 from service.observability.requests import RequestObserver
 from service.openapi import AllowHeaderMiddleware, DescribedJsonRenderPlugin
+from service.problems import EXCEPTION_HANDLERS, is_browser_path
 from service.responses import JsonResponse
 from service.services import BACKGROUND_STOP_SECONDS, Services, bounded
 from service.serving import freeze_startup_heap

@@ -9,7 +9,7 @@ document once, by rules that follow the server's own (``service.errors``, ``serv
 routers' guards), so a new route is described correctly without listing it here:
 
 * every error answer is ``application/problem+json`` with the ``Problem`` schema, or ``text/html``
-  on a browser route (``service.errors.is_browser_path``), never Litestar's validation shape;
+  on a browser route (``service.problems.is_browser_path``), never Litestar's validation shape;
 * each operation lists the error statuses its kind of route can answer (see ``_statuses``);
 * a struct declared with ``forbid_unknown_fields`` has ``additionalProperties: false``;
 * ``mcp`` and ``legacy`` are the MCP result types of ``service.flows.schemas``;
@@ -29,8 +29,8 @@ from litestar import Request
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.serialization import encode_json
 
-from service.errors import is_browser_path
 from service.flows import schemas as flow_schemas
+from service.problems import is_browser_path
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 _METHODS = ("get", "put", "post", "patch", "delete")

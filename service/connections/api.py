@@ -13,10 +13,11 @@ from litestar.datastructures import CacheControlHeader
 from litestar.params import Parameter
 
 from service.connections.service import RevokeResponse, TokenResponse
-from service.errors import InvalidRequest, problem_responses
+from service.errors import InvalidRequest
 from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient
 from service.identity.subject_proof import SubjectTokenHeader
+from service.problems import problem_responses
 
 if TYPE_CHECKING:
     from service.services import Services

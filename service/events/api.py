@@ -25,13 +25,14 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from service.errors import PROBLEM_JSON, Problem, Unauthenticated, problem_responses
+from service.errors import PROBLEM_JSON, Problem, Unauthenticated
 from service.events import wire
 from service.events.hub import EventHub, InvalidCursor, StreamSlot
 from service.identity.deps import provide_server_client
 from service.identity.keys import ApiKeyAuthenticator, AuthenticatedClient
 from service.identity.models import SUBJECT_PROOF_REQUIRED
 from service.limits import header_value
+from service.problems import problem_responses
 
 if TYPE_CHECKING:
     from service.services import Services

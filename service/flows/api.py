@@ -11,7 +11,6 @@ from litestar.openapi.spec import Example
 from litestar.params import Body, Parameter
 from litestar.response.base import ASGIResponse
 
-from service.errors import problem_responses, response_for
 from service.flows.repository import FlowFields, Transition
 from service.flows.schemas import (
     CompleteRequest,
@@ -28,6 +27,7 @@ from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient
 from service.identity.subject_proof import SubjectTokenHeader
 from service.observability.requests import defer
+from service.problems import problem_responses, response_for
 from service.responses import JsonResponse
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class LongPollAnswer(ASGIResponse):
     waiting in the route). The answer is made by the route handler's own response path from the
     ``StatusResponse`` or ``ResolveResponse``, exactly as if the handler had returned it: same status, headers and
     body; an error raised by the wait (the flow gone, the database unreachable) gets the
-    response the application's exception handlers give it (``service.errors.response_for``).
+    response the application's exception handlers give it (``service.problems.response_for``).
 
     Only ``__call__`` of ``ASGIResponse`` is used: Litestar calls nothing else on a response.
     """

@@ -22,7 +22,7 @@ same services, the same route handlers and the same answers:
   the answer it always had (tests/flows/test_hot_routes.py compares both, byte for byte).
   Deciding costs no side effect: nothing is authenticated or read before the request is taken.
 * **Errors after that** (the key, the subject proof, the flow, the database) get the response the
-  route's exception handlers give them (``service.errors.response_for``, the route handler's own
+  route's exception handlers give them (``service.problems.response_for``, the route handler's own
   type encoders), and answers go through the route handler's ``to_response``: the status, headers
   and body Litestar would send. A long-poll that must wait is deferred to the observer exactly as
   the handler's is (``service.flows.api.LongPollAnswer``).

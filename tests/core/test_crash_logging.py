@@ -13,8 +13,8 @@ from litestar import Litestar, get
 from litestar.testing import AsyncTestClient
 from sqlalchemy.exc import ProgrammingError
 
-from service.errors import EXCEPTION_HANDLERS
 from service.logs import JsonFormatter, PlainFormatter, configure_logging, redacted_traceback
+from service.problems import EXCEPTION_HANDLERS
 from service.settings import KeyRing, Settings
 from tests.support.apps import LogCapture, running_app
 

@@ -10,7 +10,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service.db.errors import DbError
-from service.errors import transient_database_error
+from service.problems import transient_database_error
 
 
 def _db(orig: BaseException) -> DBAPIError:
