@@ -23,6 +23,7 @@ from service.connections.providers import ProviderSpec, upsert_provider
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.unit import unit_of_work
+from service.devtools.about import about_routes
 from service.devtools.files import FILES_PATH, SCOPE_WORDS, DemoFiles, files_routes
 from service.devtools.issuer import ID_PATH, DevIssuer, issuer_routes
 from service.devtools.keys import DevSecrets
@@ -37,6 +38,8 @@ CLIENT_ID = "elicitd"
 DEV_SERVER_CLIENT = "dev"
 # Requests for these paths go to the dev tools; everything else (and the lifespan) to elicitd.
 _PREFIXES = (f"{ID_PATH}/", f"{FILES_PATH}/", f"/.well-known/oauth-authorization-server{FILES_PATH}")
+# The pages at the addresses the banner prints (and the root): what is there, not a JSON 404.
+_PAGES = frozenset({"/", ID_PATH, FILES_PATH})
 
 
 def refusal(settings: Settings, *, host: str, embedded: bool) -> str | None:
@@ -82,7 +85,7 @@ class DevTools:
         issuer = DevIssuer(base + ID_PATH, keys, {CLIENT_ID: id_client})
         files = DemoFiles(base + FILES_PATH, keys, {CLIENT_ID: files_client})
         app = Litestar(
-            route_handlers=[*issuer_routes(issuer), *files_routes(files)],
+            route_handlers=[*issuer_routes(issuer), *files_routes(files), *about_routes(base, PROVIDER_NAME)],
             openapi_config=None,
             # elicitd configured logging already (its formatter, its fields); Litestar's default
             # config would replace the root handler and print every later line without fields.
@@ -96,7 +99,7 @@ class DevTools:
         tools = HostCheck(self.app, allowed_names(self.base, self.allowed_hosts))
 
         async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == ScopeType.HTTP and scope["path"].startswith(_PREFIXES):
+            if scope["type"] == ScopeType.HTTP and (scope["path"].startswith(_PREFIXES) or scope["path"] in _PAGES):
                 await tools(scope, receive, send)
             else:
                 await app(scope, receive, send)

@@ -30,8 +30,8 @@ body { margin: 0; font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, s
        background: var(--accent); color: #fff; }
 .brand { font-weight: 700; font-size: 1.1rem; letter-spacing: .02em; }
 .tag { font-size: .8rem; border: 1px solid rgba(255,255,255,.7); border-radius: 1rem; padding: .1rem .6rem; }
-main { max-width: 30rem; margin: 2rem auto; padding: 1.5rem; background: #fff; border-radius: .9rem;
-       box-shadow: 0 2px 8px rgba(0,0,0,.12); }
+main { max-width: {{ width | default("30rem") }}; margin: 2rem auto; padding: 1.5rem; background: #fff;
+       border-radius: .9rem; box-shadow: 0 2px 8px rgba(0,0,0,.12); }
 h1 { font-size: 1.35rem; margin: 0 0 .5rem; }
 .muted { color: #5f6368; font-size: .9rem; }
 .users { display: flex; gap: .6rem; flex-wrap: wrap; margin: .8rem 0 1.2rem; }
@@ -49,20 +49,27 @@ input[type=text] { font: inherit; padding: .5rem; border: 1px solid #999; border
 .row input { flex: 1; }
 .actions { display: flex; gap: .75rem; margin-top: 1.2rem; }
 ul.scopes { padding-left: 1.2rem; }
+dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: .35rem .9rem; margin: 1rem 0; }
+dl.facts dt { font-weight: 600; }
+dl.facts dd { margin: 0; }
+pre { background: #f4f4f6; padding: .6rem; border-radius: .4rem; overflow-x: auto; font-size: .8rem; }
+a { color: var(--accent); }
 .app { font-weight: 700; }
 .error { color: #b3261e; }
 code { font-family: ui-monospace, monospace; font-size: .85rem; word-break: break-all; }
-footer { max-width: 30rem; margin: 0 auto 2rem; padding: 0 1rem; font-size: .8rem; color: #5f6368;
-         text-align: center; }
+footer { max-width: {{ width | default("30rem") }}; margin: 0 auto 2rem; padding: 0 1rem; font-size: .8rem;
+         color: #5f6368; text-align: center; }
 </style>
 </head>
 <body>
-<header class="top"><span class="brand">{{ brand }}</span><span class="tag">development stand-in</span></header>
+<header class="top"><span class="brand">{{ brand }}</span>
+<span class="tag">{{ tag | default("development stand-in") }}</span></header>
 <main>
 {% block content %}{% endblock %}
 </main>
-<footer>{{ brand }} is served by <code>elicitd dev</code> for trying elicitd on this machine. It is not a real
-{{ kind }}{% if note %}: {{ note }}{% endif %}.</footer>
+<footer>{% if kind %}{{ brand }} is served by <code>elicitd dev</code> for trying elicitd on this machine. It is not a
+real {{ kind }}{% if note %}: {{ note }}{% endif %}.{% else %}Only <code>elicitd dev</code> serves this page; a
+production elicitd has none here.{% endif %}</footer>
 </body>
 </html>
 """
@@ -128,15 +135,44 @@ _PROBLEM = """{% extends "base.html" %}
 {% endblock %}
 """
 
+# What a stand-in (or the dev instance) is and how to use it: the page a person finds at the
+# address the banner printed, instead of a JSON 404.
+_ABOUT = """{% extends "base.html" %}
+{% block content %}
+<h1 id="about-title">{{ title }}</h1>
+<p>{{ intro }}</p>
+<dl class="facts" id="facts">
+{% for label, value, link in facts %}<dt>{{ label }}</dt>
+<dd>{% if link %}<a href="{{ link }}"><code>{{ value }}</code></a>{% else %}<code>{{ value }}</code>{% endif %}</dd>
+{% endfor %}</dl>
+{% if example %}<p>{{ example_intro }}</p>
+<pre><code id="example">{{ example }}</code></pre>{% endif %}
+{% if next %}<p class="muted">{{ next }}</p>{% endif %}
+{% endblock %}
+"""
+
 _ENVIRONMENT = Environment(
     loader=DictLoader(
-        {"base.html": _BASE, "sign_in.html": _SIGN_IN, "consent.html": _CONSENT, "problem.html": _PROBLEM}
+        {
+            "base.html": _BASE,
+            "sign_in.html": _SIGN_IN,
+            "consent.html": _CONSENT,
+            "problem.html": _PROBLEM,
+            "about.html": _ABOUT,
+        }
     ),
     autoescape=select_autoescape(default=True, default_for_string=True),
 )
 
 DEV_ID_LOOK = {"brand": "Dev ID", "accent": "#3c2a8c", "background": "#eeebf7", "kind": "identity provider"}
 DEMO_FILES_LOOK = {"brand": "Demo Files", "accent": "#0d7a6f", "background": "#e8f4f2", "kind": "file service"}
+DEV_INSTANCE_LOOK = {
+    "brand": "elicitd dev",
+    "accent": "#37474f",
+    "background": "#eceff1",
+    "kind": "",
+    "tag": "development instance",
+}
 
 
 def render(template: str, look: dict[str, str], status: int = 200, **context: Any) -> Response[str]:
