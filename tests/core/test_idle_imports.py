@@ -26,6 +26,7 @@ NOT_LOADED_WHEN_IDLE = (
     "rich",  # httpx's command line (service/__init__.py)
     "pygments",
     "jinja2",  # the pages' template engine, built by the first page (service/templating.py)
+    "babel",  # the pages' catalogues and locale data, loaded by the first page (service/i18n.py)
     "authlib",  # OAuth client code: the first sign-in, connection or introspection
     "joserfc",  # JOSE: the first subject token, ID token or (with a signing key) startup
 )

@@ -1,4 +1,4 @@
-"""axe-core for the accessibility tests: the pinned npm package (``tests/support/axe``), installed
+"""axe-core for the accessibility tests: the pinned npm package (``tests/support/axe-core``), installed
 with ``npm ci`` on first use and injected into every page of a Playwright context.
 
 The script is added as an init script (through the DevTools protocol, so a page's own
@@ -15,7 +15,7 @@ from typing import Any
 
 from playwright.async_api import BrowserContext, Page
 
-AXE_DIR = Path(__file__).parent / "axe"
+AXE_DIR = Path(__file__).parent / "axe-core"
 AXE_SCRIPT = AXE_DIR / "node_modules" / "axe-core" / "axe.min.js"
 WCAG_TAGS = ("wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa")
 
