@@ -27,11 +27,11 @@ def register(subparsers: Any) -> None:
 
 
 async def _with_session(work: Any) -> Any:
-    from service.cli import _settings
     from service.db.engine import make_engine, make_sessionmaker
     from service.db.unit import unit_of_work
+    from service.settings import Settings
 
-    engine = make_engine(_settings())
+    engine = make_engine(Settings.from_env())
     try:
         async with unit_of_work(make_sessionmaker(engine)) as session:
             return await work(session)
@@ -60,7 +60,7 @@ def cmd_list(args: argparse.Namespace) -> None:
     import msgspec
 
     from service.apikeys.providers import list_api_key_providers
-    from service.cli import print_table
+    from service.cli_output import print_table
 
     found = asyncio.run(_with_session(list_api_key_providers))
     rows = [

@@ -90,7 +90,7 @@ def _public_url() -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
-    from service.cli import print_table
+    from service.cli_output import print_table
     from service.connections.providers import list_providers, public_view
 
     async def work(session: AsyncSession, vault: Vault) -> list[dict[str, Any]]:
@@ -104,7 +104,7 @@ def cmd_list(args: argparse.Namespace) -> None:
 
 
 def cmd_catalog(args: argparse.Namespace) -> None:
-    from service.cli import print_table
+    from service.cli_output import print_table
 
     rows = [
         {

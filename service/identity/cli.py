@@ -76,7 +76,7 @@ def cmd_add(args: argparse.Namespace) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
-    from service.cli import print_table
+    from service.cli_output import print_table
     from service.identity.issuers import issuer_public_view, list_issuers
 
     async def work(session: AsyncSession, vault: Vault, directory: IssuerDirectory) -> list[dict[str, Any]]:

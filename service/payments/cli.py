@@ -25,17 +25,17 @@ def register(subparsers: Any) -> None:
 
 
 async def _reconcile(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from service.cli import _settings
     from service.services import open_services
+    from service.settings import Settings
 
     # The services are started, so completions wake MCP servers waiting on other replicas.
-    async with open_services(_settings().with_(background_tasks=False)) as services:
+    async with open_services(Settings.from_env().with_(background_tasks=False)) as services:
         actions = await services.payments.reconcile(older_than_seconds=args.older_than, limit=args.limit)
     return [dataclasses.asdict(a) for a in actions]
 
 
 def cmd_reconcile(args: argparse.Namespace) -> None:
-    from service.cli import print_table
+    from service.cli_output import print_table
 
     rows = asyncio.run(_reconcile(args))
     print_table(rows, ["flow_id", "session_id", "provider_status", "outcome"], as_json=args.json)
