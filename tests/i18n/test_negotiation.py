@@ -167,3 +167,18 @@ def test_the_default_locale_setting() -> None:
     assert Settings.from_env({**base, "ELICITD_DEFAULT_LOCALE": "pt-br"}).default_locale == "pt-BR"
     with pytest.raises(ConfigurationError, match="ELICITD_DEFAULT_LOCALE must be one of"):
         Settings.from_env({**base, "ELICITD_DEFAULT_LOCALE": "klingon"})
+
+
+async def test_error_pages_speak_the_language_and_the_api_stays_english(elicitd: RunningApp) -> None:
+    async with elicitd.http() as http:
+        refused = await http.post("/auth/logout", data={"csrf_token": "x"}, headers={"Accept-Language": "th"})
+        missing = await http.get("/me/nothing-here", headers={"Accept-Language": "ja"})
+        api = await http.get("/v1/nothing-here", headers={"Accept-Language": "ja"})
+    assert refused.status_code == 403
+    assert "<h1>แบบฟอร์มนี้หมดอายุแล้ว</h1>" in refused.text
+    assert "ตรวจสอบแบบฟอร์มไม่ได้ โปรดโหลดหน้านี้ใหม่แล้วลองอีกครั้ง" in refused.text
+    assert "set-cookie" not in refused.headers
+    assert missing.status_code == 404
+    assert "<h1>見つかりません</h1>" in missing.text and "そのリソースはありません。" in missing.text
+    assert api.status_code == 404
+    assert api.json()["title"] == "Not found"
