@@ -21,26 +21,37 @@ from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
 from service.admin.api import admin_router
+from service.admin.deps import AdminServices
 from service.api_docs import OfflineSwaggerRenderPlugin
+from service.apikeys.deps import ApiKeyServices
 from service.connections.api import ConnectionController
+from service.connections.deps import ConnectionApiServices, ConnectPageServices
+from service.consent.deps import ConsentServices
 from service.domains import display_origin
 from service.events.api import EventController
+from service.events.deps import EventServices
 from service.flows.api import FlowController
+from service.flows.deps import FlowApiServices, FlowPageServices, HotFlowServices
 from service.flows.hot import HotFlowRoutes
 from service.flows.pages import open_flow
+from service.grants.deps import GrantPageServices
 from service.grants.pages import ROUTES as GRANT_ROUTES
-from service.health import healthz, readyz
+from service.health import ReadinessServices, healthz, readyz
 from service.hosts import HostCheck, allowed_names
 from service.i18n import BY_TAG, LocaleScope
+from service.identity.deps import AuthenticatorServices
 from service.limits import LimitedRequest
 from service.oauth.api import OAUTH_ROUTES
+from service.oauth.deps import ExchangeServices
 from service.observability.metrics import metrics_endpoint
 from service.observability.requests import RequestObserver
 from service.openapi import AllowHeaderMiddleware, DescribedJsonRenderPlugin
+from service.payments.deps import PaymentServices, PaymentWebhookServices
 from service.problems import EXCEPTION_HANDLERS, is_browser_path
 from service.responses import JsonResponse
 from service.services import BACKGROUND_STOP_SECONDS, Services, bounded
 from service.serving import freeze_startup_heap
+from service.signin.deps import SigninServices
 from service.signin.routes import IDENTITY_ROUTES
 from service.templating import LazyJinjaEngine
 
@@ -71,6 +82,44 @@ class ElicitdApp(Litestar):
 
 
 def _provide_services(services: Services) -> Provide:
+    """The ``services`` dependency: the container, which each domain's handlers read through their
+    own ``deps`` Protocol (what they use, and nothing else). Litestar hands it over unchecked, so
+    the assignment below is where mypy checks that the container offers every domain all it reads."""
+    admin: AdminServices = services
+    api_key: ApiKeyServices = services
+    authenticator: AuthenticatorServices = services
+    connection_api: ConnectionApiServices = services
+    connect_page: ConnectPageServices = services
+    consent: ConsentServices = services
+    event: EventServices = services
+    exchange: ExchangeServices = services
+    flow_api: FlowApiServices = services
+    flow_page: FlowPageServices = services
+    grant_page: GrantPageServices = services
+    hot_flow: HotFlowServices = services
+    payment: PaymentServices = services
+    payment_webhook: PaymentWebhookServices = services
+    readiness: ReadinessServices = services
+    signin: SigninServices = services
+    del (
+        admin,
+        api_key,
+        authenticator,
+        connection_api,
+        connect_page,
+        consent,
+        event,
+        exchange,
+        flow_api,
+        flow_page,
+        grant_page,
+        hot_flow,
+        payment,
+        payment_webhook,
+        readiness,
+        signin,
+    )
+
     async def provide() -> Services:
         return services
 
@@ -123,8 +172,6 @@ def create_app(services: Services) -> Litestar:
             create_static_files_router(path="/static", directories=[_HERE / "static"], include_in_schema=False),
         ],
         dependencies={"services": _provide_services(services)},
-        # Handler modules name ``Services`` only under ``TYPE_CHECKING`` (no import cycle).
-        signature_namespace={"Services": Services},
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[AllowHeaderMiddleware],

@@ -19,17 +19,18 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 import msgspec
 from litestar import Response, get
+from litestar.params import Dependency
 from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-    from service.services import Services
+    from service.signals.bus import WaiterHub
 
 
 logger = logging.getLogger("elicitd.health")
@@ -141,13 +142,27 @@ class Readiness(msgspec.Struct, omit_defaults=True):
     warnings: list[str] = []
 
 
+class ReadinessServices(Protocol):
+    """The parts of the container readiness checks: PostgreSQL through a session, Redis through the hub."""
+
+    @property
+    def hub(self) -> WaiterHub: ...
+
+    @property
+    def sessions(self) -> async_sessionmaker[AsyncSession]: ...
+
+
+# The ``services`` dependency as ReadinessServices (see ``service.flows.deps``).
+ReadinessDeps = Annotated[ReadinessServices, Dependency(skip_validation=True)]
+
+
 @get("/healthz", operation_id="healthz", tags=["ops"], summary="Liveness: the process answers")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
 @get("/readyz", operation_id="readyz", tags=["ops"], summary="Readiness: PostgreSQL and Redis, reported apart")
-async def readyz(services: Services) -> Response[Readiness]:
+async def readyz(services: ReadinessDeps) -> Response[Readiness]:
     state = services
     hub = state.hub
     log = dependency_log(hub)

@@ -7,7 +7,7 @@ per route, and an audit row per call. The same operations back the ``elicitd adm
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, Router, get, post
 from litestar.params import Parameter
@@ -19,7 +19,7 @@ from service.admin.api_directory import DIRECTORY_CONTROLLERS
 from service.admin.api_grants import GRANT_CONTROLLERS
 from service.admin.audit import list_audit
 from service.admin.bodies import strict_booleans
-from service.admin.deps import unit
+from service.admin.deps import AdminDeps, unit
 from service.admin.guards import AdminAuditMiddleware, AdminGuard, principal_of
 from service.admin.schemas import (
     AdminFlow,
@@ -34,9 +34,6 @@ from service.admin.schemas import (
 from service.admin.tokens import ADMIN_TOKEN_ID, Role
 from service.admin.views import flow_view
 from service.flows.states import FlowStatus
-
-if TYPE_CHECKING:
-    from service.services import Services
 
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50, description="Page size")]
 Cursor = Annotated[str | None, Parameter(description="`next_cursor` from the previous page")]
@@ -53,7 +50,7 @@ class AdminFlowsController(Controller):
     async def list_flows(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        services: AdminDeps,
         status: str | None = None,
         kind: str | None = None,
         server_client: str | None = None,
@@ -83,7 +80,7 @@ class AdminFlowsController(Controller):
             return await flows.list_flows(session, filters, cursor=cursor, limit=limit)
 
     @get("/{flow_id:str}", operation_id="adminGetFlow", summary="One flow with its full event history")
-    async def show_flow(self, request: Request[Any, Any, Any], services: Services, flow_id: str) -> FlowDetail:
+    async def show_flow(self, request: Request[Any, Any, Any], services: AdminDeps, flow_id: str) -> FlowDetail:
         async with unit(services) as session:
             return await flows.show_flow(services.flows, session, flow_id)
 
@@ -94,7 +91,7 @@ class AdminFlowsController(Controller):
         opt=OPERATOR,
         summary="Cancel a pending flow (409 flow_not_pending when it already finished)",
     )
-    async def cancel_flow(self, request: Request[Any, Any, Any], services: Services, flow_id: str) -> AdminFlow:
+    async def cancel_flow(self, request: Request[Any, Any, Any], services: AdminDeps, flow_id: str) -> AdminFlow:
         token = ADMIN_TOKEN_ID.format(principal_of(request).token_id)
         return flow_view(await flows.finish_flow(services.flows, flow_id, FlowStatus.CANCELLED, admin_token=token))
 
@@ -105,7 +102,7 @@ class AdminFlowsController(Controller):
         opt=OPERATOR,
         summary="Expire a pending flow now",
     )
-    async def expire_flow(self, request: Request[Any, Any, Any], services: Services, flow_id: str) -> AdminFlow:
+    async def expire_flow(self, request: Request[Any, Any, Any], services: AdminDeps, flow_id: str) -> AdminFlow:
         token = ADMIN_TOKEN_ID.format(principal_of(request).token_id)
         return flow_view(await flows.finish_flow(services.flows, flow_id, FlowStatus.EXPIRED, admin_token=token))
 
@@ -118,7 +115,7 @@ class AdminWebhooksController(Controller):
     async def list_deliveries(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        services: AdminDeps,
         delivery_state: Annotated[str | None, Parameter(query="state")] = None,
         server_client: str | None = None,
         flow_id: str | None = None,
@@ -132,7 +129,7 @@ class AdminWebhooksController(Controller):
 
     @get("/{delivery_id:str}", operation_id="adminGetWebhookDelivery", summary="One webhook delivery")
     async def show_delivery(
-        self, request: Request[Any, Any, Any], services: Services, delivery_id: str
+        self, request: Request[Any, Any, Any], services: AdminDeps, delivery_id: str
     ) -> WebhookDeliveryView:
         async with unit(services) as session:
             return await deliveries.show_delivery(session, delivery_id)
@@ -144,7 +141,7 @@ class AdminWebhooksController(Controller):
         opt=OPERATOR,
         summary="Deliver an event again (after delivery or abandonment), with a fresh retry window",
     )
-    async def replay(self, request: Request[Any, Any, Any], services: Services, delivery_id: str) -> ReplayResult:
+    async def replay(self, request: Request[Any, Any, Any], services: AdminDeps, delivery_id: str) -> ReplayResult:
         async with unit(services) as session:
             view = await deliveries.replay(session, delivery_id)
         services.webhooks.wake()
@@ -159,7 +156,7 @@ class AdminWebhooksController(Controller):
 )
 async def admin_stats(
     request: Request[Any, Any, Any],
-    services: Services,
+    services: AdminDeps,
     window: Annotated[str, Parameter(default="24h", description="e.g. 1h, 24h, 7d")] = "24h",
     server_client: Annotated[
         str | None, Parameter(description="Only this server client's flows and webhook backlog (sc_…)")
@@ -178,7 +175,7 @@ async def admin_stats(
 )
 async def admin_audit(
     request: Request[Any, Any, Any],
-    services: Services,
+    services: AdminDeps,
     admin_token_id: str | None = None,
     cursor: Cursor = None,
     limit: Limit = 50,

@@ -4,13 +4,13 @@ webhook, its limits — needs the ``admin`` role; reading needs ``viewer``."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, get, patch, post, put
 from litestar.params import Parameter
 
 from service.admin import clients
-from service.admin.deps import unit
+from service.admin.deps import AdminDeps, unit
 from service.admin.schemas import (
     CreatedServerClient,
     CreateServerClient,
@@ -24,9 +24,6 @@ from service.admin.schemas import (
 )
 from service.admin.tokens import Role
 
-if TYPE_CHECKING:
-    from service.services import Services
-
 ADMIN = {"role": Role.ADMIN}
 
 
@@ -38,7 +35,7 @@ class AdminServerClientsController(Controller):
     async def list_clients(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        services: AdminDeps,
         cursor: str | None = None,
         limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
     ) -> ServerClientPage:
@@ -52,13 +49,13 @@ class AdminServerClientsController(Controller):
         summary="Register an MCP server; its API key is in this response only",
     )
     async def create(
-        self, request: Request[Any, Any, Any], services: Services, data: CreateServerClient
+        self, request: Request[Any, Any, Any], services: AdminDeps, data: CreateServerClient
     ) -> CreatedServerClient:
         async with unit(services) as session:
             return await clients.create(session, data)
 
     @get("/{client_id:str}", operation_id="adminGetServerClient", summary="One server client and its keys")
-    async def show(self, request: Request[Any, Any, Any], services: Services, client_id: str) -> ServerClientView:
+    async def show(self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str) -> ServerClientView:
         async with unit(services) as session:
             return await clients.show(session, client_id)
 
@@ -69,7 +66,7 @@ class AdminServerClientsController(Controller):
         summary="Change display name, allowed providers, trusted issuers or rate limits",
     )
     async def update(
-        self, request: Request[Any, Any, Any], services: Services, client_id: str, data: UpdateServerClient
+        self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str, data: UpdateServerClient
     ) -> ServerClientView:
         async with unit(services) as session:
             view = await clients.update_client(session, client_id, data)
@@ -83,7 +80,7 @@ class AdminServerClientsController(Controller):
         opt=ADMIN,
         summary="Disable a server client: its API keys stop working",
     )
-    async def disable(self, request: Request[Any, Any, Any], services: Services, client_id: str) -> ServerClientView:
+    async def disable(self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str) -> ServerClientView:
         async with unit(services) as session:
             view = await clients.set_disabled(session, client_id, True)
         services.authenticator.forget()
@@ -96,7 +93,7 @@ class AdminServerClientsController(Controller):
         opt=ADMIN,
         summary="Enable a disabled server client",
     )
-    async def enable(self, request: Request[Any, Any, Any], services: Services, client_id: str) -> ServerClientView:
+    async def enable(self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str) -> ServerClientView:
         async with unit(services) as session:
             return await clients.set_disabled(session, client_id, False)
 
@@ -108,7 +105,7 @@ class AdminServerClientsController(Controller):
         summary="Issue a new API key; older keys keep working for `grace_seconds`",
     )
     async def rotate_key(
-        self, request: Request[Any, Any, Any], services: Services, client_id: str, data: RotateKey
+        self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str, data: RotateKey
     ) -> RotatedKey:
         async with unit(services) as session:
             rotated = await clients.rotate_key(session, client_id, timedelta(seconds=data.grace_seconds))
@@ -122,7 +119,7 @@ class AdminServerClientsController(Controller):
         summary="Set (or clear with null) the completion webhook; a new signing secret is shown once",
     )
     async def set_webhook(
-        self, request: Request[Any, Any, Any], services: Services, client_id: str, data: SetWebhook
+        self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str, data: SetWebhook
     ) -> WebhookSecret:
         async with unit(services) as session:
             return await clients.set_webhook(session, services.vault, client_id, data.url)
@@ -135,7 +132,7 @@ class AdminServerClientsController(Controller):
         summary="Replace the webhook signing secret; the new one is shown once",
     )
     async def rotate_webhook_secret(
-        self, request: Request[Any, Any, Any], services: Services, client_id: str
+        self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str
     ) -> WebhookSecret:
         async with unit(services) as session:
             return await clients.rotate_webhook_secret(session, services.vault, client_id)

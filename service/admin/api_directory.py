@@ -7,14 +7,14 @@ one is set). Changing a provider or issuer drops this process's cached discovery
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, get, patch, post
 from litestar.params import Parameter
 
 from service.admin import connections, directory, payments
-from service.admin.deps import unit
+from service.admin.deps import AdminDeps, unit
 from service.admin.directory import (
     CreateIssuer,
     CreateProvider,
@@ -29,9 +29,6 @@ from service.connections import providers
 from service.errors import IssuerNotFound, ProviderNotFound
 from service.identity import issuers
 
-if TYPE_CHECKING:
-    from service.services import Services
-
 OPERATOR = {"role": Role.OPERATOR}
 ADMIN = {"role": Role.ADMIN}
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50, description="Page size")]
@@ -41,7 +38,7 @@ class IssuerRef(msgspec.Struct, forbid_unknown_fields=True):
     issuer: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 
 
-def _forget_providers(services: Services) -> None:
+def _forget_providers(services: AdminDeps) -> None:
     services.connections.metadata.forget()
 
 
@@ -50,7 +47,7 @@ class AdminProvidersController(Controller):
     tags = ["admin: providers"]
 
     @get("/", operation_id="adminListProviders", summary="Third-party OAuth providers (never their secrets)")
-    async def list_providers(self, request: Request[Any, Any, Any], services: Services) -> list[ProviderView]:
+    async def list_providers(self, request: Request[Any, Any, Any], services: AdminDeps) -> list[ProviderView]:
         async with unit(services) as session:
             return [directory.provider_view(p) for p in await providers.list_providers(session)]
 
@@ -61,14 +58,14 @@ class AdminProvidersController(Controller):
         opt=ADMIN,
         summary="Create a provider from a catalog entry; the client secret is write-only (409 if the name exists)",
     )
-    async def create(self, request: Request[Any, Any, Any], services: Services, data: CreateProvider) -> ProviderView:
+    async def create(self, request: Request[Any, Any, Any], services: AdminDeps, data: CreateProvider) -> ProviderView:
         async with unit(services) as session:
             view = await directory.create_provider(session, services.vault, data)
         _forget_providers(services)
         return view
 
     @get("/{name:str}", operation_id="adminGetProvider", summary="One provider (never its secret)")
-    async def show(self, request: Request[Any, Any, Any], services: Services, name: str) -> ProviderView:
+    async def show(self, request: Request[Any, Any, Any], services: AdminDeps, name: str) -> ProviderView:
         async with unit(services) as session:
             return directory.provider_view(await directory.get_provider(session, name))
 
@@ -79,7 +76,7 @@ class AdminProvidersController(Controller):
         summary="Change fields of a provider; a secret not given is kept",
     )
     async def update(
-        self, request: Request[Any, Any, Any], services: Services, name: str, data: UpdateProvider
+        self, request: Request[Any, Any, Any], services: AdminDeps, name: str, data: UpdateProvider
     ) -> ProviderView:
         async with unit(services) as session:
             view = await directory.update_provider(session, services.vault, name, data)
@@ -93,7 +90,7 @@ class AdminProvidersController(Controller):
         opt=ADMIN,
         summary="Disable a provider: no new connect flows",
     )
-    async def disable(self, request: Request[Any, Any, Any], services: Services, name: str) -> ProviderView:
+    async def disable(self, request: Request[Any, Any, Any], services: AdminDeps, name: str) -> ProviderView:
         return await _set_provider(request, services, name, False)
 
     @post(
@@ -103,7 +100,7 @@ class AdminProvidersController(Controller):
         opt=ADMIN,
         summary="Enable a provider",
     )
-    async def enable(self, request: Request[Any, Any, Any], services: Services, name: str) -> ProviderView:
+    async def enable(self, request: Request[Any, Any, Any], services: AdminDeps, name: str) -> ProviderView:
         return await _set_provider(request, services, name, True)
 
     @post(
@@ -113,11 +110,11 @@ class AdminProvidersController(Controller):
         opt=OPERATOR,
         summary="Fetch the provider's metadata now and show the endpoints a connect would use",
     )
-    async def test_discovery(self, request: Request[Any, Any, Any], services: Services, name: str) -> DiscoveryReport:
+    async def test_discovery(self, request: Request[Any, Any, Any], services: AdminDeps, name: str) -> DiscoveryReport:
         return await directory.check_provider_discovery(services.read_sessions, services.vault, services.http, name)
 
 
-async def _set_provider(request: Request[Any, Any, Any], services: Services, name: str, enabled: bool) -> ProviderView:
+async def _set_provider(request: Request[Any, Any, Any], services: AdminDeps, name: str, enabled: bool) -> ProviderView:
     async with unit(services) as session:
         if not await providers.set_enabled(session, name, enabled):
             raise ProviderNotFound("No provider with this name.")
@@ -129,7 +126,7 @@ class AdminIssuersController(Controller):
     tags = ["admin: issuers"]
 
     @get("/", operation_id="adminListIssuers", summary="Trusted identity issuers (never their secrets)")
-    async def list_issuers(self, request: Request[Any, Any, Any], services: Services) -> list[IssuerView]:
+    async def list_issuers(self, request: Request[Any, Any, Any], services: AdminDeps) -> list[IssuerView]:
         async with unit(services) as session:
             return [directory.issuer_view(i) for i in await issuers.list_issuers(session)]
 
@@ -140,7 +137,7 @@ class AdminIssuersController(Controller):
         opt=ADMIN,
         summary="Trust an OIDC issuer; the client secret is write-only (409 if it is registered)",
     )
-    async def create(self, request: Request[Any, Any, Any], services: Services, data: CreateIssuer) -> IssuerView:
+    async def create(self, request: Request[Any, Any, Any], services: AdminDeps, data: CreateIssuer) -> IssuerView:
         async with unit(services) as session:
             view = await directory.create_issuer(session, services.vault, data)
         services.issuers.forget(view.issuer)
@@ -152,7 +149,7 @@ class AdminIssuersController(Controller):
         opt=ADMIN,
         summary="Change fields of the issuer named by `issuer`; a secret not given is kept",
     )
-    async def update(self, request: Request[Any, Any, Any], services: Services, data: UpdateIssuer) -> IssuerView:
+    async def update(self, request: Request[Any, Any, Any], services: AdminDeps, data: UpdateIssuer) -> IssuerView:
         async with unit(services) as session:
             view = await directory.update_issuer(session, services.vault, data)
         services.issuers.forget(view.issuer)
@@ -165,11 +162,11 @@ class AdminIssuersController(Controller):
         opt=ADMIN,
         summary="Disable an issuer (its browser sessions end at once)",
     )
-    async def disable(self, request: Request[Any, Any, Any], services: Services, data: IssuerRef) -> dict[str, bool]:
+    async def disable(self, request: Request[Any, Any, Any], services: AdminDeps, data: IssuerRef) -> dict[str, bool]:
         return await _set_issuer(request, services, data.issuer, False)
 
     @post("/enable", operation_id="adminEnableIssuer", status_code=200, opt=ADMIN, summary="Enable an issuer")
-    async def enable(self, request: Request[Any, Any, Any], services: Services, data: IssuerRef) -> dict[str, bool]:
+    async def enable(self, request: Request[Any, Any, Any], services: AdminDeps, data: IssuerRef) -> dict[str, bool]:
         return await _set_issuer(request, services, data.issuer, True)
 
     @post(
@@ -180,13 +177,13 @@ class AdminIssuersController(Controller):
         summary="Fetch the issuer's OpenID configuration now and show the endpoints a login would use",
     )
     async def test_discovery(
-        self, request: Request[Any, Any, Any], services: Services, data: IssuerRef
+        self, request: Request[Any, Any, Any], services: AdminDeps, data: IssuerRef
     ) -> DiscoveryReport:
         return await directory.check_issuer_discovery(services.read_sessions, services.issuers, data.issuer)
 
 
 async def _set_issuer(
-    request: Request[Any, Any, Any], services: Services, issuer: str, enabled: bool
+    request: Request[Any, Any, Any], services: AdminDeps, issuer: str, enabled: bool
 ) -> dict[str, bool]:
     async with unit(services) as session:
         if not await issuers.set_enabled(session, issuer, enabled):
@@ -202,7 +199,7 @@ class AdminConnectionsController(Controller):
     async def list_connections(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        services: AdminDeps,
         provider: str | None = None,
         subject_iss: str | None = None,
         subject_sub: str | None = None,
@@ -223,7 +220,7 @@ class AdminConnectionsController(Controller):
 
     @get("/{connection_id:str}", operation_id="adminGetConnection", summary="One connection (never its tokens)")
     async def show(
-        self, request: Request[Any, Any, Any], services: Services, connection_id: str
+        self, request: Request[Any, Any, Any], services: AdminDeps, connection_id: str
     ) -> connections.ConnectionView:
         async with unit(services) as session:
             return await connections.show_connection(session, connection_id)
@@ -236,7 +233,7 @@ class AdminConnectionsController(Controller):
         summary="Revoke at the provider (RFC 7009) when it can, and here always",
     )
     async def revoke(
-        self, request: Request[Any, Any, Any], services: Services, connection_id: str
+        self, request: Request[Any, Any, Any], services: AdminDeps, connection_id: str
     ) -> connections.ConnectionRevoked:
         return await connections.revoke_connection(services.connections, connection_id)
 
@@ -248,7 +245,7 @@ class AdminConnectionsController(Controller):
         summary="Refresh the access token now, under the same row lock as the token endpoint",
     )
     async def refresh(
-        self, request: Request[Any, Any, Any], services: Services, connection_id: str
+        self, request: Request[Any, Any, Any], services: AdminDeps, connection_id: str
     ) -> connections.ConnectionView:
         return await connections.refresh_connection(services.connections, connection_id)
 
@@ -261,7 +258,7 @@ class AdminPaymentsController(Controller):
     async def list_payments(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        services: AdminDeps,
         status: str | None = None,
         provider: str | None = None,
         cursor: str | None = None,
@@ -271,7 +268,7 @@ class AdminPaymentsController(Controller):
             return await payments.list_payments(session, status=status, provider=provider, cursor=cursor, limit=limit)
 
     @get("/{flow_id:str}", operation_id="adminGetPayment", summary="One payment with the provider events received")
-    async def show(self, request: Request[Any, Any, Any], services: Services, flow_id: str) -> payments.PaymentDetail:
+    async def show(self, request: Request[Any, Any, Any], services: AdminDeps, flow_id: str) -> payments.PaymentDetail:
         async with unit(services) as session:
             return await payments.show_payment(session, flow_id)
 
@@ -282,7 +279,9 @@ class AdminPaymentsController(Controller):
         opt=OPERATOR,
         summary="Ask the payment provider about this checkout now and apply its answer",
     )
-    async def reconcile(self, request: Request[Any, Any, Any], services: Services, flow_id: str) -> payments.Reconciled:
+    async def reconcile(
+        self, request: Request[Any, Any, Any], services: AdminDeps, flow_id: str
+    ) -> payments.Reconciled:
         return await payments.reconcile_payment(services, flow_id)
 
 

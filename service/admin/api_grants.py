@@ -8,12 +8,12 @@ needs ``operator``; reading needs ``viewer``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, delete, get, patch, post, put
 from litestar.params import Parameter
 
-from service.admin.deps import unit
+from service.admin.deps import AdminDeps, unit
 from service.admin.tokens import Role
 from service.grants import groups, operators
 from service.grants.operators import (
@@ -24,9 +24,6 @@ from service.grants.operators import (
     TrustGroupView,
     UpdateTrustGroup,
 )
-
-if TYPE_CHECKING:
-    from service.services import Services
 
 ADMIN = {"role": Role.ADMIN}
 OPERATOR = {"role": Role.OPERATOR}
@@ -41,7 +38,7 @@ class AdminGrantsController(Controller):
     async def list_grants(
         self,
         request: Request[Any, Any, Any],
-        services: Services,
+        services: AdminDeps,
         connection_id: str | None = None,
         server_client: Annotated[str | None, Parameter(description="sc_… id or name")] = None,
         trust_group: Annotated[str | None, Parameter(description="tg_… id or name")] = None,
@@ -61,7 +58,7 @@ class AdminGrantsController(Controller):
             )
 
     @get("/{grant_id:str}", operation_id="adminGetGrant", summary="One grant")
-    async def show(self, request: Request[Any, Any, Any], services: Services, grant_id: str) -> GrantView:
+    async def show(self, request: Request[Any, Any, Any], services: AdminDeps, grant_id: str) -> GrantView:
         async with unit(services) as session:
             return await operators.show_grant(session, grant_id)
 
@@ -72,7 +69,7 @@ class AdminGrantsController(Controller):
         opt=OPERATOR,
         summary="Revoke a grant: the grantee's next token request is answered as if there were no connection",
     )
-    async def revoke(self, request: Request[Any, Any, Any], services: Services, grant_id: str) -> GrantView:
+    async def revoke(self, request: Request[Any, Any, Any], services: AdminDeps, grant_id: str) -> GrantView:
         async with unit(services) as session:
             return await operators.revoke_grant(session, grant_id)
 
@@ -91,7 +88,7 @@ class AdminConnectionGrantsController(Controller):
         "replaces the grantee's live grant when it has one. The audit row names the connection and the grantee.",
     )
     async def give(
-        self, request: Request[Any, Any, Any], services: Services, connection_id: str, grantee: str, data: GiveGrant
+        self, request: Request[Any, Any, Any], services: AdminDeps, connection_id: str, grantee: str, data: GiveGrant
     ) -> GrantView:
         async with unit(services) as session:
             return await operators.give_grant(session, services.vault, connection_id, grantee, list(data.scopes))
@@ -102,7 +99,7 @@ class AdminTrustGroupsController(Controller):
     tags = ["admin: trust groups"]
 
     @get("/", operation_id="adminListTrustGroups", summary="Trust groups and their members")
-    async def list_groups(self, request: Request[Any, Any, Any], services: Services) -> list[TrustGroupView]:
+    async def list_groups(self, request: Request[Any, Any, Any], services: AdminDeps) -> list[TrustGroupView]:
         async with unit(services) as session:
             return [operators.group_view(g) for g in await groups.list_groups(session)]
 
@@ -117,7 +114,7 @@ class AdminTrustGroupsController(Controller):
         "that allows them says so in `allow_unproven` and `warnings`.",
     )
     async def create(
-        self, request: Request[Any, Any, Any], services: Services, data: CreateTrustGroup
+        self, request: Request[Any, Any, Any], services: AdminDeps, data: CreateTrustGroup
     ) -> TrustGroupView:
         async with unit(services) as session:
             made = await groups.create_group(
@@ -126,7 +123,7 @@ class AdminTrustGroupsController(Controller):
             return operators.group_view(made)
 
     @get("/{group:str}", operation_id="adminGetTrustGroup", summary="One trust group (tg_… id or name)")
-    async def show(self, request: Request[Any, Any, Any], services: Services, group: str) -> TrustGroupView:
+    async def show(self, request: Request[Any, Any, Any], services: AdminDeps, group: str) -> TrustGroupView:
         async with unit(services) as session:
             return operators.group_view(await groups.get_group(session, group))
 
@@ -139,7 +136,7 @@ class AdminTrustGroupsController(Controller):
         "subject proof remains (after the member list of the same call is applied).",
     )
     async def update(
-        self, request: Request[Any, Any, Any], services: Services, group: str, data: UpdateTrustGroup
+        self, request: Request[Any, Any, Any], services: AdminDeps, group: str, data: UpdateTrustGroup
     ) -> TrustGroupView:
         async with unit(services) as session:
             updated = await groups.update_group(
@@ -158,7 +155,7 @@ class AdminTrustGroupsController(Controller):
         opt=ADMIN,
         summary="Delete a trust group; its grants end with it",
     )
-    async def remove(self, request: Request[Any, Any, Any], services: Services, group: str) -> TrustGroupView:
+    async def remove(self, request: Request[Any, Any, Any], services: AdminDeps, group: str) -> TrustGroupView:
         async with unit(services) as session:
             return operators.group_view(await groups.delete_group(session, group))
 

@@ -21,7 +21,7 @@ from service.errors import Conflict, PaymentNotFound
 from service.payments.models import Payment, PaymentEvent
 
 if TYPE_CHECKING:
-    from service.services import Services
+    from service.admin.deps import AdminServices
 
 
 class PaymentView(msgspec.Struct):
@@ -135,7 +135,7 @@ async def show_payment(session: AsyncSession, flow_id: str) -> PaymentDetail:
     )
 
 
-async def reconcile_payment(state: Services, flow_id: str) -> Reconciled:
+async def reconcile_payment(state: AdminServices, flow_id: str) -> Reconciled:
     service = state.payments
     async with state.sessions() as session:
         await _get(session, flow_id)

@@ -7,10 +7,11 @@ appears in any page elicitd sends.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from litestar import Request, Response, post
 
+from service.apikeys.deps import ApiKeyDeps
 from service.apikeys.service import ApiKeyForm, ApiKeyNotTaken
 from service.db.base import FLOW_ID
 from service.flows.models import Flow
@@ -18,9 +19,6 @@ from service.flows.pages import page, status_page
 from service.grants.pages import grant_page
 from service.i18n import _
 from service.signin.gate import BrowserIdentity
-
-if TYPE_CHECKING:
-    from service.services import Services
 
 Req = Request[Any, Any, Any]
 
@@ -41,7 +39,7 @@ def _form(flow: Flow, identity: BrowserIdentity, shown: ApiKeyForm) -> Response[
     )
 
 
-async def api_key_page(request: Req, flow: Flow, services: Services) -> Response[Any]:
+async def api_key_page(request: Req, flow: Flow, services: ApiKeyDeps) -> Response[Any]:
     identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
@@ -67,7 +65,7 @@ async def api_key_page(request: Req, flow: Flow, services: Services) -> Response
     status_code=200,
     summary="Submit an API key (form POST, CSRF-protected); the key is stored encrypted, never echoed",
 )
-async def submit_api_key(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+async def submit_api_key(request: Req, flow_ref: str, services: ApiKeyDeps) -> Response[Any]:
     checked = await services.gate.checked_post(request, flow_ref, "api_key")
     if isinstance(checked, Response):
         return checked

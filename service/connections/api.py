@@ -6,21 +6,19 @@ leaves elicitd, and only to a server client allowed that provider.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from litestar import Controller, delete, get
 from litestar.datastructures import CacheControlHeader
 from litestar.params import Parameter
 
+from service.connections.deps import ConnectionApiDeps
 from service.connections.service import RevokeResponse, TokenResponse
 from service.errors import InvalidRequest
 from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient
 from service.identity.subject_proof import SubjectTokenHeader
 from service.problems import problem_responses
-
-if TYPE_CHECKING:
-    from service.services import Services
 
 Iss = Annotated[str, Parameter(min_length=1, max_length=512, description="The subject's issuer")]
 Sub = Annotated[str, Parameter(min_length=1, max_length=255, description="The subject's `sub` at that issuer")]
@@ -59,7 +57,7 @@ class ConnectionController(Controller):
     )
     async def token(
         self,
-        services: Services,
+        services: ConnectionApiDeps,
         client: AuthenticatedClient,
         provider: str,
         iss: Iss,
@@ -85,7 +83,7 @@ class ConnectionController(Controller):
     )
     async def revoke(
         self,
-        services: Services,
+        services: ConnectionApiDeps,
         client: AuthenticatedClient,
         provider: str,
         iss: Iss,

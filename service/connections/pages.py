@@ -8,7 +8,7 @@ renders what it answers. The texts people read live here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from litestar import Request, Response, get, post
@@ -16,6 +16,7 @@ from litestar.response import Template
 
 from service.connections.authorize import CALLBACK_PATH, Connected, FinalPage, Refused
 from service.connections.catalog import describe_scope
+from service.connections.deps import ConnectPageDeps
 from service.db.base import FLOW_ID
 from service.domains import display_url_host
 from service.flows.models import Flow
@@ -23,9 +24,6 @@ from service.flows.pages import PAGE_HEADERS, page, status_page
 from service.grants.pages import grant_page, party_context
 from service.i18n import N_, _, isolate
 from service.signin.gate import redirect
-
-if TYPE_CHECKING:
-    from service.services import Services
 
 Req = Request[Any, Any, Any]
 KIND = "oauth_connect"
@@ -47,7 +45,7 @@ def _origin(url: str) -> str:
 
 
 # ---- the connect page ------------------------------------------------------------------------------
-async def connect_page(request: Req, flow: Flow, services: Services) -> Response[Any]:
+async def connect_page(request: Req, flow: Flow, services: ConnectPageDeps) -> Response[Any]:
     """``GET /f/{flow}`` for ``oauth_connect``: who asks, for which provider, for what, on which domain."""
     identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
@@ -97,7 +95,7 @@ async def connect_page(request: Req, flow: Flow, services: Services) -> Response
     status_code=303,
     summary="Start the provider authorization (form POST from the connect page, CSRF-protected)",
 )
-async def connect_continue(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+async def connect_continue(request: Req, flow_ref: str, services: ConnectPageDeps) -> Response[Any]:
     checked = await services.gate.checked_post(request, flow_ref, KIND)
     if isinstance(checked, Response):
         return checked
@@ -111,7 +109,7 @@ async def connect_continue(request: Req, flow_ref: str, services: Services) -> R
     status_code=200,
     summary="Decline the connection (form POST from the connect page, CSRF-protected)",
 )
-async def connect_decline(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+async def connect_decline(request: Req, flow_ref: str, services: ConnectPageDeps) -> Response[Any]:
     checked = await services.gate.checked_post(request, flow_ref, KIND)
     if isinstance(checked, Response):
         return checked
@@ -165,7 +163,7 @@ def refused_page(refused: Refused) -> Response[Any]:
     cache=False,
     summary="The provider's redirect back (the one fixed redirect URI)",
 )
-async def connect_callback(request: Req, services: Services) -> Response[Any]:
+async def connect_callback(request: Req, services: ConnectPageDeps) -> Response[Any]:
     query = request.query_params
     state = query.get("state")
     flow = await services.connect.callback_flow(state)
@@ -221,7 +219,7 @@ def final_page(shown: FinalPage) -> Response[Any]:
     cache=False,
     summary="The final page of a connection: no JavaScript, says where to go back to",
 )
-async def connect_done(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+async def connect_done(request: Req, flow_ref: str, services: ConnectPageDeps) -> Response[Any]:
     flow_id = FLOW_ID.parse(flow_ref)
     flow = None if flow_id is None else await services.flows.read(flow_id)
     if flow is None or flow.kind != KIND:

@@ -8,22 +8,20 @@ but a deploy could change how it is shown), the approval is refused rather than 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from litestar import Request, Response, get, post
 
+from service.consent.deps import ConsentDeps
 from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
 from service.i18n import _
 
-if TYPE_CHECKING:
-    from service.services import Services
-
 Req = Request[Any, Any, Any]
 
 
-async def consent_page(request: Req, flow: Flow, services: Services) -> Response[Any]:
+async def consent_page(request: Req, flow: Flow, services: ConsentDeps) -> Response[Any]:
     identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
@@ -49,7 +47,7 @@ async def consent_page(request: Req, flow: Flow, services: Services) -> Response
     description="A JWK Set of the ES256 keys elicitd signs consent receipts with (RFC 7517). "
     "The receipt header's `kid` names the key.",
 )
-async def jwks(services: Services) -> Response[Any]:
+async def jwks(services: ConsentDeps) -> Response[Any]:
     signer = services.consent.signer
     body = signer.jwks() if signer is not None else {"keys": []}
     return Response(body, media_type="application/jwk-set+json", headers={"Cache-Control": "public, max-age=300"})
@@ -62,7 +60,7 @@ async def jwks(services: Services) -> Response[Any]:
     status_code=200,
     summary="Approve or decline a consent (form POST from the consent page, CSRF-protected)",
 )
-async def decide(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+async def decide(request: Req, flow_ref: str, services: ConsentDeps) -> Response[Any]:
     checked = await services.gate.checked_post(request, flow_ref, "consent")
     if isinstance(checked, Response):
         return checked

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from litestar import Controller, Request, get
 from litestar.openapi.datastructures import ResponseSpec
@@ -27,15 +27,13 @@ from litestar.response import Stream
 
 from service.errors import PROBLEM_JSON, Problem, Unauthenticated
 from service.events import wire
+from service.events.deps import EventDeps
 from service.events.hub import EventHub, InvalidCursor, StreamSlot
 from service.identity.deps import provide_server_client
 from service.identity.keys import ApiKeyAuthenticator, AuthenticatedClient
 from service.identity.models import SUBJECT_PROOF_REQUIRED
 from service.limits import header_value
 from service.problems import problem_responses
-
-if TYPE_CHECKING:
-    from service.services import Services
 
 logger = logging.getLogger("elicitd.events")
 
@@ -116,7 +114,7 @@ class EventController(Controller):
     )
     async def stream(
         self,
-        services: Services,
+        services: EventDeps,
         client: AuthenticatedClient,
         request: Request,  # type: ignore[type-arg]
         last_event_id: Annotated[

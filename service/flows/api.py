@@ -11,6 +11,7 @@ from litestar.openapi.spec import Example
 from litestar.params import Body, Parameter
 from litestar.response.base import ASGIResponse
 
+from service.flows.deps import FlowApiDeps
 from service.flows.repository import FlowFields, Transition
 from service.flows.schemas import (
     CompleteRequest,
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from litestar.enums import MediaType
     from litestar.types import ASGIApp, Receive, Scope, Send, TypeEncodersMap
 
-    from service.services import Services
 
 _CREATE_EXAMPLE = Example(
     summary="Connect GitHub",
@@ -174,7 +174,7 @@ class FlowController(Controller):
     )
     async def create(
         self,
-        services: Services,
+        services: FlowApiDeps,
         client: AuthenticatedClient,
         data: Annotated[CreateFlowRequest, Body(examples=[_CREATE_EXAMPLE])],
         subject_token: SubjectTokenHeader = None,
@@ -194,7 +194,7 @@ class FlowController(Controller):
     )
     async def resolve(
         self,
-        services: Services,
+        services: FlowApiDeps,
         client: AuthenticatedClient,
         data: Annotated[ResolveRequest, Body(examples=[_RESOLVE_EXAMPLE])],
         subject_token: SubjectTokenHeader = None,
@@ -213,7 +213,7 @@ class FlowController(Controller):
     )
     async def status(
         self,
-        services: Services,
+        services: FlowApiDeps,
         client: AuthenticatedClient,
         flow_id: str,
         wait_seconds: Annotated[
@@ -231,7 +231,7 @@ class FlowController(Controller):
         summary="Complete an `external` flow with the caller's result",
     )
     async def complete(
-        self, services: Services, client: AuthenticatedClient, flow_id: str, data: CompleteRequest
+        self, services: FlowApiDeps, client: AuthenticatedClient, flow_id: str, data: CompleteRequest
     ) -> StatusResponse:
         change = Transition(FlowStatus.COMPLETED, Actor.API, result=data.result)
         return await services.flows.finish_external(client, flow_id, change)
@@ -244,7 +244,7 @@ class FlowController(Controller):
         summary="Fail an `external` flow with a code the MCP server can act on",
     )
     async def fail(
-        self, services: Services, client: AuthenticatedClient, flow_id: str, data: FailRequest
+        self, services: FlowApiDeps, client: AuthenticatedClient, flow_id: str, data: FailRequest
     ) -> StatusResponse:
         change = Transition(FlowStatus.FAILED, Actor.API, error_code=data.code, error_message=data.message)
         return await services.flows.finish_external(client, flow_id, change)

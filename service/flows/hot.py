@@ -56,7 +56,8 @@ from service.openapi import AllowHeaderMiddleware
 if TYPE_CHECKING:
     from litestar import Litestar
 
-    from service.services import Services
+    from service.flows.deps import HotFlowServices
+
 
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
@@ -76,7 +77,7 @@ class HotFlowRoutes:
 
     __slots__ = ("_app", "_flows", "_limit", "_litestar", "_resolve", "_services", "_status")
 
-    def __init__(self, app: ASGIApp, litestar: Litestar, services: Services) -> None:
+    def __init__(self, app: ASGIApp, litestar: Litestar, services: HotFlowServices) -> None:
         self._app = app
         self._litestar = litestar
         self._services = services

@@ -8,19 +8,17 @@ page first proves the browser belongs to the flow's subject.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from litestar import Request, Response, get
 from litestar.response import Template
 
 from service.db.base import FLOW_ID
 from service.domains import display_url_host
+from service.flows.deps import FlowPageDeps
 from service.flows.models import Flow
 from service.flows.service import FlowService
 from service.i18n import N_, _
-
-if TYPE_CHECKING:
-    from service.services import Services
 
 _FINISHED = {
     "completed": (
@@ -81,7 +79,7 @@ async def pending_flow(flows: FlowService, flow_ref: str, kind: str) -> Flow | R
     include_in_schema=True,
     summary="The elicitation URL: the browser side of a flow",
 )
-async def open_flow(request: Request[Any, Any, Any], flow_ref: str, services: Services) -> Response[Any]:
+async def open_flow(request: Request[Any, Any, Any], flow_ref: str, services: FlowPageDeps) -> Response[Any]:
     flows = services.flows
     flow_id = FLOW_ID.parse(flow_ref)
     flow = None if flow_id is None else await flows.read(flow_id)

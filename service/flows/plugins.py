@@ -10,21 +10,21 @@ migration the drift test then asks for).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from litestar import Request, Response
 
 from service.flows.kinds import KindHandler
 from service.flows.models import Flow
 
-if TYPE_CHECKING:
-    from service.services import Services
-
 
 class KindPage(Protocol):
-    """The page of a pending flow of this kind (after ``GET /f/{id}`` found it pending)."""
+    """The page of a pending flow of this kind (after ``GET /f/{id}`` found it pending).
 
-    async def __call__(self, request: Request[Any, Any, Any], flow: Flow, services: Services, /) -> Response[Any]: ...
+    ``services`` is the container; each kind reads it through its own ``deps`` Protocol, and the
+    composition root (``service.services``) has mypy check that the container satisfies them all."""
+
+    async def __call__(self, request: Request[Any, Any, Any], flow: Flow, services: Any, /) -> Response[Any]: ...
 
 
 @dataclass(frozen=True, slots=True)

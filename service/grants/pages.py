@@ -15,7 +15,7 @@ asked again.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from litestar import Request, Response, get, post
@@ -26,6 +26,7 @@ from service.db.base import FLOW_ID
 from service.db.unit import unit_of_work
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
+from service.grants.deps import GrantPageDeps
 from service.grants.repository import AskingParty, OfferedConnection
 from service.grants.service import (
     GRANTABLE_KINDS,
@@ -41,9 +42,6 @@ from service.identity import sessions as store
 from service.signin.account_page import ME_PATH, me_path
 from service.signin.csrf import csrf_token_for
 from service.signin.gate import BrowserIdentity, redirect, session_cookie
-
-if TYPE_CHECKING:
-    from service.services import Services
 
 Req = Request[Any, Any, Any]
 MAX_ISSUER_LENGTH = 512
@@ -77,7 +75,9 @@ def grant_action(flow: Flow) -> str:
     return f"/f/{FLOW_ID.format(flow.id)}/grant"
 
 
-async def grant_page(request: Req, flow: Flow, services: Services, identity: BrowserIdentity) -> Response[Any] | None:
+async def grant_page(
+    request: Req, flow: Flow, services: GrantPageDeps, identity: BrowserIdentity
+) -> Response[Any] | None:
     """The grant page when the flow's connection already covers what it asks, else None (the kind's
     own page follows): "<client> asks to use your <provider> account (<login>)", Allow / Decline."""
     offer = await services.grants.offer(flow)
@@ -152,7 +152,7 @@ def _grant_page(flow: Flow, identity: BrowserIdentity, offer: GrantOffer) -> Res
     status_code=200,
     summary="Allow or decline another service's use of an account already connected (form POST, CSRF-protected)",
 )
-async def answer_grant(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+async def answer_grant(request: Req, flow_ref: str, services: GrantPageDeps) -> Response[Any]:
     flow_id = FLOW_ID.parse(flow_ref)
     found = None if flow_id is None else await services.flows.read(flow_id)
     kind = found.kind if found is not None and found.kind in GRANTABLE_KINDS else GRANTABLE_KINDS[0]
@@ -220,7 +220,7 @@ def _entry_view(entry: ConnectionEntry) -> dict[str, Any]:
     }
 
 
-async def _signed_in(request: Req, services: Services) -> store.SessionRow | None:
+async def _signed_in(request: Req, services: GrantPageDeps) -> store.SessionRow | None:
     token = session_cookie(services.settings, request)
     if token is None:
         return None
@@ -242,7 +242,7 @@ def _identity(row: store.SessionRow) -> BrowserIdentity:
 )
 async def own_page(
     request: Req,
-    services: Services,
+    services: GrantPageDeps,
     iss: Annotated[str | None, Parameter(query="iss", max_length=MAX_ISSUER_LENGTH)] = None,
 ) -> Response[Any]:
     row = await _signed_in(request, services)
@@ -272,7 +272,7 @@ async def own_page(
     )
 
 
-async def _choose_issuer(services: Services) -> Response[Any]:
+async def _choose_issuer(services: GrantPageDeps) -> Response[Any]:
     issuers = await services.grants.sign_in_choices()
     return page(
         "me_signin.html",
@@ -280,7 +280,7 @@ async def _choose_issuer(services: Services) -> Response[Any]:
     )
 
 
-async def _checked_me_post(request: Req, services: Services) -> BrowserIdentity | Response[Any]:
+async def _checked_me_post(request: Req, services: GrantPageDeps) -> BrowserIdentity | Response[Any]:
     """A signed-in session and its own CSRF token, or the page to answer with."""
     row = await _signed_in(request, services)
     if row is None:
@@ -304,7 +304,7 @@ async def _checked_me_post(request: Req, services: Services) -> BrowserIdentity 
     status_code=303,
     summary="Take back one service's access to one account (form POST from /me, CSRF-protected)",
 )
-async def revoke_grant(request: Req, grant_ref: str, services: Services) -> Response[Any]:
+async def revoke_grant(request: Req, grant_ref: str, services: GrantPageDeps) -> Response[Any]:
     identity = await _checked_me_post(request, services)
     if isinstance(identity, Response):
         return identity
@@ -320,7 +320,7 @@ async def revoke_grant(request: Req, grant_ref: str, services: Services) -> Resp
     status_code=303,
     summary="Disconnect an account: revoked at the provider when it can be, and here; every service loses it",
 )
-async def disconnect(request: Req, connection_ref: str, services: Services) -> Response[Any]:
+async def disconnect(request: Req, connection_ref: str, services: GrantPageDeps) -> Response[Any]:
     identity = await _checked_me_post(request, services)
     if isinstance(identity, Response):
         return identity

@@ -8,19 +8,28 @@ in an anyio task group with a task each, which cost ~5% of a status read. A chai
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Annotated, Protocol
 
 from litestar import Request
 from litestar.di import Provide
+from litestar.params import Dependency
 
-from service.identity.keys import AuthenticatedClient
+from service.identity.keys import ApiKeyAuthenticator, AuthenticatedClient
 from service.limits import header_value
 
-if TYPE_CHECKING:
-    from service.services import Services
+
+class AuthenticatorServices(Protocol):
+    """The part of the container that authenticates a server client's key."""
+
+    @property
+    def authenticator(self) -> ApiKeyAuthenticator: ...
 
 
-async def _server_client(request: Request, services: Services) -> AuthenticatedClient:  # type: ignore[type-arg]
+# The ``services`` dependency as AuthenticatorServices (see ``service.flows.deps``).
+AuthenticatorDeps = Annotated[AuthenticatorServices, Dependency(skip_validation=True)]
+
+
+async def _server_client(request: Request, services: AuthenticatorDeps) -> AuthenticatedClient:  # type: ignore[type-arg]
     # From the scope, not ``request.headers``: see ``header_value``.
     return await services.authenticator.authenticate(header_value(request.scope, b"authorization"))
 

@@ -6,15 +6,13 @@ token or error, carries ``Cache-Control: no-store`` and ``Pragma: no-cache`` (RF
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from litestar import Request, Response, get, post
 
 from service.errors import ElicitdError
+from service.oauth.deps import ExchangeDeps
 from service.oauth.exchange import TOKEN_EXCHANGE, TOKEN_PATH, OAuthError, parse_form
-
-if TYPE_CHECKING:
-    from service.services import Services
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _FORM = "application/x-www-form-urlencoded"
@@ -38,7 +36,7 @@ def _oauth_error(request: Request[Any, Any, Any], exc: OAuthError) -> Response[A
     "`Authorization: Bearer <API key>`. Errors are RFC 6749 §5.2 JSON.",
     exception_handlers={OAuthError: _oauth_error},
 )
-async def exchange_token(request: Request[Any, Any, Any], services: Services) -> Response[dict[str, Any]]:
+async def exchange_token(request: Request[Any, Any, Any], services: ExchangeDeps) -> Response[dict[str, Any]]:
     media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media_type != _FORM:
         raise OAuthError("invalid_request", f"The request body must be {_FORM}.")
@@ -63,7 +61,7 @@ async def exchange_token(request: Request[Any, Any, Any], services: Services) ->
     tags=["oauth"],
     summary="RFC 8414 metadata: where the token exchange is and what it accepts",
 )
-async def authorization_server_metadata(services: Services) -> dict[str, Any]:
+async def authorization_server_metadata(services: ExchangeDeps) -> dict[str, Any]:
     exchange = services.exchange
     return {
         "issuer": exchange.issuer,

@@ -8,7 +8,7 @@ query string cannot mark anything paid.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from litestar import Request, Response, get, post
 from litestar.response import Redirect
@@ -17,12 +17,10 @@ from service.db.base import FLOW_ID
 from service.flows.models import Flow
 from service.flows.pages import PAGE_HEADERS, page, status_page
 from service.i18n import format_money
+from service.payments.deps import PaymentDeps
 from service.payments.kind import ZERO_DECIMAL
 from service.payments.service import PaymentPage, PaymentReceived, PaymentSummary
 from service.signin.gate import BrowserIdentity
-
-if TYPE_CHECKING:
-    from service.services import Services
 
 Req = Request[Any, Any, Any]
 
@@ -66,7 +64,7 @@ def _summary(shown: PaymentSummary, identity: BrowserIdentity) -> Response[Any]:
     return response
 
 
-async def payment_page(request: Req, flow: Flow, services: Services) -> Response[Any]:
+async def payment_page(request: Req, flow: Flow, services: PaymentDeps) -> Response[Any]:
     identity = await services.gate.require_subject(request, flow)
     if isinstance(identity, Response):
         return identity
@@ -80,7 +78,7 @@ async def payment_page(request: Req, flow: Flow, services: Services) -> Response
     status_code=303,
     summary="Go to the payment provider's checkout (form POST, CSRF-protected)",
 )
-async def start_checkout(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+async def start_checkout(request: Req, flow_ref: str, services: PaymentDeps) -> Response[Any]:
     checked = await services.gate.checked_post(request, flow_ref, "payment")
     if isinstance(checked, Response):
         return checked
@@ -96,7 +94,7 @@ async def start_checkout(request: Req, flow_ref: str, services: Services) -> Res
     tags=["browser"],
     summary="Where the payment provider sends the user back; settles from a verified lookup",
 )
-async def return_from_checkout(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+async def return_from_checkout(request: Req, flow_ref: str, services: PaymentDeps) -> Response[Any]:
     flow_id = FLOW_ID.parse(flow_ref)
     flow = None if flow_id is None else await services.flows.read(flow_id)
     if flow is None or flow.kind != "payment":
@@ -118,7 +116,7 @@ async def return_from_checkout(request: Req, flow_ref: str, services: Services) 
     status_code=200,
     summary="Decline the payment (form POST, CSRF-protected)",
 )
-async def decline_payment(request: Req, flow_ref: str, services: Services) -> Response[Any]:
+async def decline_payment(request: Req, flow_ref: str, services: PaymentDeps) -> Response[Any]:
     checked = await services.gate.checked_post(request, flow_ref, "payment")
     if isinstance(checked, Response):
         return checked

@@ -6,15 +6,13 @@ the provider would otherwise retry them for days. Only an unverifiable request g
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from litestar import Request, post
 
+from service.payments.deps import PaymentWebhookDeps
 from service.payments.service import PaymentService
-
-if TYPE_CHECKING:
-    from service.services import Services
 
 
 class WebhookAck(msgspec.Struct):
@@ -31,7 +29,7 @@ class WebhookAck(msgspec.Struct):
     description="Verifies `Stripe-Signature` over the raw body with the endpoint secret, refuses timestamps more "
     "than 5 minutes old or in the future, and processes each event id once.",
 )
-async def stripe_webhook(request: Request[Any, Any, Any], services: Services) -> WebhookAck:
+async def stripe_webhook(request: Request[Any, Any, Any], services: PaymentWebhookDeps) -> WebhookAck:
     payments: PaymentService = services.payments
     body = await request.body()
     outcome = await payments.handle_webhook(body, request.headers)

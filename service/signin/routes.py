@@ -19,6 +19,7 @@ from service.flows.pages import PAGE_HEADERS, page
 from service.i18n import N_, _
 from service.identity import sessions as store
 from service.identity.oidc import LoginFailed
+from service.signin.deps import SigninDeps
 from service.signin.gate import (
     clear_cookie,
     cross_site_origin,
@@ -30,7 +31,6 @@ from service.signin.gate import (
 from service.signin.service import NotSignedIn
 
 if TYPE_CHECKING:
-    from service.services import Services
     from service.settings import Settings
 
 _TAGS = ["browser"]
@@ -56,7 +56,7 @@ async def login(
     return_to: Annotated[str | None, Parameter(query="return_to")] = None,
     switch: Annotated[bool, Parameter(query="switch")] = False,
     *,
-    services: Services,
+    services: SigninDeps,
 ) -> Response[Any]:
     path = safe_return_to(return_to)
     if path is None:
@@ -73,7 +73,7 @@ async def login(
     summary="OIDC login callback",
     description="The fixed redirect URI registered at every issuer.",
 )
-async def callback(request: Request[Any, Any, Any], services: Services) -> Response[Any]:
+async def callback(request: Request[Any, Any, Any], services: SigninDeps) -> Response[Any]:
     settings = services.settings
     params = request.query_params
     try:
@@ -118,7 +118,7 @@ async def callback(request: Request[Any, Any, Any], services: Services) -> Respo
 async def logout(
     request: Request[Any, Any, Any],
     data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)],
-    services: Services,
+    services: SigninDeps,
 ) -> Response[Any]:
     settings = services.settings
     await services.logins.sign_out(

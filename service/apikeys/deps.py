@@ -1,0 +1,27 @@
+"""What the API-key pages use of the services: sign-in and the API-key service."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Protocol
+
+from litestar.params import Dependency
+
+from service.grants.deps import GrantPageServices
+
+if TYPE_CHECKING:
+    from service.apikeys.service import ApiKeyService
+    from service.signin.gate import BrowserGate
+
+
+class ApiKeyServices(GrantPageServices, Protocol):
+    """The parts of the container the API-key form and its POST read, the grant page's included (it may show it)."""
+
+    @property
+    def apikeys(self) -> ApiKeyService: ...
+
+    @property
+    def gate(self) -> BrowserGate: ...
+
+
+# The ``services`` dependency as ApiKeyServices: the container, read through what this domain uses.
+ApiKeyDeps = Annotated[ApiKeyServices, Dependency(skip_validation=True)]
