@@ -292,50 +292,96 @@ def _embedded_backends(env: dict[str, str]) -> Iterator[None]:
 
 
 # ---- servers -----------------------------------------------------------------------------------------
-async def _servers_create(args: argparse.Namespace) -> dict[str, Any]:
+# Both commands run through the admin CLI's audit: each writes a row with the status the admin API
+# would have answered, as `elicitd admin clients …` does.
+async def _servers_create(state: Any, args: argparse.Namespace) -> dict[str, Any]:
     from service.db.base import CLIENT_ID
-    from service.db.engine import make_engine, make_sessionmaker
     from service.db.unit import unit_of_work
     from service.identity.clients import create_server_client
 
-    settings = _settings()
-    engine = make_engine(settings)
-    try:
-        async with unit_of_work(make_sessionmaker(engine)) as session:
-            created = await create_server_client(
-                session,
-                args.name,
-                display_name=args.display_name,
-                allowed_providers=args.provider or [],
-                trusted_issuers=args.issuer or [],
-                subject_proof=args.subject_proof,
-                resource_uris=args.resource_uri or [],
-            )
-        return {
-            "id": CLIENT_ID.format(created.client.id),
-            "name": created.client.name,
-            "display_name": created.client.display_name,
-            "subject_proof": created.client.subject_proof,
-            "resource_uris": list(created.client.resource_uris),
-            "api_key": created.api_key,
-        }
-    finally:
-        await engine.dispose()
+    async with unit_of_work(state.sessions) as session:
+        created = await create_server_client(
+            session,
+            args.name,
+            display_name=args.display_name,
+            allowed_providers=args.provider or [],
+            trusted_issuers=args.issuer or [],
+            subject_proof=args.subject_proof,
+            resource_uris=args.resource_uri or [],
+        )
+    return {
+        "id": CLIENT_ID.format(created.client.id),
+        "name": created.client.name,
+        "display_name": created.client.display_name,
+        "subject_proof": created.client.subject_proof,
+        "resource_uris": list(created.client.resource_uris),
+        "api_key": created.api_key,
+    }
+
+
+def _proof_line(subject_proof: str, resource_uris: list[str]) -> str:
+    if subject_proof == "none":
+        return "subject proof: none (its API key alone names any user)"
+    if resource_uris:
+        return f"subject proof: required (users' tokens must be for {' or '.join(resource_uris)})"
+    return (
+        "subject proof: required, but no resource URI: every call naming a user is refused until one is set "
+        "(elicitd servers update NAME --resource-uri URL)"
+    )
 
 
 def cmd_servers_create(args: argparse.Namespace) -> None:
-    result = _run(_servers_create(args))
+    from service.admin.cli import audited
+
+    args.target = args.name
+    result = _run(audited(_servers_create, args))
     if args.json:
         print_json(result)
         return
     print(f"created server client {result['name']} ({result['id']})")
-    if result["subject_proof"] == "none":
-        print("subject proof: none (its API key alone names any user)")
-    elif result["resource_uris"]:
-        print(f"subject proof: required (users' tokens must be for {' or '.join(result['resource_uris'])})")
-    else:
-        print("subject proof: required, but no --resource-uri: every call naming a user is refused until one is set")
+    print(_proof_line(result["subject_proof"], result["resource_uris"]))
     print(f"API key (shown once, store it now): {result['api_key']}")
+
+
+async def _servers_update(state: Any, args: argparse.Namespace) -> dict[str, Any]:
+    import msgspec
+
+    from service.admin import clients
+    from service.admin.schemas import UpdateServerClient
+    from service.db.unit import unit_of_work
+
+    fields: dict[str, Any] = {}
+    if args.display_name is not None:
+        fields["display_name"] = args.display_name
+    if args.resource_uri is not None:
+        fields["resource_uris"] = [] if args.resource_uri == [""] else args.resource_uri
+    if args.subject_proof is not None:
+        fields["subject_proof"] = args.subject_proof
+    if not fields:
+        raise CommandFailed(
+            "servers update: nothing to change; give --display-name, --resource-uri or --subject-proof",
+            ExitCode.USAGE,
+        )
+    try:
+        data = msgspec.convert(fields, UpdateServerClient)
+    except msgspec.ValidationError as invalid:
+        raise CommandFailed(f"servers update: {invalid}", ExitCode.REFUSED) from None
+    async with unit_of_work(state.sessions) as session:
+        args.target = await clients.public_id_of(session, args.name)
+        updated = await clients.update_client(session, args.target, data)
+    return msgspec.to_builtins(updated)  # type: ignore[no-any-return]  # a ServerClientView: a dict of builtins
+
+
+def cmd_servers_update(args: argparse.Namespace) -> None:
+    from service.admin.cli import audited
+
+    args.target = args.name
+    result = _run(audited(_servers_update, args))
+    if args.json:
+        print_json(result)
+        return
+    print(f"updated server client {result['name']} ({result['id']}): {result['display_name']}")
+    print(_proof_line(result["subject_proof"], list(result["resource_uris"])))
 
 
 # ---- keys --------------------------------------------------------------------------------------------
@@ -391,7 +437,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="this MCP server's resource URI, the `aud` of its users' tokens (repeatable)",
     )
     create.add_argument("--json", action="store_true")
-    create.set_defaults(func=cmd_servers_create)
+    create.set_defaults(func=cmd_servers_create, operation="adminCreateServerClient")
+    update = servers_sub.add_parser(
+        "update", help="change a server client's resource URIs, subject proof or display name (by name or id)"
+    )
+    update.add_argument("name", metavar="CLIENT", help="its name (as created) or its id (sc_…)")
+    update.add_argument("--display-name")
+    update.add_argument(
+        "--resource-uri",
+        action="append",
+        help="the complete list of its resource URIs (repeatable); --resource-uri '' clears it",
+    )
+    update.add_argument("--subject-proof", choices=("required", "none"))
+    update.add_argument("--json", action="store_true")
+    update.set_defaults(func=cmd_servers_update, operation="adminUpdateServerClient")
 
     keys = sub.add_parser("keys", help="encryption and signing keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

@@ -36,15 +36,21 @@ async def _state() -> AsyncIterator[Any]:
         yield services
 
 
-async def _audited(handler: Handler, args: argparse.Namespace) -> Any:
+async def audited(handler: Handler, args: argparse.Namespace) -> Any:
     from service.admin.guards import write_audit
+    from service.errors import ElicitdError
 
     async with _state() as state:
-        outcome = "error"
+        # The status the admin API would have answered, so `admin audit` reads a refused command
+        # as refused (404, 409, …) and not as an empty, success-looking row.
+        status, detail = 500, {"result": "error"}
         try:
             result = await handler(state, args)
-            outcome = "ok"
+            status, detail = 200, {"result": "ok"}
             return result
+        except ElicitdError as refused:
+            status, detail = refused.status, {"result": "error", "code": refused.problem_code}
+            raise
         finally:
             async with unit_of_work(state.sessions) as session:
                 await write_audit(
@@ -52,7 +58,8 @@ async def _audited(handler: Handler, args: argparse.Namespace) -> Any:
                     actor="cli",
                     operation=args.operation,
                     target=getattr(args, "target", None),
-                    detail={"result": outcome},
+                    status=status,
+                    detail=detail,
                 )
 
 
@@ -74,7 +81,7 @@ def _command(
     commands) one object through ``show``; ``--json`` prints the whole result instead."""
 
     def run(args: argparse.Namespace) -> None:
-        result = _builtins(asyncio.run(_audited(handler, args)))
+        result = _builtins(asyncio.run(audited(handler, args)))
         shown = rows(result) if rows is not None else result
         if args.json:
             print_json(result)
@@ -187,6 +194,9 @@ def _clients(op: str) -> Handler:
         from service.admin.tokens import parse_lifetime
 
         async with unit_of_work(state.sessions) as session:
+            if op not in {"list", "create"}:
+                # A name or an id, as `elicitd servers …` takes them; the id is what gets audited.
+                args.target = await clients.public_id_of(session, args.target)
             if op == "list":
                 return await clients.list_clients(session, cursor=args.cursor, limit=args.limit)
             if op == "show":
@@ -279,6 +289,8 @@ async def _audit(state: Any, args: argparse.Namespace) -> Any:
 _FLOW_COLUMNS = ["id", "kind", "status", "server_client", "provider", "created_at", "expires_at"]
 _CLIENT_COLUMNS = ["id", "name", "display_name", "disabled", "webhook_url", "flows_per_minute", "pending_per_subject"]
 _HOOK_COLUMNS = ["id", "flow_id", "event_type", "state", "attempts", "last_status", "next_attempt_at"]
+# `show` is about one delivery, so it also says why the last attempt failed.
+_HOOK_DETAIL_COLUMNS = [*_HOOK_COLUMNS, "last_error"]
 
 
 def _items(result: Any) -> Any:
@@ -394,27 +406,25 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
     leaf(
         clients, "list", "adminListServerClients", _command(_clients("list"), _CLIENT_COLUMNS, rows=_items), paged=True
     )
-    leaf(clients, "show", "adminGetServerClient", _command(_clients("show"), None), target="CLIENT_ID")
+    leaf(clients, "show", "adminGetServerClient", _command(_clients("show"), None), target="CLIENT")
     leaf(
         clients,
         "disable",
         "adminDisableServerClient",
         _command(_clients("disable"), _CLIENT_COLUMNS),
-        target="CLIENT_ID",
+        target="CLIENT",
     )
-    leaf(
-        clients, "enable", "adminEnableServerClient", _command(_clients("enable"), _CLIENT_COLUMNS), target="CLIENT_ID"
-    )
+    leaf(clients, "enable", "adminEnableServerClient", _command(_clients("enable"), _CLIENT_COLUMNS), target="CLIENT")
     rotate = leaf(
         clients,
         "rotate-key",
         "adminRotateServerClientKey",
         _command(_clients("rotate-key"), _CLIENT_COLUMNS, rows=_client, after=_once("API key", "api_key")),
-        target="CLIENT_ID",
+        target="CLIENT",
     )
     rotate.add_argument("--grace", default="24h", help="how long older keys keep working (0 = now)")
     for name, operation in (("set-providers", "adminUpdateServerClient"), ("set-issuers", "adminUpdateServerClient")):
-        leaf(clients, name, operation, _command(_clients(name), _CLIENT_COLUMNS), target="CLIENT_ID").add_argument(
+        leaf(clients, name, operation, _command(_clients(name), _CLIENT_COLUMNS), target="CLIENT").add_argument(
             "values", nargs="*", help="the complete list (none = every provider / issuer)"
         )
     limits = leaf(
@@ -422,7 +432,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
         "set-limits",
         "adminUpdateServerClient",
         _command(_clients("set-limits"), _CLIENT_COLUMNS),
-        target="CLIENT_ID",
+        target="CLIENT",
     )
     limits.add_argument("--flows-per-minute", help="a number, or 'none'")
     limits.add_argument("--pending-per-subject", help="a number, or 'none'")
@@ -436,7 +446,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
             rows=_client,
             after=_once("Webhook signing secret", "webhook_secret"),
         ),
-        target="CLIENT_ID",
+        target="CLIENT",
     )
     hook.add_argument("url", nargs="?")
     hook.add_argument("--clear", action="store_true")
@@ -450,7 +460,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
             rows=_client,
             after=_once("Webhook signing secret", "webhook_secret"),
         ),
-        target="CLIENT_ID",
+        target="CLIENT",
     )
 
     hooks = groups.add_parser("webhooks", help="completion webhooks").add_subparsers(dest="admin_cmd", required=True)
@@ -460,7 +470,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
     hook_list.add_argument("--state", choices=["pending", "in_flight", "delivered", "abandoned"])
     hook_list.add_argument("--client")
     hook_list.add_argument("--flow")
-    leaf(hooks, "show", "adminGetWebhookDelivery", _command(_webhooks("show"), _HOOK_COLUMNS), target="EVENT_ID")
+    leaf(hooks, "show", "adminGetWebhookDelivery", _command(_webhooks("show"), _HOOK_DETAIL_COLUMNS), target="EVENT_ID")
     leaf(hooks, "replay", "adminReplayWebhookDelivery", _command(_webhooks("replay"), _HOOK_COLUMNS), target="EVENT_ID")
 
     stats = leaf(

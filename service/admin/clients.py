@@ -84,6 +84,19 @@ async def show(session: AsyncSession, ref: str) -> ServerClientView:
     return await view(session, _ref(ref))
 
 
+async def public_id_of(session: AsyncSession, ref: str) -> str:
+    """The ``sc_…`` id of the client ``ref`` names: its id, or its name (what ``servers create``
+    took), so every command finds a client the way it was made."""
+    if CLIENT_ID.parse(ref) is not None:
+        return ref
+    found = (await session.execute(select(ServerClient.id).where(ServerClient.name == ref))).scalar_one_or_none()
+    if found is None:
+        raise ServerClientNotFound(
+            f"No server client named or numbered {ref!r} (`elicitd admin clients list` shows them)."
+        )
+    return CLIENT_ID.format(found)
+
+
 def _ref(ref: str) -> uuid.UUID:
     client_id = CLIENT_ID.parse(ref)
     if client_id is None:

@@ -10,7 +10,6 @@ from service.grants.deps import GrantPageServices
 
 if TYPE_CHECKING:
     from service.apikeys.service import ApiKeyService
-    from service.signin.gate import BrowserGate
 
 
 class ApiKeyServices(GrantPageServices, Protocol):
@@ -18,9 +17,6 @@ class ApiKeyServices(GrantPageServices, Protocol):
 
     @property
     def apikeys(self) -> ApiKeyService: ...
-
-    @property
-    def gate(self) -> BrowserGate: ...
 
 
 # The ``services`` dependency as ApiKeyServices: the container, read through what this domain uses.

@@ -9,12 +9,8 @@ from litestar.params import Dependency
 from service.grants.deps import GrantPageServices
 
 if TYPE_CHECKING:
-    from service.connections.authorize import ConnectService
     from service.connections.service import ConnectionService
-    from service.flows.service import FlowService
-    from service.grants.service import GrantService
     from service.identity.subject_proof import SubjectProver
-    from service.signin.gate import BrowserGate
 
 
 class ConnectionApiServices(Protocol):
@@ -34,18 +30,6 @@ ConnectionApiDeps = Annotated[ConnectionApiServices, Dependency(skip_validation=
 class ConnectPageServices(GrantPageServices, Protocol):
     """The parts of the container the connect pages and the callback read, the grant page's included
     (it may show it)."""
-
-    @property
-    def connect(self) -> ConnectService: ...
-
-    @property
-    def flows(self) -> FlowService: ...
-
-    @property
-    def gate(self) -> BrowserGate: ...
-
-    @property
-    def grants(self) -> GrantService: ...
 
 
 # The ``services`` dependency as ConnectPageServices: the container, read through what this domain uses.
