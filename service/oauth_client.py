@@ -33,9 +33,11 @@ _TOKEN_HEADERS = {"Accept": "application/json", "Content-Type": "application/x-w
 class ProviderError(Exception):
     """The provider refused or failed. ``error`` is a safe short code, never the provider's text."""
 
-    def __init__(self, error: str) -> None:
+    def __init__(self, error: str, status: int | None = None) -> None:
         super().__init__(error)
         self.error = error
+        # The HTTP status of the answer, when there was one (connection health records it).
+        self.status = status
 
 
 def safe_code(value: Any, default: str = "provider_error") -> str:
@@ -57,17 +59,17 @@ def _token_answer(response: httpx.Response) -> dict[str, Any]:
     A server error, or a non-JSON answer with an error status (a gateway's rate-limit page), is
     ``http_<status>``; a JSON ``error`` is its code; anything else unusable is unreachable."""
     if response.status_code >= 500:
-        raise ProviderError(f"http_{response.status_code}")
+        raise ProviderError(f"http_{response.status_code}", response.status_code)
     try:
         document = read_json(response)
     except ValueError:
         document = None
     if not isinstance(document, dict):
         if not response.is_success:
-            raise ProviderError(f"http_{response.status_code}")
+            raise ProviderError(f"http_{response.status_code}", response.status_code)
         raise ProviderError("provider_unreachable")
     if "error" in document:
-        raise ProviderError(safe_code(document.get("error")))
+        raise ProviderError(safe_code(document.get("error")), response.status_code)
     return document
 
 

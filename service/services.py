@@ -30,6 +30,7 @@ from service.apikeys.service import ApiKeyService
 from service.clock import Clock, SystemClock
 from service.connections.authorize import ConnectService
 from service.connections.discovery import MetadataCache
+from service.connections.refresher import Refresher, RefreshSettings
 from service.connections.repository import purge_states as purge_oauth_states
 from service.connections.service import ConnectionService
 from service.consent.receipts import ReceiptSigner
@@ -91,6 +92,7 @@ class Services:
     logins: LoginService
     gate: BrowserGate
     connections: ConnectionService
+    refresher: Refresher
     connect: ConnectService
     grants: GrantService
     consent: ConsentService
@@ -108,11 +110,13 @@ class Services:
         self.stalls.start()
 
     def background(self) -> list[Coroutine[Any, Any, None]]:
-        """The upkeep a serving replica runs: expiry sweeps and chores, webhook delivery."""
+        """The upkeep a serving replica runs: expiry sweeps and chores, webhook delivery, proactive
+        token refresh."""
         chores = [purge_expired_logins, purge_oauth_states, self.events.purge]
         return [
             run_sweeper(self.flows, self.settings.sweep_interval_seconds, chores),
             self.webhooks.run(),
+            self.refresher.run(),
         ]
 
     async def aclose(self) -> None:
@@ -219,6 +223,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         subjects=subjects,
         clock=clock,
     )
+    refreshing = RefreshSettings.from_settings(settings)
     connections = ConnectionService(
         sessions=sessions,
         read_sessions=read_sessions,
@@ -227,6 +232,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         metadata=MetadataCache(http=http, clock=clock, timeout=settings.outbound_timeout_seconds),
         http=http,
         clock=clock,
+        expiring_seconds=refreshing.expiring_seconds,
         on_refresh=metrics.record_refresh,
         on_events=events.announce,
     )
@@ -263,6 +269,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         logins=logins,
         gate=BrowserGate(settings=settings, issuers=issuers, flows=flows, logins=logins),
         connections=connections,
+        refresher=Refresher(connections, refreshing, clock=clock),
         connect=ConnectService(
             connections=connections,
             flows=flows,

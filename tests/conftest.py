@@ -63,6 +63,9 @@ def make_settings(database_url: str, backend: backends.Backends) -> Callable[...
         # Test receivers (webhooks, example MCP servers) listen on loopback, which webhook
         # deliveries refuse unless allowed; a test that wants it refused sets the variable itself.
         values["extra"] = {"WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128", **values.get("extra", {})}
+        # Proactive refresh passes would refresh other tests' tokens behind their backs; the tests
+        # of the refresher run its passes themselves (tests/connections/test_health.py).
+        values["extra"].setdefault("REFRESH_PROACTIVE", "false")
         return Settings(**values)
 
     return make

@@ -204,6 +204,7 @@ class AdminConnectionsController(Controller):
         subject_iss: str | None = None,
         subject_sub: str | None = None,
         status: str | None = None,
+        health: str | None = None,
         cursor: str | None = None,
         limit: Limit = 50,
     ) -> connections.ConnectionPage:
@@ -214,6 +215,7 @@ class AdminConnectionsController(Controller):
                 subject_iss=subject_iss,
                 subject_sub=subject_sub,
                 status=status,
+                health=health,
                 cursor=cursor,
                 limit=limit,
             )

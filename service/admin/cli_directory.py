@@ -24,7 +24,7 @@ Command = Callable[..., Callable[[argparse.Namespace], None]]
 _PROVIDER_COLUMNS = ["name", "display_name", "catalog", "client_id", "client_secret_set", "enabled"]
 _ISSUER_COLUMNS = ["issuer", "display_name", "client_id", "client_secret_set", "enabled"]
 _DISCOVERY_COLUMNS = ["ok", "error_code", "authorization_endpoint", "token_endpoint"]
-_CONNECTION_COLUMNS = ["id", "provider", "account_login", "status", "expires_at", "refreshed_at"]
+_CONNECTION_COLUMNS = ["id", "provider", "account_login", "status", "health", "expires_at", "refreshed_at"]
 _PAYMENT_COLUMNS = ["flow_id", "provider", "amount", "currency", "status", "settled_by", "updated_at"]
 
 # option → field, for providers and issuers (``--scope`` repeats).
@@ -161,6 +161,7 @@ def _connections(op: str) -> Any:
                     subject_iss=args.iss,
                     subject_sub=args.sub,
                     status=args.status,
+                    health=args.health,
                     cursor=args.cursor,
                     limit=args.limit,
                 )
@@ -259,7 +260,7 @@ def register_directory(groups: Any, leaf: Leaf, command: Command) -> None:
         command(_connections("list"), _CONNECTION_COLUMNS, rows=_items),
         paged=True,
     )
-    for option in ("provider", "iss", "sub", "status"):
+    for option in ("provider", "iss", "sub", "status", "health"):
         lister.add_argument(f"--{option}")
     leaf(conns, "show", "adminGetConnection", command(_connections("show"), None), target="CONNECTION_ID")
     leaf(

@@ -1,5 +1,8 @@
 """Connections for operators: list, show, revoke (at the provider and here), force a refresh.
 
+Each connection shows its health (``healthy | expiring | needs_reauthorization | revoked``, with
+the reason and times), and ``show`` each of its authorizations' (``service.connections.health``).
+
 Views name safe columns one by one: never a token, only whether a refresh token is held. Revoke
 and refresh go through ``ConnectionService`` (``revoke_by_id``, ``refresh_by_id``), the very code
 behind the MCP-server API, so a forced refresh takes the same row lock as the token endpoint.
@@ -14,11 +17,29 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.connections.models import Connection
+from service.connections.models import HEALTH_STATES, Authorization, Connection
 from service.connections.service import ConnectionService
 from service.db.base import CONNECTION_ID
 from service.db.pagination import keyset, page
-from service.errors import ConnectionNotFound
+from service.errors import ConnectionNotFound, InvalidRequest
+
+
+class AuthorizationView(msgspec.Struct):
+    """One token set of the connection (never its tokens)."""
+
+    id: str
+    scopes: list[str]
+    status: str
+    # ``healthy | expiring | needs_reauthorization | revoked``, why, and when (docs/connections.md).
+    health: str
+    health_reason: str | None
+    health_http_status: int | None
+    checked_at: datetime | None
+    expires_at: datetime | None
+    refresh_expires_at: datetime | None
+    has_refresh_token: bool
+    refreshed_at: datetime | None
+    revoked_at: datetime | None
 
 
 class ConnectionView(msgspec.Struct):
@@ -34,6 +55,14 @@ class ConnectionView(msgspec.Struct):
     refreshed_at: datetime | None
     revoked_at: datetime | None
     created_at: datetime
+    # The worst of its live authorizations' health, with its reason and times (revoked: revoked).
+    health: str
+    health_reason: str | None
+    health_http_status: int | None
+    checked_at: datetime | None
+    refresh_expires_at: datetime | None
+    # Only in ``show`` (one connection): each authorization with its own health.
+    authorizations: list[AuthorizationView] | None = None
 
 
 class ConnectionPage(msgspec.Struct):
@@ -47,7 +76,24 @@ class ConnectionRevoked(msgspec.Struct):
     revoked_at_provider: bool
 
 
-def connection_view(row: Connection) -> ConnectionView:
+def authorization_view(row: Authorization) -> AuthorizationView:
+    return AuthorizationView(
+        id=CONNECTION_ID.format(row.id),
+        scopes=sorted(row.scopes or []),
+        status=row.status,
+        health=row.health,
+        health_reason=row.health_reason,
+        health_http_status=row.health_http_status,
+        checked_at=row.checked_at,
+        expires_at=row.expires_at,
+        refresh_expires_at=row.refresh_expires_at,
+        has_refresh_token=row.refresh_token_enc is not None,
+        refreshed_at=row.refreshed_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+def connection_view(row: Connection, authorizations: list[Authorization] | None = None) -> ConnectionView:
     return ConnectionView(
         id=CONNECTION_ID.format(row.id),
         provider=row.provider,
@@ -61,6 +107,12 @@ def connection_view(row: Connection) -> ConnectionView:
         refreshed_at=row.refreshed_at,
         revoked_at=row.revoked_at,
         created_at=row.created_at,
+        health=row.health,
+        health_reason=row.health_reason,
+        health_http_status=row.health_http_status,
+        checked_at=row.checked_at,
+        refresh_expires_at=row.refresh_expires_at,
+        authorizations=None if authorizations is None else [authorization_view(a) for a in authorizations],
     )
 
 
@@ -78,15 +130,19 @@ async def list_connections(
     subject_iss: str | None = None,
     subject_sub: str | None = None,
     status: str | None = None,
+    health: str | None = None,
     cursor: str | None = None,
     limit: int = 50,
 ) -> ConnectionPage:
+    if health is not None and health not in HEALTH_STATES:
+        raise InvalidRequest(f"'health' is one of {', '.join(HEALTH_STATES)}.", extra={"code": "invalid_health"})
     stmt = select(Connection)
     for column, value in (
         (Connection.provider, provider),
         (Connection.subject_iss, subject_iss),
         (Connection.subject_sub, subject_sub),
         (Connection.status, status),
+        (Connection.health, health),
     ):
         if value is not None:
             stmt = stmt.where(column == value)
@@ -99,7 +155,13 @@ async def show_connection(session: AsyncSession, connection_id: str) -> Connecti
     row = await session.get(Connection, _id(connection_id), populate_existing=True)
     if row is None:
         raise ConnectionNotFound("No connection with this id.")
-    return connection_view(row)
+    stmt = (
+        select(Authorization)
+        .where(Authorization.connection_id == row.id)
+        .order_by(Authorization.created_at, Authorization.id)
+        .execution_options(populate_existing=True)
+    )
+    return connection_view(row, list((await session.execute(stmt)).scalars()))
 
 
 async def revoke_connection(service: ConnectionService, connection_id: str) -> ConnectionRevoked:

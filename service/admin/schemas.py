@@ -53,7 +53,7 @@ class AdminFlowEvent(msgspec.Struct):
 class WebhookDeliveryView(msgspec.Struct):
     id: str
     server_client: str
-    flow_id: str
+    flow_id: str | None  # None for a connection event
     event_type: str
     state: Literal["pending", "in_flight", "delivered", "abandoned"]
     attempts: int

@@ -62,7 +62,7 @@ def delivery_view(row: Any) -> WebhookDeliveryView:
     return WebhookDeliveryView(
         id=DELIVERY_ID.format(row.id),
         server_client=CLIENT_ID.format(row.server_client_id),
-        flow_id=FLOW_ID.format(row.flow_id),
+        flow_id=None if row.flow_id is None else FLOW_ID.format(row.flow_id),
         event_type=row.event_type,
         state=state,  # type: ignore[arg-type]
         attempts=row.attempts,

@@ -23,7 +23,15 @@ from typing import Any
 from sqlalchemy import ColumnElement, Interval, func, literal, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.connections.models import ACTIVE, REAUTHORIZATION_REQUIRED, REVOKED, Authorization, Connection
+from service.connections import health
+from service.connections.models import (
+    ACTIVE,
+    HEALTH_REVOKED,
+    REAUTHORIZATION_REQUIRED,
+    REVOKED,
+    Authorization,
+    Connection,
+)
 from service.grants.repository import FOR_CLIENT, TOUCH_SECONDS
 
 
@@ -152,6 +160,22 @@ def token_rows(rows: list[Any]) -> list[tuple[TokenRow, bool]]:
 
 
 # ---- writing a new token set --------------------------------------------------------------------------
+# When a new token set's refresh token ends: ``:refresh_expires_in`` seconds from now when the
+# provider said (``refresh_token_expires_in``), else unknown.
+_REFRESH_ENDS_NEW = (
+    "CASE WHEN CAST(:refresh_expires_in AS integer) IS NULL THEN NULL "
+    "ELSE now() + make_interval(secs => CAST(:refresh_expires_in AS integer)) END"
+)
+# After a refresh: a new end when the provider said one; unknown when it rotated the refresh token
+# without saying; else the refresh token kept is the one it was, with its end.
+_REFRESH_ENDS_AFTER = (
+    "CASE WHEN CAST(:refresh_expires_in AS integer) IS NOT NULL "
+    "THEN now() + make_interval(secs => CAST(:refresh_expires_in AS integer)) "
+    "WHEN CAST(:rotated AS boolean) THEN NULL ELSE a.refresh_expires_at END"
+)
+_WINDOW = "make_interval(secs => CAST(:expiring_seconds AS double precision))"
+
+
 async def insert(
     session: AsyncSession, authorization_id: uuid.UUID, connection_id: uuid.UUID, values: dict[str, Any]
 ) -> Authorization:
@@ -160,11 +184,13 @@ async def insert(
     sql = (
         "INSERT INTO authorizations (id, connection_id, subject_iss, subject_sub, provider, account_id, scopes, "
         "token_type, access_token_enc, access_token_key_id, refresh_token_enc, refresh_token_key_id, expires_at, "
-        "status) SELECT :aid, c.id, c.subject_iss, c.subject_sub, c.provider, c.account_id, :scopes, :token_type, "
+        "refresh_expires_at, checked_at, status) "
+        "SELECT :aid, c.id, c.subject_iss, c.subject_sub, c.provider, c.account_id, :scopes, :token_type, "
         ":access_enc, :access_kid, :refresh_enc, :refresh_kid, "
         "CASE WHEN CAST(:expires_in AS integer) IS NULL THEN NULL "
         "     ELSE now() + make_interval(secs => CAST(:expires_in AS integer)) END, "
-        f"'{ACTIVE}' FROM connections c WHERE c.id = :cid AND c.status <> '{REVOKED}' RETURNING *"
+        f"{_REFRESH_ENDS_NEW}, now(), '{ACTIVE}' FROM connections c WHERE c.id = :cid AND c.status <> '{REVOKED}' "
+        "RETURNING *"
     )
     result = await _authorizations(session, sql, {**values, "aid": authorization_id, "cid": connection_id})
     return result.scalars().one()  # type: ignore[no-any-return]
@@ -177,26 +203,34 @@ async def exists(session: AsyncSession, authorization_id: uuid.UUID) -> bool:
 
 async def replace_tokens(
     session: AsyncSession, authorization_id: uuid.UUID, connection_id: uuid.UUID, values: dict[str, Any]
-) -> Authorization | None:
+) -> tuple[Authorization | None, health.Moved]:
     """Reauthorize in place: the same authorization (so every grant on it recovers) gets the new
     tokens, only while it is not revoked and still the connection's. A refresh of the old tokens
-    still in flight loses its claim here, so its late write cannot replace the new ones."""
-    sql = (
-        "UPDATE authorizations SET scopes = :scopes, token_type = :token_type, access_token_enc = :access_enc, "
+    still in flight loses its claim here, so its late write cannot replace the new ones. One
+    statement with its ``connection.recovered`` events (``service.connections.health``)."""
+    ends = _REFRESH_ENDS_NEW
+    update = (
+        "UPDATE authorizations a SET scopes = :scopes, token_type = :token_type, access_token_enc = :access_enc, "
         "access_token_key_id = :access_kid, refresh_token_enc = :refresh_enc, refresh_token_key_id = :refresh_kid, "
         "expires_at = CASE WHEN CAST(:expires_in AS integer) IS NULL THEN NULL "
         "             ELSE now() + make_interval(secs => CAST(:expires_in AS integer)) END, "
+        f"refresh_expires_at = {ends}, health = {health.health_after_tokens(ends, _WINDOW)}, "
+        "health_reason = NULL, health_http_status = NULL, checked_at = now(), "
         f"refresh_claim = NULL, refresh_claimed_until = NULL, status = '{ACTIVE}', updated_at = now() "
-        f"WHERE id = :aid AND connection_id = :cid AND status <> '{REVOKED}' RETURNING *"
+        f"FROM (SELECT id, health AS before FROM authorizations WHERE id = :aid AND connection_id = :cid "
+        f"AND status <> '{REVOKED}' FOR UPDATE) b WHERE a.id = b.id RETURNING {health.MOVED}"
     )
-    result = await _authorizations(session, sql, {**values, "aid": authorization_id, "cid": connection_id})
-    return result.scalars().one_or_none()  # type: ignore[no-any-return]
+    moved = await health.transition(session, update, {**values, "aid": authorization_id, "cid": connection_id})
+    if moved.empty:
+        return None, moved
+    return await session.get(Authorization, authorization_id, populate_existing=True), moved
 
 
 async def sync_connection(session: AsyncSession, connection_id: uuid.UUID) -> None:
     """The connection's summary from its authorizations: the union of the live ones' scopes, the
     soonest expiry and the latest refresh of the active ones, and ``active`` while one is active,
-    ``reauthorization_required`` while none is but one waits for it."""
+    ``reauthorization_required`` while none is but one waits for it; its health is its worst live
+    authorization's (``health.SYNC_HEALTH``)."""
     await session.execute(
         text(
             "UPDATE connections c SET scopes = ARRAY(SELECT DISTINCT s FROM authorizations a, unnest(a.scopes) s "
@@ -213,6 +247,7 @@ async def sync_connection(session: AsyncSession, connection_id: uuid.UUID) -> No
         ),
         {"id": connection_id},
     )
+    await session.execute(text(health.SYNC_HEALTH), {"id": connection_id})
 
 
 async def live_of_connections(session: AsyncSession, connection_ids: list[uuid.UUID]) -> list[Authorization]:
@@ -240,28 +275,38 @@ async def unreferenced(session: AsyncSession, authorization_ids: list[uuid.UUID]
 
 
 _REVOKE = (
-    f"UPDATE authorizations SET status = '{REVOKED}', access_token_enc = NULL, access_token_key_id = NULL, "
+    f"UPDATE authorizations SET status = '{REVOKED}', health = '{HEALTH_REVOKED}', health_reason = :reason, "
+    "health_http_status = NULL, checked_at = now(), access_token_enc = NULL, access_token_key_id = NULL, "
     "refresh_token_enc = NULL, refresh_token_key_id = NULL, refresh_claim = NULL, "
     "refresh_claimed_until = NULL, revoked_at = now(), updated_at = now() "
     f"WHERE {{column}} = ANY(:ids) AND status <> '{REVOKED}' RETURNING id"
 )
 
 
-async def _revoke(session: AsyncSession, column: str, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+# Why an authorization was revoked (its ``health_reason``).
+RETIRED = "retired"  # no live grant pointed at it any more
+DISCONNECTED = "revoked_by_server"  # the server client that connected the account disconnected it
+
+
+async def _revoke(session: AsyncSession, column: str, ids: list[uuid.UUID], reason: str) -> list[uuid.UUID]:
     """Local revocation always happens, and wipes the ciphertexts rather than keeping dead secrets."""
     if not ids:
         return []
-    result = await session.execute(text(_REVOKE.format(column=column)), {"ids": ids})
+    result = await session.execute(text(_REVOKE.format(column=column)), {"ids": ids, "reason": reason})
     return [r[0] for r in result]
 
 
-async def mark_revoked(session: AsyncSession, authorization_ids: list[uuid.UUID]) -> list[uuid.UUID]:
-    return await _revoke(session, "id", authorization_ids)
+async def mark_revoked(
+    session: AsyncSession, authorization_ids: list[uuid.UUID], reason: str = RETIRED
+) -> list[uuid.UUID]:
+    return await _revoke(session, "id", authorization_ids, reason)
 
 
-async def revoke_of_connections(session: AsyncSession, connection_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+async def revoke_of_connections(
+    session: AsyncSession, connection_ids: list[uuid.UUID], reason: str = DISCONNECTED
+) -> list[uuid.UUID]:
     """Every authorization of these connections, revoked with them."""
-    return await _revoke(session, "connection_id", connection_ids)
+    return await _revoke(session, "connection_id", connection_ids, reason)
 
 
 # ---- refresh: claim, call the provider holding nothing, write conditionally ---------------------------
@@ -327,22 +372,31 @@ async def claim_refresh(
 
 async def store_refreshed(
     session: AsyncSession, authorization_id: uuid.UUID, claim: uuid.UUID, values: dict[str, Any]
-) -> Authorization | None:
+) -> tuple[Authorization | None, health.Moved]:
     """Write a refresh's result and end its claim — only while the claim is still this attempt's
-    and the authorization is active (a reconnect or a revocation in the meantime wins)."""
-    sql = (
-        "UPDATE authorizations SET access_token_enc = :access_enc, access_token_key_id = :access_kid, "
-        "refresh_token_enc = COALESCE(:refresh_enc, refresh_token_enc), "
-        "refresh_token_key_id = COALESCE(:refresh_kid, refresh_token_key_id), "
-        "token_type = :token_type, scopes = COALESCE(:scopes, scopes), "
+    and the authorization is active (a reconnect or a revocation in the meantime wins). Working
+    tokens make it ``healthy`` again (``expiring`` while its refresh token nears its end), with
+    ``connection.recovered`` when it was not (``service.connections.health``)."""
+    ends = _REFRESH_ENDS_AFTER
+    update = (
+        "UPDATE authorizations a SET access_token_enc = :access_enc, access_token_key_id = :access_kid, "
+        "refresh_token_enc = COALESCE(:refresh_enc, a.refresh_token_enc), "
+        "refresh_token_key_id = COALESCE(:refresh_kid, a.refresh_token_key_id), "
+        "token_type = :token_type, scopes = COALESCE(:scopes, a.scopes), "
         "expires_at = CASE WHEN CAST(:expires_in AS integer) IS NULL THEN NULL "
         "             ELSE now() + make_interval(secs => CAST(:expires_in AS integer)) END, "
-        "refresh_claim = NULL, refresh_claimed_until = NULL, "
-        f"refreshed_at = now(), updated_at = now() WHERE id = :id AND status = '{ACTIVE}' AND refresh_claim = :claim "
-        "RETURNING *"
+        f"refresh_expires_at = {ends}, health = {health.health_after_tokens(ends, _WINDOW)}, "
+        "health_reason = CASE WHEN "
+        f"COALESCE({ends} <= now() + {_WINDOW}, false) THEN 'refresh_token_expiring' END, "
+        "health_http_status = NULL, checked_at = now(), refresh_claim = NULL, refresh_claimed_until = NULL, "
+        "refreshed_at = now(), updated_at = now() "
+        f"FROM (SELECT id, health AS before FROM authorizations WHERE id = :id AND status = '{ACTIVE}' "
+        f"AND refresh_claim = :claim FOR UPDATE) b WHERE a.id = b.id RETURNING {health.MOVED}"
     )
-    result = await _authorizations(session, sql, {**values, "id": authorization_id, "claim": claim})
-    return result.scalars().one_or_none()  # type: ignore[no-any-return]
+    moved = await health.transition(session, update, {**values, "id": authorization_id, "claim": claim})
+    if moved.empty:
+        return None, moved
+    return await session.get(Authorization, authorization_id, populate_existing=True), moved
 
 
 async def release_refresh_claim(session: AsyncSession, authorization_id: uuid.UUID, claim: uuid.UUID) -> None:
@@ -357,25 +411,108 @@ async def release_refresh_claim(session: AsyncSession, authorization_id: uuid.UU
 
 
 async def mark_reauthorization_required(
-    session: AsyncSession, authorization_id: uuid.UUID, *, claim: uuid.UUID | None = None
-) -> bool:
+    session: AsyncSession,
+    authorization_id: uuid.UUID,
+    *,
+    reason: str,
+    http_status: int | None = None,
+    claim: uuid.UUID | None = None,
+) -> health.Moved:
     """The provider refused the grant (under this attempt's ``claim``), or the token expired and
-    there is no refresh token (``claim`` None: only while that is still so). Wipes the tokens."""
+    there is no refresh token (``claim`` None: only while that is still so). Wipes the tokens; one
+    statement with its ``connection.needs_reauthorization`` events."""
     guard = (
-        "AND refresh_claim = :claim"
+        "id = :id AND refresh_claim = :claim"
         if claim is not None
-        else "AND refresh_token_enc IS NULL AND COALESCE(expires_at <= now(), false)"
+        else "id = :id AND refresh_token_enc IS NULL AND COALESCE(expires_at <= now(), false)"
     )
-    result = await session.execute(
-        text(
-            f"UPDATE authorizations SET status = '{REAUTHORIZATION_REQUIRED}', access_token_enc = NULL, "
-            "access_token_key_id = NULL, refresh_token_enc = NULL, refresh_token_key_id = NULL, "
-            "refresh_claim = NULL, refresh_claimed_until = NULL, updated_at = now() "
-            f"WHERE id = :id AND status = '{ACTIVE}' {guard} RETURNING connection_id"
-        ),
-        {"id": authorization_id, "claim": claim} if claim is not None else {"id": authorization_id},
+    params: dict[str, Any] = {"id": authorization_id, "reason": reason, "http_status": http_status}
+    if claim is not None:
+        params["claim"] = claim
+    moved = await health.transition(session, health.needs_reauthorization_update(guard), params)
+    for connection_id in moved.connections:
+        await sync_connection(session, connection_id)
+    return moved
+
+
+# ---- the proactive pass (``ConnectionService.refresh_due_once``) --------------------------------------
+async def mark_ended(session: AsyncSession, batch: int) -> health.Moved:
+    """Up to ``batch`` active authorizations that cannot work any more without a person: the
+    refresh token ended (``refresh_token_expired``), or there is none and the access token ended
+    (``access_token_expired``). No provider call is needed to know it."""
+    ended = health.needs_reauthorization_update("COALESCE(refresh_expires_at <= now(), false)", limit=True)
+    first = await health.transition(
+        session, ended, {"reason": "refresh_token_expired", "http_status": None, "batch": batch}
     )
-    found = result.scalar_one_or_none()
-    if found is not None:
-        await sync_connection(session, found)
-    return found is not None
+    lapsed = health.needs_reauthorization_update(
+        "refresh_token_enc IS NULL AND COALESCE(expires_at <= now(), false)", limit=True
+    )
+    second = await health.transition(
+        session, lapsed, {"reason": "access_token_expired", "http_status": None, "batch": batch}
+    )
+    for connection_id in sorted({*first.connections, *second.connections}):
+        await sync_connection(session, connection_id)
+    return health.Moved(
+        authorizations=first.authorizations + second.authorizations,
+        connections=sorted({*first.connections, *second.connections}),
+        told=sorted({*first.told, *second.told}),
+        queued=first.queued or second.queued,
+        changed={**first.changed, **second.changed},
+    )
+
+
+async def mark_expiring(session: AsyncSession, expiring_seconds: float, batch: int) -> health.Moved:
+    """Up to ``batch`` healthy authorizations that end within ``expiring_seconds`` without a person."""
+    moved = await health.transition(
+        session, health.expiring_update(_WINDOW), {"expiring_seconds": expiring_seconds, "batch": batch}
+    )
+    for connection_id in moved.connections:
+        await sync_connection(session, connection_id)
+    return moved
+
+
+_CLAIM_DUE = (
+    "UPDATE authorizations a SET refresh_claim = :claim, refresh_claimed_until = now() + make_interval(secs => :hold) "
+    "FROM (SELECT id FROM authorizations "
+    f"WHERE status = '{ACTIVE}' AND refresh_token_enc IS NOT NULL AND refresh_token_key_id IS NOT NULL "
+    "AND (refresh_claimed_until IS NULL OR refresh_claimed_until <= now()) "
+    "AND COALESCE(refresh_expires_at > now(), true) "
+    "AND (COALESCE(expires_at <= now() + make_interval(secs => :margin), false) "
+    "OR (CAST(:max_age AS double precision) IS NOT NULL "
+    "AND COALESCE(refreshed_at, created_at) <= now() - make_interval(secs => CAST(:max_age AS double precision)))) "
+    "ORDER BY checked_at NULLS FIRST, expires_at NULLS LAST, id LIMIT :batch FOR UPDATE SKIP LOCKED) d "
+    "WHERE a.id = d.id RETURNING a.*"
+)
+
+
+async def claim_due(
+    session: AsyncSession,
+    *,
+    claim: uuid.UUID,
+    hold_seconds: float,
+    margin_seconds: float,
+    max_age_seconds: float | None,
+    batch: int,
+) -> list[Authorization]:
+    """Claim up to ``batch`` authorizations whose token expires within ``margin_seconds`` (or that
+    were not refreshed for ``max_age_seconds``), least recently checked first (so one that keeps
+    failing does not starve the others), with the very claim the token
+    endpoint takes (``claim_refresh``): a row another replica or a request holds is skipped, and
+    exactly one claimant refreshes each."""
+    params = {
+        "claim": claim,
+        "hold": hold_seconds,
+        "margin": margin_seconds,
+        "max_age": max_age_seconds,
+        "batch": batch,
+    }
+    return list((await _authorizations(session, _CLAIM_DUE, params)).scalars())
+
+
+async def note_checked(session: AsyncSession, authorization_ids: list[uuid.UUID]) -> None:
+    """A pass tried these and the provider failed (or was resting): checked, health unchanged, so
+    the next pass takes the others first."""
+    if authorization_ids:
+        await session.execute(
+            text("UPDATE authorizations SET checked_at = now() WHERE id = ANY(:ids)"), {"ids": authorization_ids}
+        )

@@ -320,6 +320,8 @@ class ConnectService:
             # Too late: the grant is useless to anyone, so hand it back rather than leave it live.
             await self._hand_back(provider, tokens)
             return await self.final_page(await self.flows.read(flow.id) or flow, provider.display_name)
+        # A reconnect in place recovered the authorization: its other grantees hear it now.
+        await service.announce(done.told)
         if given is not None and given.replaced is not None:
             # The client's grant moved to the new authorization: the one it replaced is handed back
             # at the provider (RFC 7009) once nobody else holds it.

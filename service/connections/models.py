@@ -2,7 +2,7 @@
 pending OAuth states.
 
 Mirrors ``migrations/versions/0003_connections.py`` (0007, the refresh claim; 0012, the
-authorizations); the app never calls ``create_all``. Every secret column is ciphertext from
+authorizations; 0014, health); the app never calls ``create_all``. Every secret column is ciphertext from
 ``service.crypto.vault.Vault`` with its ``*_key_id`` beside it.
 """
 
@@ -19,6 +19,7 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     Index,
+    Integer,
     LargeBinary,
     String,
     Text,
@@ -33,6 +34,28 @@ from service.db.base import Base, Timestamps, uuid7
 ACTIVE = "active"
 REAUTHORIZATION_REQUIRED = "reauthorization_required"
 REVOKED = "revoked"
+
+# Health (migration 0014): what an operator, a server and a person read about a connection.
+HEALTHY = "healthy"
+EXPIRING = "expiring"  # works, but a person must act soon (the refresh token nears its end)
+NEEDS_REAUTHORIZATION = "needs_reauthorization"
+HEALTH_REVOKED = "revoked"
+HEALTH_STATES = (HEALTHY, EXPIRING, NEEDS_REAUTHORIZATION, HEALTH_REVOKED)
+_HEALTH_CHECK = "health IN ('healthy', 'expiring', 'needs_reauthorization', 'revoked')"
+
+
+class HealthColumns:
+    """``health`` with its reason and timestamps, on an authorization and (as the summary of its
+    live authorizations: the worst one's) on its connection."""
+
+    health: Mapped[str] = mapped_column(String(32), server_default=text("'healthy'"))
+    # A stable code: the provider's OAuth error (``invalid_grant``), ``http_<status>``,
+    # ``refresh_token_expired``, ``access_token_expired``, ``revoked_by_<who>`` …
+    health_reason: Mapped[str | None] = mapped_column(String(64))
+    health_http_status: Mapped[int | None] = mapped_column(Integer)
+    checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When the refresh token itself ends (``refresh_token_expires_in``), when the provider says.
+    refresh_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Provider(Timestamps, Base):
@@ -70,7 +93,7 @@ class Provider(Timestamps, Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class Connection(Timestamps, Base):
+class Connection(HealthColumns, Timestamps, Base):
     """One account of one subject at one provider. An OAuth connection's tokens live in its
     ``Authorization`` rows (one per token set the provider issued, each with exactly its scopes);
     ``scopes`` and ``status`` here summarise them (``repository.sync_connection``). An API-key
@@ -79,6 +102,7 @@ class Connection(Timestamps, Base):
     __tablename__ = "connections"
     __table_args__ = (
         CheckConstraint("status IN ('active', 'reauthorization_required', 'revoked')", name="status"),
+        CheckConstraint(_HEALTH_CHECK, name="health"),
         Index(
             "uq_connections_live_account",
             "subject_iss",
@@ -121,7 +145,7 @@ class Connection(Timestamps, Base):
     connected_by: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("server_clients.id", ondelete="SET NULL"))
 
 
-class Authorization(Timestamps, Base):
+class Authorization(HealthColumns, Timestamps, Base):
     """One token set the provider issued for a connection, with exactly the scopes it granted.
 
     A grant points at one authorization, and the token endpoint hands a server client only that
@@ -133,7 +157,15 @@ class Authorization(Timestamps, Base):
     __tablename__ = "authorizations"
     __table_args__ = (
         CheckConstraint("status IN ('active', 'reauthorization_required', 'revoked')", name="status"),
+        CheckConstraint(_HEALTH_CHECK, name="health"),
+        # Health follows status where status decides (0014).
+        CheckConstraint(
+            "(status = 'reauthorization_required') = (health = 'needs_reauthorization') "
+            "AND (status = 'revoked') = (health = 'revoked')",
+            name="health_follows_status",
+        ),
         Index("ix_authorizations_connection", "connection_id", "status"),
+        Index("ix_authorizations_due", "expires_at", postgresql_where=text("status = 'active'")),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)

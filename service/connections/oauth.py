@@ -46,6 +46,9 @@ class TokenSet:
     expires_in: int | None
     scope: str | None
     raw: dict[str, Any] = field(repr=False)
+    # How long the refresh token itself lasts, when the provider says (GitHub's
+    # ``refresh_token_expires_in``); None when it does not.
+    refresh_expires_in: int | None = None
 
 
 def new_state() -> str:
@@ -100,11 +103,7 @@ def _token_set(token: dict[str, Any]) -> TokenSet:
     if not isinstance(access, str) or not access:
         raise ProviderError("no_access_token")
     refresh = token.get("refresh_token")
-    expires_in = token.get("expires_in")
-    try:
-        expires = int(expires_in) if expires_in is not None else None
-    except (TypeError, ValueError):
-        expires = None
+    expires = _seconds(token.get("expires_in"))
     scope = token.get("scope")
     return TokenSet(
         access_token=access,
@@ -113,7 +112,15 @@ def _token_set(token: dict[str, Any]) -> TokenSet:
         expires_in=expires,
         scope=scope if isinstance(scope, str) else None,
         raw=dict(token),
+        refresh_expires_in=_seconds(token.get("refresh_token_expires_in")),
     )
+
+
+def _seconds(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 async def _token_call(http: httpx.AsyncClient, provider: ResolvedProvider, body: str) -> dict[str, Any]:

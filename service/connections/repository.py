@@ -144,16 +144,18 @@ async def reclaim(
     return result.scalar_one_or_none() is not None
 
 
-async def mark_revoked(session: AsyncSession, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+async def mark_revoked(session: AsyncSession, ids: list[uuid.UUID], reason: str) -> list[uuid.UUID]:
     """Local revocation always happens, and wipes the ciphertexts rather than keeping dead secrets
-    (an API-key connection's own; an OAuth connection's authorizations go with it, by the caller)."""
+    (an API-key connection's own; an OAuth connection's authorizations go with it, by the caller).
+    ``reason`` (``revoked_by_user``, ``revoked_by_server``, ``revoked_by_operator``) is its health's."""
     result = await session.execute(
         text(
-            f"UPDATE connections SET status = '{REVOKED}', access_token_enc = NULL, access_token_key_id = NULL, "
+            f"UPDATE connections SET status = '{REVOKED}', health = 'revoked', health_reason = :reason, "
+            "health_http_status = NULL, checked_at = now(), access_token_enc = NULL, access_token_key_id = NULL, "
             "refresh_token_enc = NULL, refresh_token_key_id = NULL, refresh_claim = NULL, "
             "refresh_claimed_until = NULL, revoked_at = now(), updated_at = now() "
             f"WHERE id = ANY(:ids) AND status <> '{REVOKED}' RETURNING id"
         ),
-        {"ids": ids},
+        {"ids": ids, "reason": reason},
     )
     return [r[0] for r in result]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -80,6 +81,9 @@ ACCESS_TOKEN = "access_token"
 REFRESH_TOKEN = "refresh_token"
 PKCE_VERIFIER = "pkce_verifier"
 REFRESH_MARGIN_SECONDS = 60.0
+# A connection is ``expiring`` when, without a person, it stops working within this long (its
+# refresh token's own end): a week leaves time to read an email and reconnect.
+EXPIRING_SECONDS = 7 * 86400.0
 # The claim outlives the provider call it covers (its whole deadline) plus time to write the result,
 # so it cannot lapse while the call may still reach the provider; a caller waiting on another
 # replica's refresh waits as long as a claim lasts. See "Timeouts" in service/db/engine.py.
@@ -89,6 +93,8 @@ REFRESH_WAIT_SECONDS = REFRESH_CLAIM_SECONDS
 REFRESH_POLL_FIRST_SECONDS = 0.05
 REFRESH_POLL_MAX_SECONDS = 0.5
 DB_RETRY_AFTER_SECONDS = 1
+# Health reasons that are not a provider's error code.
+ACCESS_TOKEN_EXPIRED = "access_token_expired"
 
 
 class InsufficientScope(Conflict):
@@ -140,6 +146,8 @@ class Completed:
     connection: Connection
     authorization: Authorization
     result: dict[str, Any]
+    # Server clients told the connection recovered (a reconnect in place): wake them after the commit.
+    told: list[uuid.UUID] = dataclasses.field(default_factory=list)
 
 
 def connection_result(conn: Connection) -> dict[str, Any]:
@@ -180,6 +188,7 @@ class ConnectionService:
         direct: DirectStatements,
         clock: Clock | None = None,
         refresh_margin_seconds: float = REFRESH_MARGIN_SECONDS,
+        expiring_seconds: float = EXPIRING_SECONDS,
         on_refresh: Callable[[str, str], None] | None = None,
         on_events: Callable[[list[uuid.UUID]], Awaitable[None]] | None = None,
     ) -> None:
@@ -192,6 +201,7 @@ class ConnectionService:
         self.http = http
         self.clock = clock or SystemClock()
         self.margin = refresh_margin_seconds
+        self.expiring_seconds = expiring_seconds
         # ``(provider, outcome)`` after each refresh attempt (the metrics' refresh counter).
         self.on_refresh = on_refresh
         # After a commit that appended stream events: wake those server clients' streams.
@@ -199,7 +209,8 @@ class ConnectionService:
         # The refresh in flight per (connection, forced) in this process: later callers await it.
         self._flights: dict[tuple[uuid.UUID, bool], asyncio.Task[TokenResponse]] = {}
 
-    async def _announce(self, server_client_ids: list[uuid.UUID]) -> None:
+    async def announce(self, server_client_ids: list[uuid.UUID]) -> None:
+        """Wake these server clients' event streams (after the commit that appended their events)."""
         if server_client_ids and self.on_events is not None:
             await self.on_events(server_client_ids)
 
@@ -241,6 +252,8 @@ class ConnectionService:
             "refresh_kid": refresh_kid,
             "token_type": tokens.token_type,
             "expires_in": tokens.expires_in,
+            "refresh_expires_in": tokens.refresh_expires_in,
+            "expiring_seconds": self.expiring_seconds,
         }
 
     def _open(self, auth: Authorization, purpose: str) -> str | None:
@@ -322,9 +335,11 @@ class ConnectionService:
         bound = (iss, sub, provider.name, account_id)
         scopes = granted_scopes(tokens, requested, provider.scope_separator)
         stored: Authorization | None = None
+        told: list[uuid.UUID] = []
         if in_place is not None:
             values = self._seal_tokens(in_place, bound, tokens)
-            stored = await authz.replace_tokens(session, in_place, connection_id, {**values, "scopes": scopes})
+            stored, moved = await authz.replace_tokens(session, in_place, connection_id, {**values, "scopes": scopes})
+            told = moved.told
         if stored is None:
             # A connection's first authorization takes the connection's id (as migration 0012 gave
             # the existing ones): one id to follow in logs for the common one-server account. Known
@@ -336,7 +351,7 @@ class ConnectionService:
         conn = await session.get(Connection, connection_id, populate_existing=True)
         assert conn is not None  # row-locked by reclaim/claim_slot in this transaction
         result = {**connection_result(conn), "scopes": list(stored.scopes)}
-        return Completed(connection=conn, authorization=stored, result=result)
+        return Completed(connection=conn, authorization=stored, result=result, told=told)
 
     async def retire(self, authorization_ids: list[uuid.UUID]) -> bool:
         """Authorizations no live grant points at any more (a grantee moved to a new one, or its
@@ -594,7 +609,8 @@ class ConnectionService:
         if not expired:
             return self._answer(auth, login)
         async with unit_of_work(self.sessions) as session:
-            await authz.mark_reauthorization_required(session, auth.id)
+            moved = await authz.mark_reauthorization_required(session, auth.id, reason=ACCESS_TOKEN_EXPIRED)
+        await self.announce(moved.told)
         raise self._reauth(auth)
 
     async def _refresh_claimed(
@@ -619,9 +635,14 @@ class ConnectionService:
                 tokens = await oauth.refresh(self.http, provider, refresh_token)
             except oauth.ProviderError as exc:
                 if exc.error == "invalid_grant":
+                    # The provider dropped the grant (the user revoked it there, a password change,
+                    # an ended or reused refresh token): only a person can bring it back.
                     async with unit_of_work(self.sessions) as session:
-                        await authz.mark_reauthorization_required(session, auth.id, claim=claim)
+                        moved = await authz.mark_reauthorization_required(
+                            session, auth.id, reason=exc.error, http_status=exc.status, claim=claim
+                        )
                     settled = True
+                    await self.announce(moved.told)
                     self._refreshed(auth.provider, "reauthorization_required")
                     logger.info(
                         "connection needs reauthorization",
@@ -640,11 +661,13 @@ class ConnectionService:
             values = self._seal_tokens(auth.id, token_binding(auth), tokens)
             # Omitted means unchanged (RFC 6749 §6); present, it is read as the code exchange reads it.
             values["scopes"] = oauth.split_scopes(tokens.scope, provider.scope_separator) if tokens.scope else None
+            values["rotated"] = tokens.refresh_token != refresh_token
             async with unit_of_work(self.sessions) as session:
-                updated = await authz.store_refreshed(session, auth.id, claim, values)
+                updated, moved = await authz.store_refreshed(session, auth.id, claim, values)
                 if updated is not None:
                     await authz.sync_connection(session, auth.connection_id)
             settled = True
+            await self.announce(moved.told)
             if updated is None:
                 self._refreshed(auth.provider, "discarded")
                 logger.warning(
@@ -658,6 +681,23 @@ class ConnectionService:
         finally:
             if not settled:
                 await self._release(auth.id, claim)
+
+    async def refresh_claimed(self, auth: Authorization, claim: uuid.UUID, provider: ResolvedProvider) -> str:
+        """The proactive pass's refresh of an authorization it claimed (``authorizations.claim_due``):
+        the same provider call and conditional write as the token endpoint's, its outcome as a word
+        — ``refreshed``, ``needs_reauthorization`` (the provider refused the grant, marked),
+        ``failed`` (transient: nothing marked, the claim given up) or ``discarded`` (changed
+        meanwhile)."""
+        try:
+            answer = await self._refresh_claimed(auth, None, claim, provider, expired=False, force=True)
+        except ReauthorizationRequired:
+            return "needs_reauthorization"
+        except RefreshFailed:
+            return "failed"
+        return "discarded" if answer is None else "refreshed"
+
+    async def release(self, authorization_id: uuid.UUID, claim: uuid.UUID) -> None:
+        await self._release(authorization_id, claim)
 
     async def _release(self, authorization_id: uuid.UUID, claim: uuid.UUID) -> None:
         """End a claim early so the next caller need not wait for it to lapse (best effort)."""
@@ -683,7 +723,7 @@ class ConnectionService:
         at_provider = False
         revoked: list[uuid.UUID] = []
         if owned:
-            answer = await self._disconnect([c.id for c in owned], provider_name)
+            answer = await self._disconnect([c.id for c in owned], provider_name, reason=authz.DISCONNECTED)
             revoked, at_provider = answer
         ended: list[uuid.UUID] = []
         if granted:
@@ -693,7 +733,7 @@ class ConnectionService:
                         if await grant_repo.revoke(session, grant.grant_id, by="grantee"):
                             ended.append(grant.grant_id)
                     told = await events_repo.grants_revoked(session, ended)
-            await self._announce(told)
+            await self.announce(told)
             retired = await self.retire([g.authorization_id for _, g in granted if g.authorization_id is not None])
             at_provider = at_provider or retired
         return RevokeResponse(
@@ -702,7 +742,7 @@ class ConnectionService:
             grants_revoked=[GRANT_ID.format(g) for g in ended],
         )
 
-    async def revoke_by_id(self, connection_id: uuid.UUID) -> RevokeResponse | None:
+    async def revoke_by_id(self, connection_id: uuid.UUID, *, by: str = "operator") -> RevokeResponse | None:
         """One connection by id (operators, the user's own page): every authorization at the
         provider when it can, locally always. None when there is no such row; ``revoked`` is empty
         when it was already revoked."""
@@ -712,19 +752,21 @@ class ConnectionService:
             return None
         if conn.status == REVOKED:
             return RevokeResponse(revoked=[], revoked_at_provider=False)
-        revoked, at_provider = await self._disconnect([connection_id], conn.provider)
+        revoked, at_provider = await self._disconnect([connection_id], conn.provider, reason=f"revoked_by_{by}")
         return RevokeResponse(revoked=[CONNECTION_ID.format(c) for c in revoked], revoked_at_provider=at_provider)
 
-    async def _disconnect(self, connection_ids: list[uuid.UUID], provider_name: str) -> tuple[list[uuid.UUID], bool]:
+    async def _disconnect(
+        self, connection_ids: list[uuid.UUID], provider_name: str, *, reason: str
+    ) -> tuple[list[uuid.UUID], bool]:
         async with self.read_sessions() as session:
             auths = await authz.live_of_connections(session, connection_ids)
         at_provider = await self._revoke_at_provider(provider_name, auths)
         with _database_busy():
             async with unit_of_work(self.sessions) as session:
-                revoked = await repo.mark_revoked(session, connection_ids)
-                await authz.revoke_of_connections(session, revoked)
+                revoked = await repo.mark_revoked(session, connection_ids, reason)
+                await authz.revoke_of_connections(session, revoked, reason)
                 told = await events_repo.connections_revoked(session, revoked)
-        await self._announce(told)
+        await self.announce(told)
         for cid in revoked:
             logger.info(
                 "connection revoked", extra={"connection_id": CONNECTION_ID.format(cid), "provider": provider_name}

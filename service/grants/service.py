@@ -367,7 +367,7 @@ class GrantService:
             owned = await repo.connection_of_subject(session, connection_id, iss=iss, sub=sub)
         if owned is None:
             return False
-        await self.connections.revoke_by_id(connection_id)
+        await self.connections.revoke_by_id(connection_id, by="user")
         async with self.flows.unit_of_work() as uow:
             await repo.revoke_on_connections(uow.session, [connection_id], by="disconnect")
             told = await events_repo.grants_revoked_on(uow.session, [connection_id])

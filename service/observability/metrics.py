@@ -84,6 +84,19 @@ class Metrics:
         self.rate_limited = Counter(
             "elicitd_rate_limited", "Requests refused by a per-client quota.", ["quota"], registry=r
         )
+        # Read from the database at each scrape (all replicas'); no subject or account labels.
+        self.connections = Gauge(
+            "elicitd_connections",
+            "Connections by provider and health (healthy, expiring, needs_reauthorization, revoked).",
+            ["provider", "health"],
+            registry=r,
+        )
+
+    def connection_counts(self, counts: list[tuple[str, str, int]]) -> None:
+        """The gauge from one count per (provider, health); a pair no longer counted drops out."""
+        self.connections.clear()
+        for provider, health, count in counts:
+            self.connections.labels(provider=provider, health=health).set(count)
 
     # ---- hooks for other modules -----------------------------------------------------------------
     def flow_finished(self, flow: FlowFields) -> None:
@@ -142,6 +155,10 @@ async def metrics_endpoint(services: Services) -> Response[bytes]:
                 text("SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL")
             )
         ).scalar_one()
+        counts = await session.execute(
+            text("SELECT provider, health, count(*) FROM connections GROUP BY provider, health ORDER BY 1, 2")
+        )
+        metrics.connection_counts([(row[0], row[1], int(row[2])) for row in counts])
     metrics.webhook_backlog.set(backlog)
     stalls.publish_max()
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -507,6 +507,8 @@ function issueTokens({ sub, clientId, scope, nonce, authTime, family, grantType,
       replaced_by: null,
     });
     body.refresh_token = refreshToken;
+    // GitHub's expiring refresh tokens: the answer says how long the refresh token lasts.
+    if (config.refresh_token_ttl !== null) body.refresh_token_expires_in = config.refresh_token_ttl;
   }
   if (scope.split(' ').includes('openid')) {
     const claims = {

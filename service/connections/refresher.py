@@ -1,0 +1,167 @@
+"""Proactive refresh: every replica refreshes tokens before a server has to ask for them.
+
+A pass (``Refresher.run_once``) does three bounded things, each at most ``batch_size`` rows:
+
+1. **Marks what cannot work without a person** — a refresh token past its own end, an expired
+   token with no refresh token — ``needs_reauthorization``, and what will soon be so
+   ``expiring`` (``expiring_seconds`` ahead), each with its events (``service.connections.health``).
+   No provider call: the database clock decides.
+2. **Claims** the authorizations whose token expires within ``ahead_seconds`` (or that were not
+   refreshed for ``max_age_seconds``, for providers that revoke idle grants), soonest first, with
+   the very claim the token endpoint takes. ``SKIP LOCKED`` and the claim's own condition let every
+   replica run passes at once: each authorization is claimed by exactly one of them (or by a
+   request), never refreshed twice.
+3. **Refreshes** them with no connection held during the provider calls, ``concurrency`` at a
+   time. A provider that fails transiently (5xx, a timeout, a rate limit) is left alone for the
+   rest of the pass — its remaining claims are given up at once — and nothing is marked: only
+   the provider's ``invalid_grant`` makes a connection ``needs_reauthorization``.
+
+The pauses run on the injected clock; what is due is decided by the database clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from service.clock import Clock, SystemClock
+from service.connections import authorizations as authz
+from service.connections.models import Authorization
+from service.connections.providers import ResolvedProvider, UnknownProvider
+from service.connections.service import EXPIRING_SECONDS, REFRESH_CLAIM_SECONDS, ConnectionService
+from service.db.base import CONNECTION_ID
+from service.db.unit import unit_of_work
+from service.errors import UpstreamError
+from service.settings import Settings, positive_extras
+
+logger = logging.getLogger("elicitd.connections.refresher")
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshSettings:
+    """Read from ``ELICITD_REFRESH_*`` (through ``Settings.extra``); docs/configuration.md."""
+
+    # Refresh a token this long before it expires (the token endpoint's own margin is 60 s).
+    ahead_seconds: float = 300.0
+    # Refresh at least this often even when the token does not expire (None: only by expiry).
+    max_age_seconds: float | None = None
+    # The pause between passes.
+    pass_seconds: float = 15.0
+    # At most this many rows per step of a pass.
+    batch_size: int = 100
+    # Provider calls in flight at once per replica.
+    concurrency: int = 4
+    # ``expiring`` this long before a connection stops working without a person.
+    expiring_seconds: float = EXPIRING_SECONDS
+    # ``ELICITD_REFRESH_PROACTIVE=false`` runs no passes (the token endpoint still refreshes).
+    proactive: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RefreshSettings:
+        kinds: dict[str, type[int] | type[float]] = {
+            "ahead_seconds": float,
+            "max_age_seconds": float,
+            "pass_seconds": float,
+            "batch_size": int,
+            "concurrency": int,
+            "expiring_seconds": float,
+        }
+        raw = settings.extra.get("REFRESH_PROACTIVE")
+        proactive = raw is None or raw.strip().lower() not in {"0", "false", "no", "off"}
+        return cls(**positive_extras(settings, "REFRESH_", kinds), proactive=proactive)
+
+
+@dataclass(slots=True)
+class PassOutcome:
+    """What one pass did, by outcome (the refresh counter's words)."""
+
+    ended: int = 0
+    expiring: int = 0
+    claimed: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    def count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+
+class Refresher:
+    def __init__(self, connections: ConnectionService, settings: RefreshSettings, clock: Clock | None = None) -> None:
+        self.connections = connections
+        self.settings = settings
+        self.clock = clock or connections.clock or SystemClock()
+
+    async def run_once(self) -> PassOutcome:
+        outcome = PassOutcome()
+        service = self.connections
+        batch = self.settings.batch_size
+        async with unit_of_work(service.sessions) as session:
+            ended = await authz.mark_ended(session, batch)
+            expiring = await authz.mark_expiring(session, self.settings.expiring_seconds, batch)
+        outcome.ended, outcome.expiring = len(ended.authorizations), len(expiring.authorizations)
+        await service.announce(sorted({*ended.told, *expiring.told}))
+        claim = uuid.uuid4()
+        async with unit_of_work(service.sessions) as session:
+            claimed = await authz.claim_due(
+                session,
+                claim=claim,
+                hold_seconds=REFRESH_CLAIM_SECONDS,
+                margin_seconds=self.settings.ahead_seconds,
+                max_age_seconds=self.settings.max_age_seconds,
+                batch=batch,
+            )
+        outcome.claimed = len(claimed)
+        if claimed:
+            await self._refresh_all(claimed, claim, outcome)
+        return outcome
+
+    async def _refresh_all(self, claimed: list[Authorization], claim: uuid.UUID, outcome: PassOutcome) -> None:
+        service = self.connections
+        providers: dict[str, ResolvedProvider | None] = {}
+        for name in sorted({auth.provider for auth in claimed}):
+            try:
+                providers[name] = await service.provider(name)
+            except (UnknownProvider, UpstreamError):
+                providers[name] = None  # disabled or undiscoverable: nothing to call this pass
+        resting: set[str] = set()
+        unsettled: list[uuid.UUID] = []
+        gate = asyncio.Semaphore(self.settings.concurrency)
+
+        async def one(auth: Authorization) -> None:
+            async with gate:
+                provider = providers.get(auth.provider)
+                if provider is None or auth.provider in resting:
+                    await service.release(auth.id, claim)
+                    outcome.count("skipped")
+                    unsettled.append(auth.id)
+                    return
+                result = await service.refresh_claimed(auth, claim, provider)
+                outcome.count(result)
+                if result == "failed":
+                    unsettled.append(auth.id)
+                    # Backing off: a provider failing now is not asked again in this pass.
+                    resting.add(auth.provider)
+                    logger.warning(
+                        "proactive refresh failed; provider rested until the next pass",
+                        extra={"provider": auth.provider, "connection_id": CONNECTION_ID.format(auth.connection_id)},
+                    )
+
+        await asyncio.gather(*(one(auth) for auth in claimed))
+        if unsettled:
+            async with unit_of_work(service.sessions) as session:
+                await authz.note_checked(session, unsettled)
+
+    async def run(self) -> None:
+        """Passes forever (a serving replica's background task); a failing pass is logged and the
+        next one runs on time."""
+        if not self.settings.proactive:
+            return
+        while True:
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep refreshing after a database hiccup
+                logger.warning("refresh pass failed", extra={"error_type": type(exc).__name__})
+            await self.clock.sleep(self.settings.pass_seconds)

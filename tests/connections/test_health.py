@@ -1,0 +1,261 @@
+"""Connection health and proactive refresh, on the real OAuth test server and real PostgreSQL.
+
+A refresh pass (``service.connections.refresher``) refreshes tokens nearing expiry with no server
+asking, exactly once when two passes race; a provider refusing the grant (``invalid_grant``) makes
+the authorization ``needs_reauthorization`` with the reason, once, with one
+``connection.needs_reauthorization`` event on each grantee's stream and webhook outbox; a 5xx
+storm marks nothing; a refresh token nearing its own end (``refresh_token_expires_in``) makes it
+``expiring`` and a refresh that extends it makes it ``recovered``. The admin view and ``/metrics``
+show the health; a reconnect in place as another provider account is refused and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import text
+
+from service.admin.connections import show_connection
+from service.connections import authorizations as authz
+from service.connections import oauth
+from service.connections.refresher import Refresher, RefreshSettings
+from service.connections.service import AccountMismatch
+from service.db.base import CONNECTION_ID
+from service.db.unit import unit_of_work
+from tests.connections.conftest import (
+    Env,
+    connection_rows,
+    new_sub,
+    plant_connection,
+    provider_token_calls,
+)
+from tests.support.apps import ServerClientHandle
+
+
+def refresher(env: Env) -> Refresher:
+    # A batch larger than what other tests leave behind in the shared database.
+    return Refresher(env.app.state.connections, RefreshSettings(batch_size=5000))
+
+
+async def set_columns(env: Env, connection_ref: str, assignments: str) -> None:
+    async with env.app.state.sessions() as session:
+        await session.execute(
+            text(f"UPDATE authorizations SET {assignments} WHERE 'cn_' || replace(id::text, '-', '') = :c"),
+            {"c": connection_ref},
+        )
+        await session.commit()
+
+
+async def stream_events(env: Env, client: ServerClientHandle) -> list[tuple[str, dict[str, Any]]]:
+    async with env.app.state.sessions() as session:
+        rows = await session.execute(
+            text(
+                "SELECT type, payload FROM events WHERE server_client_id = :c AND type LIKE 'connection.%' ORDER BY seq"
+            ),
+            {"c": client.id},
+        )
+        return [(r[0], r[1]) for r in rows]
+
+
+async def test_a_pass_refreshes_ahead_of_expiry_exactly_once(env: Env, client: ServerClientHandle) -> None:
+    sub = new_sub()
+    ref, _ = await plant_connection(env, sub, granted_to=client)
+    await set_columns(env, ref, "expires_at = now() + interval '2 minutes'")
+    before = provider_token_calls(env.oauth, "refresh_token")
+
+    await asyncio.gather(refresher(env).run_once(), refresher(env).run_once())
+
+    assert provider_token_calls(env.oauth, "refresh_token") - before == 1
+    (row,) = await connection_rows(env.app, sub)
+    assert row["status"] == "active"
+    assert row["health"] == "healthy"
+    assert row["refresh_claim"] is None
+    assert row["refreshed_at"] is not None
+    assert row["checked_at"] is not None
+    assert row["expires_at"] > datetime.now(UTC) + timedelta(minutes=50)
+    assert await stream_events(env, client) == []  # healthy before and after: nothing to tell
+
+
+async def test_provider_refusal_marks_needs_reauthorization_once_with_events(
+    env: Env, client: ServerClientHandle
+) -> None:
+    sub = new_sub()
+    ref, _ = await plant_connection(env, sub, granted_to=client)
+    async with env.app.state.sessions() as session:
+        await session.execute(
+            text("UPDATE server_clients SET webhook_url = 'http://127.0.0.1:9/hook' WHERE id = :c"), {"c": client.id}
+        )
+        await session.commit()
+    await set_columns(env, ref, "expires_at = now() + interval '2 minutes'")
+    env.oauth.fail_next_refresh("invalid_grant")
+
+    await refresher(env).run_once()
+    await refresher(env).run_once()  # already marked: no second change, no second event
+
+    (row,) = await connection_rows(env.app, sub)
+    assert (row["status"], row["health"]) == ("reauthorization_required", "needs_reauthorization")
+    assert (row["health_reason"], row["health_http_status"]) == ("invalid_grant", 400)
+    assert row["access_token_enc"] is None and row["refresh_token_enc"] is None
+    events = await stream_events(env, client)
+    assert [kind for kind, _ in events] == ["connection.needs_reauthorization"]
+    payload = events[0][1]
+    assert payload["connection_id"] == ref
+    assert (payload["provider"], payload["status"], payload["reason"]) == (
+        env.provider,
+        "needs_reauthorization",
+        "invalid_grant",
+    )
+    assert "token" not in str(payload).replace("refresh_token", "").replace("access_token", "")
+    async with env.app.state.sessions() as session:
+        queued = (
+            await session.execute(
+                text("SELECT event_type, flow_id FROM webhook_outbox WHERE server_client_id = :c"), {"c": client.id}
+            )
+        ).all()
+        view = await show_connection(session, ref)
+    assert [(q[0], q[1]) for q in queued] == [("connection.needs_reauthorization", None)]
+    assert (view.health, view.health_reason, view.health_http_status) == (
+        "needs_reauthorization",
+        "invalid_grant",
+        400,
+    )
+    assert view.authorizations is not None
+    assert [a.health for a in view.authorizations] == ["needs_reauthorization"]
+
+    async with env.app.http() as http:
+        metrics = (await http.get("/metrics")).text
+    assert f'elicitd_connections{{health="needs_reauthorization",provider="{env.provider}"}} 1.0' in metrics
+    assert sub not in metrics
+
+
+async def test_a_provider_5xx_storm_marks_nothing(env: Env, client: ServerClientHandle) -> None:
+    sub = new_sub()
+    ref, _ = await plant_connection(env, sub, granted_to=client)
+    await set_columns(env, ref, "expires_at = now() + interval '2 minutes'")
+    env.oauth.fail_next_refresh("server_error", status=503, count=3)
+
+    for _ in range(3):
+        await refresher(env).run_once()
+
+    (row,) = await connection_rows(env.app, sub)
+    assert (row["status"], row["health"], row["health_reason"]) == ("active", "healthy", None)
+    assert row["refresh_claim"] is None
+    assert row["access_token_enc"] is not None
+    assert await stream_events(env, client) == []
+    await set_columns(env, ref, "expires_at = now() + interval '1 hour'")  # not due for the next tests
+
+
+async def test_refresh_token_end_makes_expiring_then_recovered_then_needs_reauthorization(
+    env: Env, client: ServerClientHandle
+) -> None:
+    sub = new_sub()
+    ref, _ = await plant_connection(env, sub, granted_to=client)
+    await set_columns(env, ref, "refresh_expires_at = now() + interval '1 day'")
+    calls = provider_token_calls(env.oauth, "refresh_token")
+
+    await refresher(env).run_once()
+
+    (row,) = await connection_rows(env.app, sub)
+    assert (row["health"], row["health_reason"]) == ("expiring", "refresh_token_expiring")
+    assert provider_token_calls(env.oauth, "refresh_token") == calls  # known without asking
+    assert [kind for kind, _ in await stream_events(env, client)] == ["connection.expiring"]
+
+    # The provider answers a refresh with a new refresh token good for 30 days (GitHub's field).
+    env.oauth.configure(refresh_token_ttl=30 * 86400)
+    try:
+        await set_columns(env, ref, "expires_at = now() + interval '2 minutes'")
+        await refresher(env).run_once()
+    finally:
+        env.oauth.configure(refresh_token_ttl=None)
+    (row,) = await connection_rows(env.app, sub)
+    assert (row["health"], row["health_reason"]) == ("healthy", None)
+    assert row["refresh_expires_at"] > datetime.now(UTC) + timedelta(days=29)
+    kinds = [kind for kind, _ in await stream_events(env, client)]
+    assert kinds == ["connection.expiring", "connection.recovered"]
+
+    await set_columns(env, ref, "refresh_expires_at = now() - interval '1 second'")
+    calls = provider_token_calls(env.oauth, "refresh_token")
+    await refresher(env).run_once()
+    (row,) = await connection_rows(env.app, sub)
+    assert (row["status"], row["health"], row["health_reason"]) == (
+        "reauthorization_required",
+        "needs_reauthorization",
+        "refresh_token_expired",
+    )
+    assert provider_token_calls(env.oauth, "refresh_token") == calls
+    kinds = [kind for kind, _ in await stream_events(env, client)]
+    assert kinds == ["connection.expiring", "connection.recovered", "connection.needs_reauthorization"]
+
+
+async def test_reconnect_in_place_recovers_the_same_authorization(env: Env, client: ServerClientHandle) -> None:
+    """What the callback of a reconnect flow stores (``ConnectService._exchange``): the same
+    authorization and connection ids, healthy again, with ``connection.recovered``; another
+    provider account is refused and changes nothing."""
+    sub = new_sub()
+    ref, _ = await plant_connection(env, sub, granted_to=client)
+    connection_id = CONNECTION_ID.parse(ref)
+    assert connection_id is not None
+    await set_columns(env, ref, "expires_at = now() + interval '2 minutes'")
+    env.oauth.fail_next_refresh("invalid_grant")
+    await refresher(env).run_once()
+    service = env.app.state.connections
+    provider = await service.provider(env.provider)
+
+    def tokens(login: str) -> oauth.TokenSet:
+        minted = env.oauth.mint(login, client_id="elicitd-files", scope="files:read")
+        return oauth.TokenSet(
+            access_token=minted["access_token"],
+            refresh_token=minted["refresh_token"],
+            token_type="Bearer",
+            expires_in=3600,
+            scope="files:read",
+            raw=minted,
+        )
+
+    other = new_sub("other")
+    try:
+        async with unit_of_work(env.app.state.sessions) as session:
+            await service.store_authorization(
+                session,
+                iss=env.iss,
+                sub=sub,
+                provider=provider,
+                tokens=tokens(other),
+                account_id=env.oauth.account_id(other),
+                account_login=other,
+                requested=["files:read"],
+                reconnect=connection_id,
+                in_place=connection_id,
+            )
+        raise AssertionError("another account was accepted")
+    except AccountMismatch:
+        pass
+    (row,) = await connection_rows(env.app, sub)
+    assert (row["id"], row["health"]) == (connection_id, "needs_reauthorization")
+
+    async with unit_of_work(env.app.state.sessions) as session:
+        done = await service.store_authorization(
+            session,
+            iss=env.iss,
+            sub=sub,
+            provider=provider,
+            tokens=tokens(sub),
+            account_id=env.oauth.account_id(sub),
+            account_login=sub,
+            requested=["files:read"],
+            reconnect=connection_id,
+            in_place=connection_id,
+        )
+    assert (done.connection.id, done.authorization.id) == (connection_id, connection_id)
+    assert done.told == [client.id]
+    (row,) = await connection_rows(env.app, sub)
+    assert (row["status"], row["health"], row["health_reason"]) == ("active", "healthy", None)
+    kinds = [kind for kind, _ in await stream_events(env, client)]
+    assert kinds == ["connection.needs_reauthorization", "connection.recovered"]
+    async with env.app.state.sessions() as session:
+        view = await show_connection(session, ref)
+        live = await authz.live_of_connections(session, [connection_id])
+    assert (view.status, view.health) == ("active", "healthy")
+    assert [a.id for a in live] == [connection_id]
