@@ -58,7 +58,10 @@ async def scene(
         await connect(world, chromium_browser, carol)
         async with app.state.sessions() as session:
             await session.execute(
-                text("UPDATE authorizations SET status = 'reauthorization_required' WHERE subject_sub = :s"),
+                text(
+                    "UPDATE authorizations SET status = 'reauthorization_required', "
+                    "health = 'needs_reauthorization' WHERE subject_sub = :s"
+                ),
                 {"s": carol},
             )
             await session.commit()
