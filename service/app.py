@@ -43,7 +43,7 @@ from service.identity.deps import AuthenticatorServices
 from service.limits import LimitedRequest
 from service.oauth.api import OAUTH_ROUTES
 from service.oauth.deps import ExchangeServices
-from service.observability.metrics import metrics_endpoint
+from service.observability.metrics import MetricsServices, metrics_endpoint
 from service.observability.requests import RequestObserver
 from service.openapi import AllowHeaderMiddleware, DescribedJsonRenderPlugin
 from service.payments.deps import PaymentServices, PaymentWebhookServices
@@ -97,6 +97,7 @@ def _provide_services(services: Services) -> Provide:
     flow_page: FlowPageServices = services
     grant_page: GrantPageServices = services
     hot_flow: HotFlowServices = services
+    metrics: MetricsServices = services
     payment: PaymentServices = services
     payment_webhook: PaymentWebhookServices = services
     readiness: ReadinessServices = services
@@ -114,6 +115,7 @@ def _provide_services(services: Services) -> Provide:
         flow_page,
         grant_page,
         hot_flow,
+        metrics,
         payment,
         payment_webhook,
         readiness,

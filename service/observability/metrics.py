@@ -12,9 +12,10 @@ refresh path calls ``record_refresh(provider, outcome)`` with outcome one of
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 from litestar import Response, get
+from litestar.params import Dependency
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sqlalchemy import text
@@ -23,7 +24,9 @@ from service.flows.repository import FlowFields
 from service.signals.bus import WaiterHub
 
 if TYPE_CHECKING:
-    from service.services import Services
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+    from service.observability.stalls import StallMonitor
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _COMPLETION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600, 86400)
@@ -137,6 +140,24 @@ class Metrics:
         children[1].observe(seconds)
 
 
+class MetricsServices(Protocol):
+    """The parts of the container ``/metrics`` reads: the counters, the stall monitor, and a read
+    session for the gauges counted in PostgreSQL."""
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def read_sessions(self) -> async_sessionmaker[AsyncSession]: ...
+
+    @property
+    def stalls(self) -> StallMonitor: ...
+
+
+# The ``services`` dependency as MetricsServices (see ``service.flows.deps``).
+MetricsDeps = Annotated[MetricsServices, Dependency(skip_validation=True)]
+
+
 @get(
     "/metrics",
     operation_id="metrics",
@@ -145,7 +166,7 @@ class Metrics:
     include_in_schema=True,
     media_type=CONTENT_TYPE_LATEST,
 )
-async def metrics_endpoint(services: Services) -> Response[bytes]:
+async def metrics_endpoint(services: MetricsDeps) -> Response[bytes]:
     # One dependency, not three: Litestar resolves independent dependencies concurrently, a task
     # each (see ``service.identity.deps``).
     metrics, stalls = services.metrics, services.stalls
