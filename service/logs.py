@@ -22,8 +22,9 @@ import re
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TextIO
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -53,6 +54,8 @@ ALLOWED_FIELDS = frozenset(
         "issuer",
         "dependency",
         "reason",
+        "database",
+        "seconds",
     }
 )
 
@@ -257,6 +260,79 @@ class PlainFormatter(JsonFormatter):
         return head + "".join(f" {k}={v}" for k, v in data.items()) + (f"\n{stack}" if stack else "")
 
 
+# The loops that read PostgreSQL on their own schedule and log a warning for each failed round:
+# with the database down they add up to about one line a second, none saying where it is.
+DATABASE_LOOPS = (
+    "elicitd.sweeper",
+    "elicitd.retention",
+    "elicitd.webhooks",
+    "elicitd.events",
+    "elicitd.signals",
+    "elicitd.connections.refresher",
+)
+# What a round fails with when PostgreSQL cannot be reached (asyncpg raises the socket's own errors).
+_UNREACHABLE = frozenset(
+    {
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+        "ConnectionDoesNotExistError",
+        "CannotConnectNowError",
+        "TimeoutError",
+        "gaierror",
+        "OSError",
+    }
+)
+
+
+def database_label(database_url: str) -> str:
+    """``host:port/database`` of a database URL, never its user or password."""
+    parts = urlsplit(database_url)
+    host = parts.hostname or ""
+    if not host and "host=" in parts.query:  # a Unix socket: postgresql://user@/db?host=/run/...
+        host = parts.query.split("host=", 1)[1].split("&", 1)[0]
+    port = f":{parts.port}" if parts.port else ""
+    return f"{host}{port}{parts.path or ''}"
+
+
+class DatabaseOutage(logging.Filter):
+    """While PostgreSQL is unreachable: one warning naming it, then one summary every
+    ``summary_seconds`` (how long, how many failed rounds), instead of a line per round.
+
+    One instance sits on every loop's logger, so the count covers them all. A failure after
+    twice the summary interval without any starts a new outage with a new first warning.
+    """
+
+    def __init__(self, database: str, *, summary_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.database = database
+        self.summary_seconds = summary_seconds
+        self.clock = clock
+        self._since = self._last = self._reported = -float("inf")
+        self._held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING or getattr(record, "error_type", None) not in _UNREACHABLE:
+            return True
+        now = self.clock()
+        if now - self._last > 2 * self.summary_seconds:  # the first failure of an outage
+            self._since = self._reported = now
+            self._held = 0
+            record.msg = "database unreachable: background work retries, a summary follows every %d s"
+            record.args = (int(self.summary_seconds),)
+        elif now - self._reported < self.summary_seconds:
+            self._last = now
+            self._held += 1
+            return False
+        else:
+            record.msg, record.args = "database still unreachable", ()
+            record.count = self._held + 1
+            record.seconds = int(now - self._since)
+            self._reported, self._held = now, 0
+        self._last = now
+        record.database = self.database
+        return True
+
+
 def configure_logging(settings: Settings, *, stream: TextIO | None = None) -> None:
     """Send every record to ``stream`` (standard error by default) through our formatter."""
     handler = LineHandler(sys.stderr if stream is None else stream)
@@ -270,6 +346,10 @@ def configure_logging(settings: Settings, *, stream: TextIO | None = None) -> No
     logging.logProcesses = False
     logging.logMultiprocessing = False
     logging._srcfile = None
+    outage = DatabaseOutage(database_label(settings.database_url))
+    for name in DATABASE_LOOPS:
+        loop_logger = logging.getLogger(name)
+        loop_logger.filters[:] = [f for f in loop_logger.filters if not isinstance(f, DatabaseOutage)] + [outage]
     # Libraries log request URLs and bodies at debug/info; those may carry codes or tokens.
     for noisy in ("httpx", "httpcore", "authlib", "uvicorn.access", "stripe", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
