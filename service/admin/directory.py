@@ -34,6 +34,8 @@ from service.identity.models import Issuer
 Url = Annotated[str, Meta(min_length=1, max_length=2000, pattern=r"^\S+$")]
 Secret = Annotated[str, Meta(min_length=1, max_length=4000)]
 Text = Annotated[str, Meta(min_length=1, max_length=200)]
+# Plain words for a scope: one text, or one per language (``{"en": "…", "th": "…"}``, BCP 47 tags).
+ScopeWords = Text | dict[Annotated[str, Meta(pattern=r"^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*$")], Text]
 Field = Annotated[str, Meta(min_length=1, max_length=64)]
 Scopes = Annotated[list[Annotated[str, Meta(min_length=1, max_length=200)]], Meta(max_length=100)]
 AuthMethod = Annotated[str, Meta(pattern=r"^(client_secret_basic|client_secret_post|none)$")]
@@ -89,7 +91,7 @@ class CreateProvider(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     account_login_field: Field | None = None
     token_auth_method: AuthMethod | None = None
     default_scopes: Scopes | None = None
-    scope_descriptions: dict[str, Text] | None = None
+    scope_descriptions: dict[str, ScopeWords] | None = None
     scope_separator: Annotated[str, Meta(min_length=1, max_length=4)] | None = None
     authorize_params: dict[str, str] | None = None
     enabled: bool = True
@@ -112,7 +114,7 @@ class UpdateProvider(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     account_login_field: Field | UnsetType | None = UNSET
     token_auth_method: AuthMethod | UnsetType = UNSET
     default_scopes: Scopes | UnsetType = UNSET
-    scope_descriptions: dict[str, Text] | UnsetType = UNSET
+    scope_descriptions: dict[str, ScopeWords] | UnsetType = UNSET
     authorize_params: dict[str, str] | UnsetType = UNSET
     enabled: bool | UnsetType = UNSET
 

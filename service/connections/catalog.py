@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.i18n import N_, _
+from service.i18n import N_, _, current
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,9 +187,15 @@ CATALOG: dict[str, CatalogEntry] = {
 
 
 def describe_scope(scope: str, descriptions: dict[str, Any]) -> str:
-    """Plain words for a scope, in the page's language where the catalogue has them (an operator's own
-    words are shown as written); unknown scopes are shown as they are, never hidden."""
+    """Plain words for a scope in the page's language: the built-in catalog's words through the
+    translation catalogue, an operator's words as written, or their own per-language words
+    (``{"en": "…", "th": "…"}``: the page's tag, its primary language, English, then the first given);
+    unknown scopes are shown as they are, never hidden."""
     text = descriptions.get(scope)
+    if isinstance(text, dict):
+        tag = current().tag
+        text = text.get(tag) or text.get(tag.split("-")[0]) or text.get("en") or next(iter(text.values()), None)
+        return str(text) if text else _("Permission “%(scope)s”", scope=scope)
     return _(str(text)) if text else _("Permission “%(scope)s”", scope=scope)
 
 

@@ -50,7 +50,7 @@ class ProviderSpec:
     account_login_field: str | None = None
     token_auth_method: str | None = None
     default_scopes: tuple[str, ...] | None = None
-    scope_descriptions: dict[str, str] | None = None
+    scope_descriptions: dict[str, str | dict[str, str]] | None = None
     scope_separator: str | None = None
     authorize_params: dict[str, Any] | None = None
     enabled: bool = True
@@ -130,7 +130,9 @@ def spec_values(spec: ProviderSpec, vault: Vault) -> dict[str, Any]:
             f"provider '{spec.name}': give an issuer (for discovery) or both the authorization and token endpoints"
         )
     texts = [("display_name", values["display_name"])] + [
-        ("scope_descriptions", words) for words in values["scope_descriptions"].values() if isinstance(words, str)
+        ("scope_descriptions", text)
+        for words in values["scope_descriptions"].values()
+        for text in ([words] if isinstance(words, str) else words.values() if isinstance(words, dict) else [])
     ]
     for field, value in texts:
         if (problem := display_text_problem(value, field)) is not None:
