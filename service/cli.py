@@ -469,6 +469,64 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The domain trees' commands that change something. Their modules sit below the admin layer that
+# owns the audit log, so the row is written here, after the command: the operation, the argument
+# that names what changed, and the status the admin API would have answered.
+_AUDITED: dict[tuple[str, str], tuple[str, str | None]] = {
+    ("providers", "add"): ("cliSaveProvider", "name"),
+    ("providers", "enable"): ("cliEnableProvider", "name"),
+    ("providers", "disable"): ("cliDisableProvider", "name"),
+    ("issuers", "add"): ("cliSaveIssuer", "issuer"),
+    ("issuers", "enable"): ("cliEnableIssuer", "issuer"),
+    ("issuers", "disable"): ("cliDisableIssuer", "issuer"),
+    ("api-key-providers", "set"): ("cliSetApiKeyProvider", None),
+    ("payments", "reconcile"): ("cliReconcilePayments", None),
+}
+
+
+def _run_audited(args: argparse.Namespace) -> None:
+    from service.errors import ElicitdError
+
+    entry = _AUDITED.get((args.command, getattr(args, f"{args.command.replace('-', '_')}_command", "")))
+    if entry is None:
+        args.func(args)
+        return
+    operation, naming = entry
+    target = getattr(args, naming, None) if naming else None
+    try:
+        args.func(args)
+    except ElicitdError as refused:
+        _audit(operation, target, refused.status, {"result": "error", "code": refused.problem_code}, done=False)
+        raise
+    except CommandFailed as failed:
+        if failed.code == ExitCode.REFUSED:  # refused by the command itself (bad input): nothing changed
+            _audit(operation, target, 400, {"result": "error"}, done=False)
+        raise
+    _audit(operation, target, 200, {"result": "ok"}, done=True)
+
+
+def _audit(operation: str, target: str | None, status: int, detail: dict[str, Any], *, done: bool) -> None:
+    from service.admin.guards import write_audit
+    from service.db.engine import make_engine, make_sessionmaker
+    from service.db.unit import unit_of_work
+
+    async def write() -> None:
+        engine = make_engine(_settings())
+        try:
+            async with unit_of_work(make_sessionmaker(engine)) as session:
+                await write_audit(
+                    session, actor="cli", operation=operation, target=target, status=status, detail=detail
+                )
+        finally:
+            await engine.dispose()
+
+    try:
+        _run(write())
+    except Exception:  # the command's own outcome stands; the line says its row is missing
+        if done:
+            print("elicitd: done, but its admin_audit_log row could not be written", file=sys.stderr)
+
+
 def _fail(failed: CommandFailed) -> None:
     print(f"elicitd: {failed.message}", file=sys.stderr)
     raise SystemExit(failed.code)
@@ -484,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if args.command == "dev":
                 parser.error("--dev points other commands at a running `elicitd dev`; start it without --dev")
             os.environ.update(dev_instance.read_env(DATA_DIR))
-        args.func(args)
+        _run_audited(args)
     except KeyboardInterrupt:
         raise SystemExit(ExitCode.INTERRUPTED) from None
     except BrokenPipeError:

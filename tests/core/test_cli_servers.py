@@ -107,3 +107,27 @@ def test_admin_webhooks_show_names_the_last_error() -> None:
     from service.admin.cli import _HOOK_DETAIL_COLUMNS
 
     assert _HOOK_DETAIL_COLUMNS[-1] == "last_error"
+
+
+async def test_providers_and_issuers_commands_leave_audit_rows_too(
+    make_settings: Callable[..., Settings], elicitd: RunningApp
+) -> None:
+    settings = make_settings()
+    name = f"files-{uuid.uuid4().hex[:6]}"
+    added = elicitd_cli(
+        settings, "providers", "add", name, "--catalog", "oauth2", "--client-id", "files-client",
+        "--client-secret-env", "PATH", "--issuer", "http://127.0.0.1:9", "--no-discover",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    disabled = elicitd_cli(settings, "providers", "disable", name)
+    assert disabled.returncode == 0, disabled.stderr
+    missing = f"nothing-{uuid.uuid4().hex[:6]}"
+    refused = elicitd_cli(settings, "providers", "enable", missing)
+    assert refused.returncode == 1, refused.stderr
+    assert await audit_rows(elicitd, name) == [
+        ("cli", "cliSaveProvider", 200, "ok", None),
+        ("cli", "cliDisableProvider", 200, "ok", None),
+    ]
+    [(actor, operation, status, result, code)] = await audit_rows(elicitd, missing)
+    assert (actor, operation, status, result) == ("cli", "cliEnableProvider", 404, "error")
+    assert code is not None
