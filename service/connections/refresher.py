@@ -12,9 +12,10 @@ A pass (``Refresher.run_once``) does three bounded things, each at most ``batch_
    replica run passes at once: each authorization is claimed by exactly one of them (or by a
    request), never refreshed twice.
 3. **Refreshes** them with no connection held during the provider calls, ``concurrency`` at a
-   time. A provider that fails transiently (5xx, a timeout, a rate limit) is left alone for the
-   rest of the pass — its remaining claims are given up at once — and nothing is marked: only
-   the provider's ``invalid_grant`` makes a connection ``needs_reauthorization``.
+   time and at most ``provider_rate`` a second per provider. A provider that fails transiently
+   (5xx, a timeout, a rate limit) is left alone for the rest of the pass — its remaining claims
+   are given up at once — and nothing is marked: only the provider's ``invalid_grant`` makes a
+   connection ``needs_reauthorization``.
 
 The pauses run on the injected clock; what is due is decided by the database clock.
 """
@@ -53,6 +54,9 @@ class RefreshSettings:
     batch_size: int = 100
     # Provider calls in flight at once per replica.
     concurrency: int = 4
+    # Refresh calls per second to any one provider from one replica (None: as fast as
+    # ``concurrency`` allows); a pass waits its turn rather than burst past a provider's limit.
+    provider_rate: float | None = None
     # ``expiring`` this long before a connection stops working without a person.
     expiring_seconds: float = EXPIRING_SECONDS
     # ``ELICITD_REFRESH_PROACTIVE=false`` runs no passes (the token endpoint still refreshes).
@@ -67,6 +71,7 @@ class RefreshSettings:
             "batch_size": int,
             "concurrency": int,
             "expiring_seconds": float,
+            "provider_rate": float,
         }
         raw = settings.extra.get("REFRESH_PROACTIVE")
         proactive = raw is None or raw.strip().lower() not in {"0", "false", "no", "off"}
@@ -127,6 +132,7 @@ class Refresher:
         resting: set[str] = set()
         unsettled: list[uuid.UUID] = []
         gate = asyncio.Semaphore(self.settings.concurrency)
+        pace = _Pace(self.clock, self.settings.provider_rate)
 
         async def one(auth: Authorization) -> None:
             async with gate:
@@ -136,6 +142,7 @@ class Refresher:
                     outcome.count("skipped")
                     unsettled.append(auth.id)
                     return
+                await pace.turn(auth.provider)
                 result = await service.refresh_claimed(auth, claim, provider)
                 outcome.count(result)
                 if result == "failed":
@@ -165,3 +172,22 @@ class Refresher:
             except Exception as exc:  # keep refreshing after a database hiccup
                 logger.warning("refresh pass failed", extra={"error_type": type(exc).__name__})
             await self.clock.sleep(self.settings.pass_seconds)
+
+
+class _Pace:
+    """At most ``rate`` calls a second per provider: each call takes the next free slot
+    (``1 / rate`` after the previous one) and waits for it on the clock."""
+
+    def __init__(self, clock: Clock, rate: float | None) -> None:
+        self.clock = clock
+        self.interval = 0.0 if rate is None else 1.0 / rate
+        self._next: dict[str, float] = {}
+
+    async def turn(self, provider: str) -> None:
+        if not self.interval:
+            return
+        now = self.clock.monotonic()
+        slot = max(now, self._next.get(provider, now))
+        self._next[provider] = slot + self.interval
+        if slot > now:
+            await self.clock.sleep(slot - now)

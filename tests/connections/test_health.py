@@ -15,6 +15,8 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+from playwright.async_api import Page
 from sqlalchemy import text
 
 from service.admin.connections import show_connection
@@ -25,13 +27,20 @@ from service.connections.service import AccountMismatch
 from service.db.base import CONNECTION_ID
 from service.db.unit import unit_of_work
 from tests.connections.conftest import (
+    PROVIDER_CLIENT_ID,
     Env,
     connection_rows,
+    continue_to_provider,
+    create_flow,
+    flow_row,
+    get_token,
     new_sub,
+    open_connect_page,
     plant_connection,
     provider_token_calls,
 )
 from tests.support.apps import ServerClientHandle
+from tests.support.browser import login_at_issuer
 
 
 def refresher(env: Env) -> Refresher:
@@ -147,6 +156,32 @@ async def test_a_provider_5xx_storm_marks_nothing(env: Env, client: ServerClient
     await set_columns(env, ref, "expires_at = now() + interval '1 hour'")  # not due for the next tests
 
 
+async def test_a_pass_keeps_to_the_provider_rate(env: Env, client: ServerClientHandle) -> None:
+    subs = [new_sub("wave") for _ in range(6)]
+    for sub in subs:
+        ref, _ = await plant_connection(env, sub, granted_to=client)
+        await set_columns(env, ref, "expires_at = now() + interval '2 minutes'")
+    seen = len(env.oauth.token_requests())
+    paced = Refresher(env.app.state.connections, RefreshSettings(batch_size=5000, concurrency=4, provider_rate=4.0))
+
+    outcome = await paced.run_once()
+
+    assert outcome.outcomes.get("refreshed", 0) >= len(subs)
+    for sub in subs:
+        (row,) = await connection_rows(env.app, sub)
+        assert row["refreshed_at"] is not None
+    starts = sorted(
+        r.started_at
+        for r in env.oauth.token_requests()[seen:]
+        if r.grant_type == "refresh_token" and r.client_id == PROVIDER_CLIENT_ID
+    )
+    assert len(starts) >= len(subs)
+    # 4 a second: six calls span at least 1.25 s (unpaced they all start within ~50 ms), and no
+    # second of them sees more than 4 (+1 for the provider's own jitter in noting the start).
+    assert starts[-1] - starts[0] >= 1.1, starts
+    assert max(sum(1 for t in starts if first <= t < first + 1.0) for first in starts) <= 5, starts
+
+
 async def test_refresh_token_end_makes_expiring_then_recovered_then_needs_reauthorization(
     env: Env, client: ServerClientHandle
 ) -> None:
@@ -259,3 +294,48 @@ async def test_reconnect_in_place_recovers_the_same_authorization(env: Env, clie
         live = await authz.live_of_connections(session, [connection_id])
     assert (view.status, view.health) == ("active", "healthy")
     assert [a.id for a in live] == [connection_id]
+
+
+@pytest.mark.browser
+async def test_reconnect_in_browser_refuses_another_account_then_recovers(
+    env: Env, client: ServerClientHandle, browser_page: Page
+) -> None:
+    """Through Chromium: a provider that dropped the grant, a reconnect flow answered for another
+    provider account (refused, nothing replaced), then for the same one (same ids, healthy,
+    ``connection.recovered``)."""
+    sub = new_sub("again")
+    ref, _ = await plant_connection(env, sub, granted_to=client)
+    await set_columns(env, ref, "expires_at = now() + interval '2 minutes'")
+    env.oauth.fail_next_refresh("invalid_grant")
+    await refresher(env).run_once()
+    (marked,) = await connection_rows(env.app, sub)
+    assert marked["health"] == "needs_reauthorization"
+    flow = (await create_flow(env, client, sub))["flow"]
+
+    await open_connect_page(browser_page, env, flow["url"], sub)
+    await continue_to_provider(browser_page, env)
+    await login_at_issuer(browser_page, new_sub("stranger"), issuer=env.iss)  # at the provider
+    await browser_page.wait_for_load_state()
+    assert "another account" in await browser_page.inner_text("h1")
+    (after,) = await connection_rows(env.app, sub)
+    assert (after["id"], after["status"], after["health"]) == (
+        marked["id"],
+        "reauthorization_required",
+        marked["health"],
+    )
+    assert (await flow_row(env.app, flow["id"]))["status"] == "pending"
+
+    # The same link again, signed in to elicitd already: this time as the account connected before.
+    await browser_page.goto(flow["url"])
+    await browser_page.locator("#connect-form").wait_for()
+    await continue_to_provider(browser_page, env)
+    await login_at_issuer(browser_page, sub, issuer=env.iss)
+    await browser_page.locator("#outcome").wait_for()
+    assert await browser_page.inner_text("#outcome") == "Connected"
+    (row,) = await connection_rows(env.app, sub)
+    assert (row["id"], row["status"], row["health"], row["health_reason"]) == (marked["id"], "active", "healthy", None)
+    assert (await flow_row(env.app, flow["id"]))["result"]["connection_id"] == ref
+    kinds = [kind for kind, _ in await stream_events(env, client)]
+    assert kinds == ["connection.needs_reauthorization", "connection.recovered"]
+    token = await get_token(env, client, sub)
+    assert (token.status_code, token.json()["connection_id"]) == (200, ref)
