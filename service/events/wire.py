@@ -50,6 +50,11 @@ KEY_ONLY_FIELDS = frozenset(
         "grant_id",
         "scopes",
         "revoked_by",
+        # Connection health events (``service.connections.health``): why and until when, no one's name.
+        "reason",
+        "http_status",
+        "expires_at",
+        "refresh_expires_at",
     }
 )
 
