@@ -284,6 +284,6 @@ def contexts() -> dict[str, tuple[str, Callable[[], dict[str, Any]]]]:
 
 
 def render(language: Language, name: str) -> str:
-    template, build = contexts()[name]
     with i18n.speaking(language):
+        template, build = contexts()[name]
         return _ENGINE.get_template(template).render(**build())
