@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CHROMIUM ?= $(or $(ELICITD_CHROMIUM),/usr/bin/chromium)
 
-.PHONY: run demo test test-backends check lint format types imports bench clean prerequisites constraints i18n-extract i18n-update i18n-check
+.PHONY: run demo test test-backends check lint format types imports bench clean prerequisites constraints i18n-extract i18n-update i18n-check typescript
 
 # Every version comes from constraints.txt (pyproject.toml declares only compatible ranges).
 # `dev` brings the embedded PostgreSQL and Redis, `lint` ruff and mypy.
