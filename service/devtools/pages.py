@@ -52,7 +52,7 @@ ul.scopes { padding-left: 1.2rem; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: .35rem .9rem; margin: 1rem 0; }
 dl.facts dt { font-weight: 600; }
 dl.facts dd { margin: 0; }
-pre { background: #f4f4f6; padding: .6rem; border-radius: .4rem; overflow-x: auto; font-size: .8rem; }
+pre { background: #f4f4f6; padding: .6rem; border-radius: .4rem; white-space: pre-wrap; font-size: .8rem; }
 a { color: var(--accent); }
 .app { font-weight: 700; }
 .error { color: #b3261e; }

@@ -1,5 +1,5 @@
 """The addresses ``make run`` prints answer pages that say what is there and how to use it from a
-terminal, with the instance's own URLs."""
+terminal, with the instance's own URLs; each passes axe-core in Chromium."""
 
 from __future__ import annotations
 
@@ -10,11 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import uvicorn
+from playwright.async_api import Browser
 
 from service.devtools.keys import DevSecrets
 from service.devtools.mount import DevTools
 from tests.support.apps import free_port
+from tests.support.axe import violations, with_axe
+from tests.support.browser import chromium_browser, new_context
 from tests.support.serving import InProcessServer
 
 
@@ -59,3 +63,22 @@ async def test_the_root_dev_id_and_demo_files_answer_pages_with_their_facts(tmp_
         assert (await http.get("/dev/id/jwks")).status_code == 200
         assert (await http.get("/devices")).status_code == 404
         assert (await http.get("/dev/identity")).json() == {"code": "not_found"}
+
+
+@pytest.mark.browser
+async def test_the_pages_pass_axe(chromium_browser: Browser, tmp_path: Path) -> None:
+    async with dev_instance_pages(tmp_path) as base:
+        context = await new_context(chromium_browser)
+        await with_axe(context)
+        page = await context.new_page()
+        found = {}
+        try:
+            for path in ("/", "/dev/id", "/dev/files"):
+                await page.goto(base + path)
+                found[path] = await violations(page)
+        finally:
+            await context.close()
+    assert found == {"/": [], "/dev/id": [], "/dev/files": []}
+
+
+__all__ = ["chromium_browser"]  # the session fixture, found by name
