@@ -116,13 +116,14 @@ class AdminServerClientsController(Controller):
         "/{client_id:str}/webhook",
         operation_id="adminSetServerClientWebhook",
         opt=ADMIN,
-        summary="Set (or clear with null) the completion webhook; a new signing secret is shown once",
+        summary="Set (or clear with null) the webhook and the event types it receives; a new signing secret "
+        "is shown once",
     )
     async def set_webhook(
         self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str, data: SetWebhook
     ) -> WebhookSecret:
         async with unit(services) as session:
-            return await clients.set_webhook(session, services.vault, client_id, data.url)
+            return await clients.set_webhook(session, services.vault, client_id, data.url, data.events)
 
     @post(
         "/{client_id:str}/webhook/rotate-secret",

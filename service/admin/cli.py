@@ -225,7 +225,9 @@ def _clients(op: str) -> Handler:
                     timedelta(seconds=0 if args.grace in {"0", "0s"} else parse_lifetime(args.grace).total_seconds()),
                 )
             elif op == "set-webhook":
-                result = await clients.set_webhook(session, state.vault, args.target, None if args.clear else args.url)
+                result = await clients.set_webhook(
+                    session, state.vault, args.target, None if args.clear else args.url, args.event
+                )
             elif op == "rotate-webhook-secret":
                 result = await clients.rotate_webhook_secret(session, state.vault, args.target)
             else:
@@ -450,6 +452,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
     )
     hook.add_argument("url", nargs="?")
     hook.add_argument("--clear", action="store_true")
+    hook.add_argument("--event", action="append", help="an event type to deliver (repeat; default: every type)")
     leaf(
         clients,
         "rotate-webhook-secret",

@@ -36,7 +36,7 @@ from service.identity.keys import add_key
 from service.identity.models import SUBJECT_PROOF_NONE, ServerClient, ServerClientKey
 from service.identity.subject_proof import check_resource_uris
 from service.signals.signing import SECRET_PREFIX, new_secret
-from service.signals.webhooks import WEBHOOK_SECRET_PURPOSE
+from service.signals.webhooks import WEBHOOK_EVENT_TYPES, WEBHOOK_SECRET_PURPOSE
 from service.text import display_text_problem
 from service.urls import url_problem
 
@@ -220,21 +220,51 @@ def _new_secret(vault: Vault, client_id: uuid.UUID) -> tuple[str, str, bytes]:
     return secret, key_id, blob
 
 
-async def set_webhook(session: AsyncSession, vault: Vault, ref: str, url: str | None) -> WebhookSecret:
-    """Set (or clear, with None) the completion webhook. A signing secret is made the first time
-    and returned once; changing the URL keeps the existing secret."""
+def validate_webhook_events(events: list[str] | None) -> list[str] | None:
+    if events is None:
+        return None
+    unknown = sorted(set(events) - set(WEBHOOK_EVENT_TYPES))
+    if unknown or not events:
+        raise InvalidRequest(
+            f"'events' lists types from: {', '.join(WEBHOOK_EVENT_TYPES)}.",
+            extra={"code": "invalid_webhook_events", "unknown": unknown},
+        )
+    return sorted(set(events))
+
+
+async def set_webhook(
+    session: AsyncSession, vault: Vault, ref: str, url: str | None, events: list[str] | None = None
+) -> WebhookSecret:
+    """Set (or clear, with None) the completion webhook, for every event type or only ``events``.
+    A signing secret is made the first time and returned once; changing the URL keeps the
+    existing secret."""
     client_id = _ref(ref)
     client = await _load(session, client_id)
     if url is None:
-        await _update(session, client_id, webhook_url=None, webhook_secret_enc=None, webhook_secret_key_id=None)
+        await _update(
+            session,
+            client_id,
+            webhook_url=None,
+            webhook_secret_enc=None,
+            webhook_secret_key_id=None,
+            webhook_events=None,
+        )
         return WebhookSecret(client=await view(session, client_id), webhook_secret=None)
     url = validate_webhook_url(url)
+    chosen = validate_webhook_events(events)
     shown: str | None = None
     if client.webhook_secret_enc is None:
         shown, key_id, blob = _new_secret(vault, client_id)
-        await _update(session, client_id, webhook_url=url, webhook_secret_enc=blob, webhook_secret_key_id=key_id)
+        await _update(
+            session,
+            client_id,
+            webhook_url=url,
+            webhook_secret_enc=blob,
+            webhook_secret_key_id=key_id,
+            webhook_events=chosen,
+        )
     else:
-        await _update(session, client_id, webhook_url=url)
+        await _update(session, client_id, webhook_url=url, webhook_events=chosen)
     return WebhookSecret(client=await view(session, client_id), webhook_secret=shown)
 
 

@@ -98,6 +98,8 @@ class ServerClientView(msgspec.Struct):
     allowed_providers: list[str]
     trusted_issuers: list[str]
     webhook_url: str | None
+    # None: every event type.
+    webhook_events: list[str] | None
     webhook_secret_set: bool
     disabled: bool
     flows_per_minute: int | None
@@ -157,6 +159,9 @@ class RotatedKey(msgspec.Struct):
 
 class SetWebhook(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     url: WebhookUrl | None
+    # The event types to deliver (``flow.completed``, ``connection.needs_reauthorization`` …);
+    # omitted or null: every type.
+    events: list[Annotated[str, Meta(min_length=1, max_length=48)]] | None = None
 
 
 class WebhookSecret(msgspec.Struct):

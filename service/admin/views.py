@@ -96,6 +96,7 @@ def client_view(client: ServerClient, keys: list[ServerClientKey], now: Any) -> 
         allowed_providers=list(client.allowed_providers or []),
         trusted_issuers=list(client.trusted_issuers or []),
         webhook_url=client.webhook_url,
+        webhook_events=None if client.webhook_events is None else list(client.webhook_events),
         webhook_secret_set=client.webhook_secret_enc is not None,
         disabled=client.disabled,
         flows_per_minute=client.flows_per_minute,

@@ -86,7 +86,7 @@ au AS (
     INSERT INTO webhook_outbox (id, server_client_id, flow_id, event_type, payload)
     SELECT ev.event_id, ev.server_client_id, NULL, ev.type, ev.payload
     FROM ev JOIN server_clients sc ON sc.id = ev.server_client_id
-    WHERE sc.webhook_url IS NOT NULL
+    WHERE sc.webhook_url IS NOT NULL AND (sc.webhook_events IS NULL OR ev.type = ANY(sc.webhook_events))
     RETURNING id
 )"""
         + stream_tail("ev")

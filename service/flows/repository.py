@@ -52,7 +52,7 @@ _TRANSITION_TAIL = f"""
     INSERT INTO webhook_outbox (id, server_client_id, flow_id, event_type, payload)
     SELECT pl.event_id, pl.server_client_id, pl.flow_id, pl.type, pl.payload
     FROM pl JOIN server_clients sc ON sc.id = pl.server_client_id
-    WHERE sc.webhook_url IS NOT NULL
+    WHERE sc.webhook_url IS NOT NULL AND (sc.webhook_events IS NULL OR pl.type = ANY(sc.webhook_events))
     RETURNING flow_id
 ){stream_tail("pl")}
 SELECT t.*, {_QUEUED} FROM t

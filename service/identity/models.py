@@ -42,6 +42,8 @@ class ServerClient(Timestamps, Base):
     webhook_url: Mapped[str | None] = mapped_column(Text)
     webhook_secret_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
     webhook_secret_key_id: Mapped[str | None] = mapped_column(String(32))
+    # The event types the webhook receives (migration 0015); None: every type.
+    webhook_events: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     disabled: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     flows_per_minute: Mapped[int | None] = mapped_column(Integer)
     pending_per_subject: Mapped[int | None] = mapped_column(Integer)

@@ -61,6 +61,18 @@ SIGNATURE_HEADER = LEGACY_SIGNATURE_HEADER
 EVENT_ID_HEADER = "Elicitd-Event-Id"
 EVENT_TYPE_HEADER = "Elicitd-Event-Type"
 WEBHOOK_SECRET_PURPOSE = "webhook_secret"
+# What a webhook can be sent (``server_clients.webhook_events`` picks among them; the statements
+# that queue them are ``flows.repository``'s transitions and ``connections.health``'s changes).
+WEBHOOK_EVENT_TYPES = (
+    "flow.completed",
+    "flow.declined",
+    "flow.cancelled",
+    "flow.expired",
+    "flow.failed",
+    "connection.expiring",
+    "connection.needs_reauthorization",
+    "connection.recovered",
+)
 
 _CLAIM = """
 UPDATE webhook_outbox o

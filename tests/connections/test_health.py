@@ -19,6 +19,7 @@ import pytest
 from playwright.async_api import Page
 from sqlalchemy import text
 
+from service.admin import clients
 from service.admin.connections import show_connection
 from service.connections import authorizations as authz
 from service.connections import oauth
@@ -26,6 +27,7 @@ from service.connections.refresher import Refresher, RefreshSettings
 from service.connections.service import AccountMismatch
 from service.db.base import CONNECTION_ID
 from service.db.unit import unit_of_work
+from service.errors import InvalidRequest
 from tests.connections.conftest import (
     PROVIDER_CLIENT_ID,
     Env,
@@ -34,12 +36,13 @@ from tests.connections.conftest import (
     create_flow,
     flow_row,
     get_token,
+    grant,
     new_sub,
     open_connect_page,
     plant_connection,
     provider_token_calls,
 )
-from tests.support.apps import ServerClientHandle
+from tests.support.apps import ServerClientHandle, new_server_client
 from tests.support.browser import login_at_issuer
 
 
@@ -339,3 +342,49 @@ async def test_reconnect_in_browser_refuses_another_account_then_recovers(
     assert kinds == ["connection.needs_reauthorization", "connection.recovered"]
     token = await get_token(env, client, sub)
     assert (token.status_code, token.json()["connection_id"]) == (200, ref)
+
+
+async def test_a_webhook_receives_only_the_event_types_it_subscribed_to(env: Env, client: ServerClientHandle) -> None:
+    """Two servers share one authorization; A's webhook takes only ``connection.needs_reauthorization``,
+    B's only ``flow.completed``. The provider drops the grant: A's webhook gets it, B's does not
+    (B's stream still does); B's external flow completes: B's webhook gets it, A's does not."""
+    sub = new_sub("subs")
+    ref, _ = await plant_connection(env, sub, granted_to=client)
+    other = await new_server_client(env.app)
+    await grant(env.app, ref, other, ["files:read"])
+    async with unit_of_work(env.app.state.sessions) as session:
+        await clients.set_webhook(
+            session, env.app.state.vault, client.public_id, "http://127.0.0.1:9/a", ["connection.needs_reauthorization"]
+        )
+        await clients.set_webhook(
+            session, env.app.state.vault, other.public_id, "http://127.0.0.1:9/b", ["flow.completed"]
+        )
+    async with env.app.state.sessions() as session:
+        with pytest.raises(InvalidRequest) as refused:
+            await clients.set_webhook(
+                session, env.app.state.vault, other.public_id, "http://127.0.0.1:9/b", ["flow.nope"]
+            )
+    assert (refused.value.problem_code, refused.value.extra["unknown"]) == ("invalid_webhook_events", ["flow.nope"])
+    await set_columns(env, ref, "expires_at = now() + interval '2 minutes'")
+    env.oauth.fail_next_refresh("invalid_grant")
+    await refresher(env).run_once()
+    async with env.app.http(other.api_key) as http:
+        created = await http.post(
+            "/v1/flows",
+            json={"subject": {"iss": env.iss, "sub": sub}, "kind": "external", "url": "https://app.example.com/step"},
+        )
+        flow_id = created.json()["flow"]["id"]
+        done = await http.post(f"/v1/flows/{flow_id}/complete", json={"result": {"ok": True}})
+    assert done.status_code == 200, done.text
+
+    async def queued(handle: ServerClientHandle) -> list[str]:
+        async with env.app.state.sessions() as session:
+            rows = await session.execute(
+                text("SELECT event_type FROM webhook_outbox WHERE server_client_id = :c ORDER BY created_at"),
+                {"c": handle.id},
+            )
+            return [r[0] for r in rows]
+
+    assert await queued(client) == ["connection.needs_reauthorization"]
+    assert await queued(other) == ["flow.completed"]
+    assert [kind for kind, _ in await stream_events(env, other)] == ["connection.needs_reauthorization"]
