@@ -100,6 +100,27 @@ async def test_every_page_passes_axe_at_both_widths(sweep: tuple[BrowserContext,
         assert [name for name in SCREENSHOT_PAGES if not (SHOTS / f"{name}-{language.tag}.png").is_file()] == []
 
 
+@pytest.mark.parametrize("tag", ["en", "ar"])
+async def test_every_page_passes_axe_in_the_dark_colour_scheme(sweep: tuple[BrowserContext, Page], tag: str) -> None:
+    """``prefers-color-scheme: dark`` swaps every colour; the swapped ones must hold AA too."""
+    _, page = sweep
+    await page.set_viewport_size({"width": 1280, "height": 900})
+    await page.emulate_media(color_scheme="dark")
+    try:
+        problems: dict[str, object] = {}
+        for name in contexts():
+            await _open(page, BY_TAG[tag], name)
+            assert await page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(19, 20, 22)"
+            if found := await axe.violations(page):
+                problems[name] = found
+            if name == "connect":
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                await page.screenshot(path=str(SHOTS / f"{name}-{tag}-dark.png"), full_page=True)
+        assert problems == {}
+    finally:
+        await page.emulate_media(color_scheme="light")
+
+
 async def test_arabic_mirrors_and_keeps_urls_ids_and_scopes_left_to_right(sweep: tuple[BrowserContext, Page]) -> None:
     _, page = sweep
     await page.set_viewport_size({"width": 1280, "height": 900})
