@@ -388,3 +388,20 @@ async def test_a_webhook_receives_only_the_event_types_it_subscribed_to(env: Env
     assert await queued(client) == ["connection.needs_reauthorization"]
     assert await queued(other) == ["flow.completed"]
     assert [kind for kind, _ in await stream_events(env, other)] == ["connection.needs_reauthorization"]
+
+
+async def test_the_token_endpoint_tells_grantees_once_when_the_provider_refuses(
+    env: Env, client: ServerClientHandle
+) -> None:
+    sub = new_sub("ask")
+    ref, _ = await plant_connection(env, sub, granted_to=client)
+    await set_columns(env, ref, "expires_at = now() + interval '5 seconds'")
+    env.oauth.fail_next_refresh("invalid_grant")
+
+    first, again = await get_token(env, client, sub), await get_token(env, client, sub)
+
+    assert [r.json()["code"] for r in (first, again)] == ["reauthorization_required"] * 2
+    events = await stream_events(env, client)
+    assert [(kind, data["reason"], data["connection_id"]) for kind, data in events] == [
+        ("connection.needs_reauthorization", "invalid_grant", ref)
+    ]
