@@ -7,7 +7,7 @@ the operator's ``ELICITD_DEFAULT_LOCALE``. It lives in a context variable for th
 request, so the page helpers, templates and error pages all translate without being handed it.
 
 Catalogues are the ``.po`` files under ``service/locale/`` (the only form kept in the repository);
-each is compiled in memory the first time a page in its language renders (4–30 ms each, measured
+each is compiled in memory the first time a page in its language renders (4 to 30 ms each, measured
 on a busy two-core machine; Babel itself imports in ~160 ms there), so a process that never
 renders a page never imports Babel. gettext falls back string by string: a message missing or
 empty in a catalogue is shown in English, never as a broken page.
