@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import resource
 import secrets
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -27,55 +25,23 @@ import pytest
 
 from service.services import BACKGROUND_STOP_SECONDS, SHUTDOWN_SECONDS
 from service.settings import KeyRing
-from tests.support import backends
+from tests.support import backends, containers
 from tests.support.apps import free_port
-from tests.support.packaging import ROOT, dockerfile_sources
 
-BASE = "localhost/elicitd-base:bookworm"
+BASE = containers.BASE
 UID = 10001
 # What the Deployment gives the long-poll (ELICITD_MAX_WAIT_SECONDS in deploy/kubernetes/base).
 MAX_WAIT = 30
 _UNPROVEN = ("--subject-proof", "none", "--json")
 
 
-def _podman() -> str:
-    podman = shutil.which("podman")
-    missing = [tool for tool in ("podman", "debootstrap") if shutil.which(tool) is None]
-    if podman is None or missing:
-        pytest.fail(f"{', '.join(missing)} not installed: apt-get install podman debootstrap (.ci/run does)")
-    return podman
-
-
 def _limits() -> list[str]:
-    """podman's default limits (1,048,576 open files, 32,768 processes) may be more than this
-    host lets a container have, and then no container starts ("error setting rlimit"). These stay
-    within the host's own and are plenty for one elicitd process."""
-    files = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 65536)
-    return ["--ulimit", f"nofile={files}:{files}", "--ulimit", "nproc=4096:4096"]
+    files, processes = containers.limits()
+    return ["--ulimit", f"nofile={files}:{files}", "--ulimit", f"nproc={processes}:{processes}"]
 
 
 def _run(command: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def _ensure_base(podman: str) -> None:
-    if _run([podman, "image", "exists", BASE]).returncode == 0:
-        return
-    made = _run([str(ROOT / "deploy" / "image" / "local-base.sh")], timeout=900)
-    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
-
-
-def _context(tmp_path: Path) -> Path:
-    """Exactly what the Dockerfile copies, as .dockerignore lets it in."""
-    context = tmp_path / "context"
-    context.mkdir()
-    for source in [*dockerfile_sources(), "Dockerfile", ".dockerignore"]:
-        origin = ROOT / source
-        if origin.is_dir():
-            shutil.copytree(origin, context / source, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(origin, context / source)
-    return context
+    return containers.run(command, timeout)
 
 
 @pytest.mark.slow
@@ -83,11 +49,12 @@ def _context(tmp_path: Path) -> Path:
 async def test_the_image_builds_runs_as_non_root_and_stops_on_sigterm(
     backend: backends.Backends, tmp_path: Path
 ) -> None:
-    podman = _podman()
-    await asyncio.to_thread(_ensure_base, podman)
+    containers.require("podman", "debootstrap")
+    podman = "podman"
+    await asyncio.to_thread(containers.ensure_base)
     tag = f"localhost/elicitd:test-{secrets.token_hex(4)}"
     build = [podman, "build", "--network", "host", *_limits(), "--build-arg", f"BASE={BASE}", "-t", tag]
-    built = await asyncio.to_thread(_run, [*build, str(_context(tmp_path))], 900)
+    built = await asyncio.to_thread(_run, [*build, str(containers.build_context(tmp_path / "context"))], 900)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
 
     url = await backends.create_database(backend.server_url)
