@@ -14,6 +14,8 @@ get the health their status implies; the new columns are nullable or carry a con
 (stored in the catalog: no table rewrite), and the backfill is one ``UPDATE`` of the rows that are
 not healthy.
 
+The indexes the proactive refresh pass reads by are built concurrently by 0016.
+
 ``webhook_outbox.flow_id`` becomes nullable: a connection event has no flow. Downgrading drops
 those deliveries (they have no flow to point at).
 
@@ -55,20 +57,12 @@ def upgrade() -> None:
     _columns("authorizations")
     op.create_check_constraint(op.f("ck_authorizations_health_follows_status"), "authorizations", _FOLLOWS_STATUS)
     _columns("connections")
-    # The proactive refresh pass looks for live authorizations by expiry.
-    op.create_index(
-        "ix_authorizations_due",
-        "authorizations",
-        ["expires_at"],
-        postgresql_where=sa.text("status = 'active'"),
-    )
     op.alter_column("webhook_outbox", "flow_id", nullable=True)
 
 
 def downgrade() -> None:
     op.execute("DELETE FROM webhook_outbox WHERE flow_id IS NULL")
     op.alter_column("webhook_outbox", "flow_id", nullable=False)
-    op.drop_index("ix_authorizations_due", table_name="authorizations")
     op.drop_constraint(op.f("ck_authorizations_health_follows_status"), "authorizations", type_="check")
     for table in ("authorizations", "connections"):
         op.drop_constraint(op.f(f"ck_{table}_health"), table, type_="check")

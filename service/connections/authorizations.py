@@ -440,13 +440,11 @@ async def mark_ended(session: AsyncSession, batch: int) -> health.Moved:
     """Up to ``batch`` active authorizations that cannot work any more without a person: the
     refresh token ended (``refresh_token_expired``), or there is none and the access token ended
     (``access_token_expired``). No provider call is needed to know it."""
-    ended = health.needs_reauthorization_update("COALESCE(refresh_expires_at <= now(), false)", limit=True)
+    ended = health.needs_reauthorization_update("refresh_expires_at <= now()", limit=True)
     first = await health.transition(
         session, ended, {"reason": "refresh_token_expired", "http_status": None, "batch": batch}
     )
-    lapsed = health.needs_reauthorization_update(
-        "refresh_token_enc IS NULL AND COALESCE(expires_at <= now(), false)", limit=True
-    )
+    lapsed = health.needs_reauthorization_update("refresh_token_enc IS NULL AND expires_at <= now()", limit=True)
     second = await health.transition(
         session, lapsed, {"reason": "access_token_expired", "http_status": None, "batch": batch}
     )
@@ -471,18 +469,20 @@ async def mark_expiring(session: AsyncSession, expiring_seconds: float, batch: i
     return moved
 
 
+# Bare comparisons (no COALESCE) so the partial indexes of migration 0016 serve them; a NULL
+# expiry is simply not due. The idle rule is added only when it is configured: an ``OR`` with a
+# clause no index serves would make every pass scan the table.
 _CLAIM_DUE = (
     "UPDATE authorizations a SET refresh_claim = :claim, refresh_claimed_until = now() + make_interval(secs => :hold) "
     "FROM (SELECT id FROM authorizations "
     f"WHERE status = '{ACTIVE}' AND refresh_token_enc IS NOT NULL AND refresh_token_key_id IS NOT NULL "
     "AND (refresh_claimed_until IS NULL OR refresh_claimed_until <= now()) "
-    "AND COALESCE(refresh_expires_at > now(), true) "
-    "AND (COALESCE(expires_at <= now() + make_interval(secs => :margin), false) "
-    "OR (CAST(:max_age AS double precision) IS NOT NULL "
-    "AND COALESCE(refreshed_at, created_at) <= now() - make_interval(secs => CAST(:max_age AS double precision)))) "
+    "AND (refresh_expires_at IS NULL OR refresh_expires_at > now()) "
+    "AND (expires_at <= now() + make_interval(secs => :margin){idle}) "
     "ORDER BY checked_at NULLS FIRST, expires_at NULLS LAST, id LIMIT :batch FOR UPDATE SKIP LOCKED) d "
     "WHERE a.id = d.id RETURNING a.*"
 )
+_IDLE = " OR COALESCE(refreshed_at, created_at) <= now() - make_interval(secs => CAST(:max_age AS double precision))"
 
 
 async def claim_due(
@@ -499,14 +499,11 @@ async def claim_due(
     failing does not starve the others), with the very claim the token
     endpoint takes (``claim_refresh``): a row another replica or a request holds is skipped, and
     exactly one claimant refreshes each."""
-    params = {
-        "claim": claim,
-        "hold": hold_seconds,
-        "margin": margin_seconds,
-        "max_age": max_age_seconds,
-        "batch": batch,
-    }
-    return list((await _authorizations(session, _CLAIM_DUE, params)).scalars())
+    params: dict[str, Any] = {"claim": claim, "hold": hold_seconds, "margin": margin_seconds, "batch": batch}
+    idle = ""
+    if max_age_seconds is not None:
+        idle, params["max_age"] = _IDLE, max_age_seconds
+    return list((await _authorizations(session, _CLAIM_DUE.format(idle=idle), params)).scalars())
 
 
 async def note_checked(session: AsyncSession, authorization_ids: list[uuid.UUID]) -> None:

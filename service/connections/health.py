@@ -156,8 +156,8 @@ def expiring_update(window: str) -> str:
     expression), or that have none and whose access token does: a person must act soon."""
     soon = f"now() + {window}"
     where = (
-        f"status = '{ACTIVE}' AND health = '{HEALTHY}' AND (COALESCE(refresh_expires_at <= {soon}, false) "
-        f"OR (refresh_token_enc IS NULL AND COALESCE(expires_at <= {soon}, false)))"
+        f"status = '{ACTIVE}' AND health = '{HEALTHY}' AND (refresh_expires_at <= {soon} "
+        f"OR (refresh_token_enc IS NULL AND expires_at <= {soon}))"
     )
     return (
         f"UPDATE authorizations a SET health = '{EXPIRING}', health_reason = CASE WHEN a.refresh_token_enc IS NULL "

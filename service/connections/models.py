@@ -165,7 +165,13 @@ class Authorization(HealthColumns, Timestamps, Base):
             name="health_follows_status",
         ),
         Index("ix_authorizations_connection", "connection_id", "status"),
+        # The proactive refresh pass's reads (migration 0016).
         Index("ix_authorizations_due", "expires_at", postgresql_where=text("status = 'active'")),
+        Index(
+            "ix_authorizations_refresh_ends",
+            "refresh_expires_at",
+            postgresql_where=text("status = 'active' AND refresh_expires_at IS NOT NULL"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
