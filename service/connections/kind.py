@@ -6,7 +6,8 @@ the account holds the scopes but this client was not granted it: its page asks t
 it when it holds exactly those, else connect separately or share the wider access), a *new
 connect* flow, or a *reconnect / more scopes* flow that carries the existing connection's id so
 completing it adds an authorization to that connection (for the same provider account) instead of
-making another connection.
+making another connection. ``reconnect: cn_…`` asks for that last one by name, whatever the
+connection's health: the provider step runs again and must answer for the same account.
 
 A client without a grant learns nothing from the answer: every case but *satisfied* is the same
 ``pending`` flow with the scopes the client asked for (``service.grants``).
@@ -22,7 +23,8 @@ from service.connections import repository as repo
 from service.connections.models import ACTIVE, REAUTHORIZATION_REQUIRED, Connection
 from service.connections.providers import UnknownProvider, get_provider
 from service.connections.service import connection_result
-from service.errors import InvalidRequest
+from service.db.base import CONNECTION_ID
+from service.errors import InvalidRequest, NotConnected
 from service.flows.kinds import NormalizedFlow, Satisfied, check_provider_allowed
 from service.flows.schemas import CreateFlowRequest
 from service.grants.repository import ClientGrant, active_authorizations, client_grants
@@ -73,7 +75,15 @@ class OAuthConnectKind:
         scopes, connection_id = requested, None
         found = await self._connections(session, request)
         mine = await client_grants(session, client.id, [c.id for c in found])
-        if any(_serves(mine.get(c.id), requested) for c in found if c.status == ACTIVE):
+        if request.reconnect is not None:
+            # Asked by id: only a live connection of this subject and provider that this client
+            # holds a grant on; any other id is answered as no connection at all (no oracle).
+            wanted = CONNECTION_ID.parse(request.reconnect)
+            named = next((c for c in found if c.id == wanted and c.id in mine), None)
+            if named is None:
+                raise NotConnected(f"The subject has no connection to '{request.provider}' with this id.")
+            scopes, connection_id = requested | set(mine[named.id].scopes), named.id
+        elif any(_serves(mine.get(c.id), requested) for c in found if c.status == ACTIVE):
             pass  # satisfied: ``satisfied`` answers it with the client's own grant
         else:
             covering = await _covering(session, [c for c in found if c.status == ACTIVE], requested)

@@ -53,6 +53,8 @@ class CreateFlowRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     params: Annotated[dict[str, Any], Meta(max_length=50)] = {}
     url: Annotated[str, Meta(min_length=8, max_length=2000)] | None = None
     account: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
+    # ``oauth_connect``: reconnect this connection (``cn_…``) in place, for the same provider account.
+    reconnect: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
 
     def __post_init__(self) -> None:
         # The message is shown on elicitd's page and in the MCP client's prompt.

@@ -405,3 +405,21 @@ async def test_the_token_endpoint_tells_grantees_once_when_the_provider_refuses(
     assert [(kind, data["reason"], data["connection_id"]) for kind, data in events] == [
         ("connection.needs_reauthorization", "invalid_grant", ref)
     ]
+
+
+async def test_a_reconnect_flow_names_the_connection_and_only_its_grantee_may(
+    env: Env, client: ServerClientHandle
+) -> None:
+    sub = new_sub("named")
+    ref, _ = await plant_connection(env, sub, granted_to=client)
+
+    created = await create_flow(env, client, sub, scopes=["files:read"], reconnect=ref)
+
+    assert created["status"] == "pending"  # asked by name: a provider trip even while it works
+    row = await flow_row(env.app, created["flow"]["id"])
+    assert "cn_" + row["connection_id"].hex == ref
+    unknown = await create_flow(env, client, sub, reconnect="cn_" + "0" * 32, expect=404)
+    stranger = await new_server_client(env.app)
+    ungranted = await create_flow(env, stranger, sub, reconnect=ref, expect=404)
+    assert unknown["code"] == ungranted["code"] == "not_connected"
+    assert unknown == ungranted  # a connection this client was not granted is exactly as absent
