@@ -89,7 +89,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
         timeout_graceful_shutdown=drain_seconds(settings.max_wait_seconds),
         **server_options(),
     )
-    serve(config, services.events.drain)
+
+    def drain() -> None:
+        services.events.drain()
+        services.flows.drain()
+
+    serve(config, drain)
 
 
 def _dev_keys() -> str:

@@ -41,11 +41,12 @@ def server_options() -> dict[str, Any]:
     return {"loop": options["loop"], **uvicorn_http_options(options["http"])}
 
 
-# After SIGTERM uvicorn stops accepting and waits for the requests it holds; this is how long. A
-# parked long-poll is answered at the end of its wait (at most ELICITD_MAX_WAIT_SECONDS), and the
-# margin lets its answer be written. An event stream (GET /v1/events) never ends by itself: without
-# a bound one open stream held the stop until the process was killed (measured: still running 20 s
-# after SIGTERM). Past the bound it is cut, and its client resumes with Last-Event-ID elsewhere.
+# After SIGTERM uvicorn stops accepting and waits for the requests it holds; this is how long at
+# most. ``DrainingServer`` answers parked long-polls and ends event streams at once, so the bound
+# is for what the drain cannot reach: no request waits longer than ELICITD_MAX_WAIT_SECONDS, and
+# the margin lets its answer be written. Without a bound one open event stream held the stop until
+# the process was killed (measured: still running 20 s after SIGTERM); past it, what still runs is
+# cancelled.
 DRAIN_MARGIN_SECONDS = 2
 
 
@@ -56,8 +57,9 @@ def drain_seconds(max_wait_seconds: int) -> int:
 
 class DrainingServer(uvicorn.Server):
     """uvicorn's server, telling the app when the stop begins: ``drain`` runs as soon as SIGTERM
-    (or Ctrl-C) has closed the listening socket, before uvicorn waits for open requests, so event
-    streams end at once instead of holding the stop until ``timeout_graceful_shutdown``."""
+    (or Ctrl-C) has closed the listening socket, before uvicorn waits for open requests, so parked
+    long-polls are answered and event streams end at once instead of holding the stop until their
+    deadline or ``timeout_graceful_shutdown``."""
 
     def __init__(self, config: uvicorn.Config, drain: Callable[[], None]) -> None:
         super().__init__(config)

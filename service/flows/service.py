@@ -123,6 +123,7 @@ class FlowService:
         self.also_wakes = also_wakes
         # Flow creations per minute per server client, counted in the creating transaction.
         self.rate_limiter = rate_limiter
+        self._draining = False
         # Checks a status read's subject token (``whole_status``); without it such reads are refused.
         self.subjects = subjects
         self.clock: Clock = clock or SystemClock()
@@ -326,6 +327,13 @@ class FlowService:
         with self.hub.register(flow_id) as waiter:
             return await self._park(waiter, flow_id, self._deadline(seconds), owner=owner)
 
+    def drain(self) -> None:
+        """The process is stopping: every parked long-poll is answered now, with its flow as it is
+        (the client asks again, on another replica), and none parks from here on. Without this a
+        stop waits for each long-poll's own deadline, up to ``ELICITD_MAX_WAIT_SECONDS``."""
+        self._draining = True
+        self.hub.wake_all()
+
     async def _park(
         self,
         waiter: Waiter,
@@ -345,7 +353,7 @@ class FlowService:
         if flow is not None and owner is not None and flow.server_client_id != owner:
             return None
         clock = self.clock
-        while flow is not None and not is_terminal(FlowStatus(flow.status)):
+        while flow is not None and not is_terminal(FlowStatus(flow.status)) and not self._draining:
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 break

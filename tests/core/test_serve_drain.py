@@ -1,6 +1,7 @@
 """``elicitd serve`` on SIGTERM: an open event stream ends at once (its client resumes elsewhere
-from ``Last-Event-ID``), a parked long-poll is answered at the end of its wait, and the process
-ends within ``drain_seconds`` plus the app's own shutdown — the bound terminationGracePeriodSeconds
+from ``Last-Event-ID``), a parked long-poll is answered at once with its flow as it stands (its
+client asks again, elsewhere), and the process ends within ``drain_seconds`` plus the app's own
+shutdown — the bound terminationGracePeriodSeconds
 is sized from (docs/deploy.md). Before, one open event stream kept the process running until it
 was killed."""
 
@@ -22,7 +23,7 @@ from service.settings import KeyRing
 from tests.support import backends
 from tests.support.apps import free_port
 
-MAX_WAIT = 3
+MAX_WAIT = 10
 
 
 async def test_sigterm_answers_the_long_poll_cuts_the_stream_and_ends_in_time(
@@ -93,7 +94,10 @@ async def test_sigterm_answers_the_long_poll_cuts_the_stream_and_ends_in_time(
             sent = time.monotonic()
             server.send_signal(signal.SIGTERM)
             answer = await parked
+            answered = time.monotonic() - sent
+            # Answered at once, as it stands, not at the end of its wait.
             assert (answer.status_code, answer.json()["flow"]["status"]) == (200, "pending")
+            assert answered < 1.5, answered
             received, ended = await asyncio.wait_for(streaming, 30)
             # Ended by the server at once, whole, not cut when the stop ran out.
             assert received.startswith(b": elicitd events") and ended - sent < 1.5, ended - sent
@@ -102,7 +106,9 @@ async def test_sigterm_answers_the_long_poll_cuts_the_stream_and_ends_in_time(
         # uvicorn raises SIGTERM again once the app has shut down (as PID 1 in a container, the
         # kernel ignores it and the exit code is 0): the log says the shutdown was complete.
         assert code == -signal.SIGTERM
-        assert took < drain_seconds(MAX_WAIT) + BACKGROUND_STOP_SECONDS + SHUTDOWN_SECONDS, took
+        # Nothing waited for its deadline: the stop is the app's own shutdown, well inside the
+        # bound uvicorn would hold it to (drain_seconds).
+        assert took < 1.5 + BACKGROUND_STOP_SECONDS + SHUTDOWN_SECONDS < drain_seconds(MAX_WAIT), took
         assert server.stderr is not None
         log = server.stderr.read()
         assert "Application shutdown complete" in log and "Traceback" not in log
