@@ -50,10 +50,15 @@ async def test_health_is_backfilled_from_status_and_follows_it(new_database: Cal
                 ("reauthorization_required", "needs_reauthorization", "provider_refused"),
                 ("revoked", "revoked", "revoked"),
             ]
+        # The previous release writes only the status: the trigger brings the health along.
+        await db.execute("UPDATE authorizations SET status = 'reauthorization_required' WHERE id = $1", ids["active"])
+        assert await db.fetchval("SELECT health FROM authorizations WHERE id = $1", ids["active"]) == (
+            "needs_reauthorization"
+        )
+        await db.execute("UPDATE authorizations SET status = 'active' WHERE id = $1", ids["active"])
+        assert await db.fetchval("SELECT health FROM authorizations WHERE id = $1", ids["active"]) == "healthy"
         with pytest.raises(asyncpg.CheckViolationError):
-            await db.execute(
-                "UPDATE authorizations SET status = 'reauthorization_required' WHERE id = $1", ids["active"]
-            )
+            await db.execute("UPDATE authorizations SET health = 'revoked' WHERE id = $1", ids["active"])
     finally:
         await db.close()
 
