@@ -87,7 +87,9 @@ async def test_compose_migrates_serves_and_stops_with_podman_compose(tmp_path: P
     compose = ["podman-compose", "-p", project, "-f", str(context / "compose.yaml"), "-f", str(override)]
     try:
         for args in builds:
-            built = await asyncio.to_thread(containers.run, ["podman", "build", "--network", "host", *args], 900, env)
+            built = await asyncio.to_thread(
+                containers.run, ["podman", "build", "--layers=false", "--network", "host", *args], 900, env
+            )
             assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
         up = await asyncio.to_thread(containers.run, [*compose, "up", "-d", "--no-build"], 300, env)
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
