@@ -11,7 +11,7 @@ Binding the owner's fields came after values were stored without them. Those ope
 old associated data (owner and purpose alone); ``unbound_ok`` lets a reader accept that form, and
 the service asks for it only while the operator has turned ``accept_unbound`` on for an upgrade
 (``ELICITD_ACCEPT_UNBOUND_SECRETS``, off by default) — ``elicitd keys rotate`` rewrites every value
-under the new form (``service.crypto.rotate``), after which nothing needs it. A value sealed with
+under the new form (``service.rotation``), after which nothing needs it. A value sealed with
 its fields never opens without them, so once rotated a moved row stays shut whatever the reader
 accepts.
 
