@@ -67,6 +67,7 @@ def test_dev_serves_on_embedded_backends_and_prints_how_to_call_it() -> None:
             "wakeups": "redis",
             "clients_without_subject_proof": 1,  # the dev client
             "trust_groups_allowing_unproven": 0,
+            "schema": "current",
         }
         created = httpx.post(
             f"http://127.0.0.1:{port}/v1/flows",
@@ -270,6 +271,7 @@ def test_a_second_instance_neither_steals_nor_stops_the_first(dev_data: Path) ->
             "wakeups": "redis",
             "clients_without_subject_proof": 1,  # the dev client
             "trust_groups_allowing_unproven": 0,
+            "schema": "current",
         }
 
         # ... and `--dev` points any command at it, with no setting exported.

@@ -98,7 +98,10 @@ def test_servers_create_requires_proof_unless_told_and_says_so(make_settings: Ca
     assert loose.returncode == 0, loose.stderr
     assert "subject proof: none (its API key alone names any user)" in loose.stdout
     bare = cli(settings, "servers", "create", f"s-{uuid.uuid4().hex[:8]}")
-    assert "no --resource-uri: every call naming a user is refused until one is set" in bare.stdout
+    assert (
+        "subject proof: required, but no resource URI: every call naming a user is refused until one is set"
+        in bare.stdout
+    )
     wrong = cli(settings, "servers", "create", f"s-{uuid.uuid4().hex[:8]}", "--subject-proof", "maybe")
     assert wrong.returncode == 2
 
