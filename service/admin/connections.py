@@ -17,7 +17,7 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.connections.models import HEALTH_STATES, Authorization, Connection
+from service.connections.models import HEALTH_STATES, REVOKED, Authorization, Connection
 from service.connections.service import ConnectionService
 from service.db.base import CONNECTION_ID
 from service.db.pagination import keyset, page
@@ -93,7 +93,17 @@ def authorization_view(row: Authorization) -> AuthorizationView:
     )
 
 
-def connection_view(row: Connection, authorizations: list[Authorization] | None = None) -> ConnectionView:
+def connection_view(
+    row: Connection, authorizations: list[Authorization] | None = None, *, has_refresh_token: bool | None = None
+) -> ConnectionView:
+    """``has_refresh_token``: whether a live authorization holds one (OAuth tokens live there since
+    migration 0012) — from ``authorizations`` when given, else as the caller found it, else the
+    connection row's own (an API key's connection has none)."""
+    if has_refresh_token is None:
+        if authorizations is not None:
+            has_refresh_token = any(a.refresh_token_enc is not None and a.status != REVOKED for a in authorizations)
+        else:
+            has_refresh_token = row.refresh_token_enc is not None
     return ConnectionView(
         id=CONNECTION_ID.format(row.id),
         provider=row.provider,
@@ -102,7 +112,7 @@ def connection_view(row: Connection, authorizations: list[Authorization] | None 
         account_login=row.account_login,
         scopes=list(row.scopes or []),
         status=row.status,
-        has_refresh_token=row.refresh_token_enc is not None,
+        has_refresh_token=has_refresh_token,
         expires_at=row.expires_at,
         refreshed_at=row.refreshed_at,
         revoked_at=row.revoked_at,
@@ -148,7 +158,23 @@ async def list_connections(
             stmt = stmt.where(column == value)
     rows = (await session.execute(keyset(stmt, Connection.id, cursor, limit))).scalars().all()
     items, next_cursor = page(rows, limit, lambda c: c.id)
-    return ConnectionPage(items=[connection_view(c) for c in items], next_cursor=next_cursor)
+    refreshable = set(
+        (
+            await session.execute(
+                select(Authorization.connection_id).where(
+                    Authorization.connection_id.in_([c.id for c in items]),
+                    Authorization.status != REVOKED,
+                    Authorization.refresh_token_enc.is_not(None),
+                )
+            )
+        ).scalars()
+    )
+    return ConnectionPage(
+        items=[
+            connection_view(c, has_refresh_token=c.id in refreshable or c.refresh_token_enc is not None) for c in items
+        ],
+        next_cursor=next_cursor,
+    )
 
 
 async def show_connection(session: AsyncSession, connection_id: str) -> ConnectionView:
@@ -182,4 +208,5 @@ async def refresh_connection(service: ConnectionService, connection_id: str) -> 
     row = await service.refresh_by_id(_id(connection_id))
     if row is None:
         raise ConnectionNotFound("No connection with this id.")
-    return connection_view(row)
+    async with service.sessions() as session:
+        return await show_connection(session, connection_id)

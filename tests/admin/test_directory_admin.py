@@ -146,9 +146,12 @@ async def test_connection_force_refresh_and_revoke(
     connection = await make_connection(elicitd, oauth, provider)
     before = oauth.token_calls("refresh_token")
     async with admin_http(elicitd, tokens["operator"]) as http:
+        listed = (await http.get("/admin/v1/connections", params={"provider": provider})).json()["items"]
+        assert [(c["id"], c["has_refresh_token"]) for c in listed] == [(connection, True)]
         refreshed = await http.post(f"/admin/v1/connections/{connection}/refresh")
         assert refreshed.status_code == 200, refreshed.text
         assert refreshed.json()["refreshed_at"] is not None
+        assert refreshed.json()["has_refresh_token"] is True
         assert oauth.token_calls("refresh_token") == before + 1
         assert await _metric(elicitd, provider, "refreshed") == 1.0
         # A provider that answers invalid_grant: reauthorization required, counted as such.
