@@ -52,6 +52,9 @@ from service.signals.direct import CONNECT_TIMEOUT_SECONDS, PUBLISH_TIMEOUT_SECO
 from service.signals.transport import Subscription, Transport, transport_for
 
 logger = logging.getLogger("elicitd.signals")
+# Redis's own troubles, apart from the PostgreSQL poll's: ``service.logs`` folds a database outage
+# on ``elicitd.signals`` into one warning, and a Redis timeout must not be told as one.
+redis_logger = logging.getLogger("elicitd.signals.redis")
 
 # Given the ids this process waits on, return those that are terminal or due to expire.
 FinishedLookup = Callable[[list[uuid.UUID]], Awaitable[Iterable[uuid.UUID]]]
@@ -202,13 +205,13 @@ class WaiterHub:
         if healthy != self._healthy:
             self._healthy = healthy
             if healthy:
-                logger.info("redis signal bus connected")
+                redis_logger.info("redis signal bus connected")
             elif self._stopping:
                 # Our own shutdown (the app stopping, a CLI command ending) closed the subscription:
                 # nothing is wrong, and a warning on every clean exit would teach people to ignore it.
-                logger.debug("redis signal bus closed")
+                redis_logger.debug("redis signal bus closed")
             else:
-                logger.warning("redis signal bus unavailable: waiters poll PostgreSQL")
+                redis_logger.warning("redis signal bus unavailable: waiters poll PostgreSQL")
             self.wake_all()
 
     # ---- waiters ---------------------------------------------------------------------------------
@@ -311,7 +314,9 @@ class WaiterHub:
         self.publish_failures += count
         # Once per run of failures: Redis being away is already said by the listener.
         if not self._failing:
-            logger.warning("publish failed; waiters elsewhere will poll", extra={"error_type": type(failure).__name__})
+            redis_logger.warning(
+                "publish failed; waiters elsewhere will poll", extra={"error_type": type(failure).__name__}
+            )
         self._failing = True
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -369,7 +374,7 @@ class WaiterHub:
                 raise
             except (RedisError, OSError) as exc:  # TimeoutError and RedisSilent are OSErrors
                 self._failure = type(exc).__name__
-                logger.debug("redis listener error", extra={"error_type": self._failure})
+                redis_logger.debug("redis listener error", extra={"error_type": self._failure})
             finally:
                 self._set_health(False)
                 if subscription is not None:

@@ -90,6 +90,36 @@ def test_configure_logging_puts_one_filter_on_every_loop_however_often_it_runs()
         root.setLevel(saved[1])
 
 
+def test_a_redis_timeout_is_not_told_as_a_database_outage() -> None:
+    """The signal bus logs the PostgreSQL poll on ``elicitd.signals`` (folded in an outage) and
+    Redis's own troubles on ``elicitd.signals.redis``: a paused Redis's publish timeout keeps its
+    own words whatever the database is doing."""
+    from service.signals import bus
+
+    settings = Settings.from_env(
+        {
+            "ELICITD_DATABASE_URL": "postgresql://postgres@127.0.0.1:5999/elicitd",
+            "ELICITD_KEYS": KeyRing.generate_entry("k1"),
+            "ELICITD_PUBLIC_URL": "http://127.0.0.1:1",
+        }
+    )
+    out = io.StringIO()
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    try:
+        configure_logging(settings, stream=out)
+        bus.redis_logger.warning("publish failed; waiters elsewhere will poll", extra={"error_type": "TimeoutError"})
+        bus.logger.warning("waiter poll failed", extra={"error_type": "TimeoutError"})
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(line["logger"], line["msg"]) for line in lines] == [
+        ("elicitd.signals.redis", "publish failed; waiters elsewhere will poll"),
+        ("elicitd.signals", "database unreachable: background work retries, a summary follows every 60 s"),
+    ]
+
+
 def test_serve_with_postgresql_down_says_so_once_naming_it(tmp_path: Path) -> None:
     port, listen = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ELICITD_")}
