@@ -45,11 +45,12 @@ test: $(STAMP) prerequisites
 	@test -z "$(PATH_GOALS)" || { echo 'make test: to run only $(PATH_GOALS), use: make test TESTS="$(PATH_GOALS)"'; exit 2; }
 	$(PY) -m pytest -q $(TESTS)
 
-# The database/Redis-backed tests against the servers named by ELICITD_TEST_DATABASE_URL/REDIS_URL.
+# The database/Redis-backed tests against the servers named by ELICITD_TEST_DATABASE_URL/REDIS_URL
+# (the tests that never reach them are deselected: `make test` runs those; docs/development.md).
 test-backends: $(STAMP) prerequisites
 	@test -z "$(PATH_GOALS)" || { echo 'make test-backends: to run only $(PATH_GOALS), use: make test-backends TESTS="$(PATH_GOALS)"'; exit 2; }
 	@test -n "$$ELICITD_TEST_DATABASE_URL" -a -n "$$ELICITD_TEST_REDIS_URL" || { echo "set ELICITD_TEST_DATABASE_URL and ELICITD_TEST_REDIS_URL"; exit 1; }
-	$(PY) -m pytest -q $(TESTS)
+	ELICITD_TEST_BACKENDS_ONLY=1 $(PY) -m pytest -q $(TESTS)
 
 # Every Python tree in the repository is held to the same bar; mypy reads its file list from pyproject.
 CODE := service migrations elicitd_client tests bench examples

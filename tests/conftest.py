@@ -87,3 +87,36 @@ async def server_client(elicitd: RunningApp) -> ServerClientHandle:
 @pytest.fixture
 def subject() -> Subject:
     return Subject(iss="https://id.example.com", sub=f"user-{uuid.uuid4().hex[:10]}")
+
+
+# `make test-backends` runs the suite a second time on the servers ELICITD_TEST_DATABASE_URL and
+# ELICITD_TEST_REDIS_URL name (a second PostgreSQL and Redis version). With this variable set it
+# keeps only the tests that reach those servers — through the `backend` fixture, or a module that
+# reads the variables or `tests.support.backends` itself — and deselects the rest (image and
+# compose builds, manifests, catalogues, the client packages), which `make test` has just run and
+# which would run the same way again.
+BACKENDS_ONLY = "ELICITD_TEST_BACKENDS_ONLY"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import os
+    from pathlib import Path
+
+    if os.environ.get(BACKENDS_ONLY) != "1":
+        return
+    reads: dict[Path, bool] = {}
+
+    def reaches_backends(item: pytest.Item) -> bool:
+        if "backend" in getattr(item, "fixturenames", ()):
+            return True
+        path = Path(str(item.path))
+        if path not in reads:
+            text = path.read_text(encoding="utf-8")
+            reads[path] = "ELICITD_TEST_" in text or "backends" in text
+        return reads[path]
+
+    kept = [item for item in items if reaches_backends(item)]
+    dropped = [item for item in items if not reaches_backends(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
