@@ -14,11 +14,14 @@ and ``debootstrap`` packages). The base image is made once per machine and kept
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -42,6 +45,49 @@ def _limits() -> list[str]:
 
 def _run(command: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return containers.run(command, timeout)
+
+
+@contextlib.asynccontextmanager
+async def _reachable_from_containers(url: str) -> AsyncIterator[str]:
+    """``url`` as a container on the host network can use it. A server on TCP is used as it is; a
+    server on a Unix socket only (the embedded PostgreSQL of ``make test``, whose socket is in a
+    directory only its own user may enter) is relayed on a loopback port for as long as the test
+    needs it."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    if parts.hostname or "host" not in query:
+        yield url
+        return
+    socket_path = f"{query['host'][0]}/.s.PGSQL.{query.get('port', ['5432'])[0]}"
+
+    async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while data := await source.read(65536):
+                sink.write(data)
+                await sink.drain()
+        except OSError:
+            pass
+        finally:
+            sink.close()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_unix_connection(socket_path)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    rest = {key: value for key, value in query.items() if key not in ("host", "port")}
+    user = parts.username or "postgres"
+    credentials = f"{user}:{parts.password}" if parts.password else user
+    try:
+        yield urlunsplit((parts.scheme, f"{credentials}@127.0.0.1:{port}", parts.path, urlencode(rest, doseq=True), ""))
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 @pytest.mark.slow
@@ -69,10 +115,12 @@ async def test_the_image_builds_runs_as_non_root_and_stops_on_sigterm(
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
 
     url = await backends.create_database(backend.server_url)
+    relayed = _reachable_from_containers(url)
+    reachable = await relayed.__aenter__()
     port = free_port()
     name = f"elicitd-test-{secrets.token_hex(4)}"
     env = {
-        "ELICITD_DATABASE_URL": url,
+        "ELICITD_DATABASE_URL": reachable,
         "ELICITD_REDIS_URL": backend.redis_url,
         "ELICITD_PUBLIC_URL": f"http://127.0.0.1:{port}",
         "ELICITD_KEYS": KeyRing.generate_entry("k1"),
@@ -152,4 +200,5 @@ async def test_the_image_builds_runs_as_non_root_and_stops_on_sigterm(
     finally:
         await asyncio.to_thread(_run, [podman, "rm", "--force", name])
         await asyncio.to_thread(_run, [podman, "rmi", "--force", tag])
+        await relayed.__aexit__(None, None, None)
         await backends.drop_database(backend.server_url, url)
