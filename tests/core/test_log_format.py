@@ -54,12 +54,10 @@ def test_other_values_are_written_as_text() -> None:
 
 
 def _configured(stream: io.StringIO, *, json_lines: bool = True) -> None:
-    configure_logging(
-        SimpleNamespace(
-            log_json=json_lines, log_level="INFO", database_url="postgresql://elicitd@db.internal:5432/elicitd"
-        ),
-        stream=stream,
-    )  # type: ignore[arg-type]
+    settings = SimpleNamespace(
+        log_json=json_lines, log_level="INFO", database_url="postgresql://elicitd@db.internal:5432/elicitd"
+    )
+    configure_logging(settings, stream=stream)  # type: ignore[arg-type]
 
 
 REQUEST_FIELDS: dict[str, object] = {
