@@ -102,7 +102,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     import os
     from pathlib import Path
 
-    if os.environ.get(BACKENDS_ONLY) != "1":
+    # Read once, then gone: a pytest the tests start themselves (tests/docs) selects as usual.
+    if os.environ.pop(BACKENDS_ONLY, None) != "1":
         return
     reads: dict[Path, bool] = {}
 
