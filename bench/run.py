@@ -99,18 +99,34 @@ TOKEN_SUB = "token-user"
 
 
 async def make_connection(database_url: str, keys: str, client_id: uuid.UUID) -> str:
-    """Setup only: a provider and one active connection whose access token the vault sealed, valid
+    """Setup only: a provider and one active connection whose one authorization holds an access
+    token the vault sealed (bound to its subject, provider and account, as every token is), valid
     for an hour (so the token endpoint answers from the stored token, never refreshing), granted
-    to the bench's server client as a completed ``oauth_connect`` flow grants it."""
+    to the bench's server client with the grant's MAC, as a completed ``oauth_connect`` flow
+    grants it."""
     import asyncpg
 
+    from service.connections.sealing import ACCESS_TOKEN, binding
     from service.crypto.vault import Vault
     from service.db.base import CONNECTION_ID, uuid7
+    from service.grants import integrity
 
     connection_id = uuid7()
     vault = Vault(KeyRing.parse(keys, name="ELICITD_KEYS"))
+    # A connection's first authorization takes the connection's id, which owns its tokens.
     key_id, sealed = vault.encrypt(
-        "gho_bench_access_token", owner=CONNECTION_ID.format(connection_id), purpose="access_token"
+        "gho_bench_access_token",
+        owner=CONNECTION_ID.format(connection_id),
+        purpose=ACCESS_TOKEN,
+        bound=binding(SUBJECT["iss"], TOKEN_SUB, TOKEN_PROVIDER, "42"),
+    )
+    mac_key_id, mac = integrity.seal(
+        vault,
+        connection_id=connection_id,
+        authorization_id=connection_id,
+        server_client_id=client_id,
+        trust_group_id=None,
+        scopes=["repo"],
     )
     conn = await asyncpg.connect(database_url)
     try:
@@ -121,21 +137,29 @@ async def make_connection(database_url: str, keys: str, client_id: uuid.UUID) ->
         )
         await conn.execute(
             "INSERT INTO connections (id, subject_iss, subject_sub, provider, account_id, account_login, scopes, "
-            "access_token_enc, access_token_key_id, expires_at, status) VALUES ($1, $2, $3, $4, '42', 'bench', "
-            "'{repo}', $5, $6, now() + interval '1 hour', 'active')",
+            "expires_at, status) VALUES ($1, $2, $3, $4, '42', 'bench', '{repo}', now() + interval '1 hour', 'active')",
             connection_id,
             SUBJECT["iss"],
             TOKEN_SUB,
             TOKEN_PROVIDER,
+        )
+        await conn.execute(
+            "INSERT INTO authorizations (id, connection_id, subject_iss, subject_sub, provider, account_id, scopes, "
+            "access_token_enc, access_token_key_id, expires_at, status) "
+            "SELECT id, id, subject_iss, subject_sub, provider, account_id, scopes, $2, $3, expires_at, 'active' "
+            "FROM connections WHERE id = $1",
+            connection_id,
             sealed,
             key_id,
         )
         await conn.execute(
-            "INSERT INTO grants (id, connection_id, server_client_id, scopes, origin) "
-            "VALUES ($1, $2, $3, '{repo}', 'admin')",
+            "INSERT INTO grants (id, connection_id, authorization_id, server_client_id, scopes, origin, mac, "
+            "mac_key_id) VALUES ($1, $2, $2, $3, '{repo}', 'admin', $4, $5)",
             uuid7(),
             connection_id,
             client_id,
+            mac,
+            mac_key_id,
         )
     finally:
         await conn.close()
@@ -637,6 +661,7 @@ TARGETS: dict[str, float] = {
     "waiters_rss_kb_per_waiter_max": 12.0,
     "create_floor_ratio_min": 0.5,
     "token_floor_ratio_min": 0.6,
+    "refresh_wave_over_rest_p99_max": 1.5,
 }
 
 
@@ -663,8 +688,72 @@ def missed_targets(results: dict[str, Any], phases: set[str]) -> list[str]:
             "waiters",
             r.get("redis_subscriber_connections_of_process") == 1,
         ),
+        "refresh_wave_over_rest_p99": (
+            "refresh",
+            r.get("refresh_wave_over_rest_p99") is not None
+            and r["refresh_wave_over_rest_p99"] <= t["refresh_wave_over_rest_p99_max"],
+        ),
+        # Every connection of the wave refreshed exactly once, never faster than the pace allows.
+        "refresh_exactly_once": (
+            "refresh",
+            r.get("refresh_count") == r.get("refresh_connections") == r.get("refresh_rows_refreshed"),
+        ),
+        "refresh_max_in_any_second": (
+            "refresh",
+            r.get("refresh_max_in_any_second", 1e9) <= r.get("refresh_rate_configured", 0) + 1,
+        ),
     }
+    if "overload" in phases:
+        from bench.overload import overload_checks
+
+        checks.update({name: ("overload", met) for name, met in overload_checks(results).items()})
     return [name for name, (phase, met) in checks.items() if phase not in phases or not met]
+
+
+# ---- 4. the refresh wave -------------------------------------------------------------------------
+def refresh(
+    args: argparse.Namespace, phases: set[str], found: Backends, keys: str, channel: str, api_key: str
+) -> dict[str, Any]:
+    """``bench/refresh_wave.py`` (when the run's phases name it)."""
+    if "refresh" not in phases:
+        return {}
+    from bench.refresh_wave import refresh_phase, token_path
+
+    gen = Generator.choose(args.generator, args.connections)
+    path = token_path(TOKEN_PROVIDER, TOKEN_SUB)
+    # The wave's pace, calls a second to its provider (``ELICITD_BENCH_REFRESH_RATE``, default 500).
+    rate = float(os.environ.get("ELICITD_BENCH_REFRESH_RATE", "500"))
+    found_figures = refresh_phase(gen, found, keys, channel, api_key, path, duration=args.duration, rate=rate)
+    say(
+        f"[refresh] {found_figures['refresh_count']} refreshes in {found_figures['refresh_seconds']} s "
+        f"({found_figures['refreshes_per_second']}/s, at most {found_figures['refresh_max_in_any_second']} in "
+        f"any second at a pace of {found_figures['refresh_rate_configured']}/s); token p99 "
+        f"{found_figures['refresh_rest_p99_ms']} ms at rest, {found_figures['refresh_wave_p99_ms']} ms in the wave"
+    )
+    return found_figures
+
+
+# ---- 5. overload ---------------------------------------------------------------------------------
+def overload(args: argparse.Namespace, phases: set[str], env: dict[str, str], api_key: str) -> dict[str, Any]:
+    """``bench/overload.py`` (only when the run's phases name it: not in the default run)."""
+    if "overload" not in phases:
+        return {}
+    from bench.overload import TARGETS as OVERLOAD_TARGETS
+    from bench.overload import overload_checks, overload_phase
+
+    found_figures = overload_phase(Generator.choose(args.generator, args.connections), env, api_key)
+    say(
+        f"[overload] capacity {found_figures['overload_capacity_rps']} req/s; at 2x: admitted p99 "
+        f"{found_figures['overload_p99_over_half']}x its 0.5x p99, refusals within "
+        f"{found_figures['overload_refused_max_ms']} ms, {found_figures['overload_unanswered']} unanswered, "
+        f"recovered in {found_figures['overload_recovery_seconds']} s"
+    )
+    missed = [name for name, met in overload_checks(found_figures).items() if not met]
+    return found_figures | {
+        "overload_targets": OVERLOAD_TARGETS,
+        "overload_targets_missed": missed,
+        "overload_targets_met": not missed,
+    }
 
 
 # ---- main ----------------------------------------------------------------------------------------
@@ -694,7 +783,9 @@ def main() -> None:
         help="auto: uvloop + httptools when installed (as elicitd serve); stdlib: asyncio + h11",
     )
     parser.add_argument(
-        "--phases", default="throughput,wake,waiters", help="comma-separated subset to run (all three by default)"
+        "--phases",
+        default="throughput,wake,waiters,refresh",
+        help="comma-separated subset to run (all four by default; scale on request)",
     )
     args = parser.parse_args()
     phases = set(args.phases.split(","))
@@ -741,6 +832,7 @@ def main() -> None:
                 f"[waiters] {results['waiters_registered_in_hub']} waiting: RSS {results['waiters_10k_rss_mb']} MB, "
                 f"{results['redis_subscriber_connections_of_process']} Redis subscription connection(s)"
             )
+        results.update(refresh(args, phases, found, keys, channel, api_key) | overload(args, phases, env, api_key))
         if "scale" in phases:  # not in the default run: loading a million flows takes minutes
             from bench.scale import scale_phase
 

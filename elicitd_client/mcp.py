@@ -69,7 +69,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from elicitd_client.client import ElicitdClient
-from elicitd_client.errors import ElicitdError, ElicitdUnavailable, InvalidRequestState, RateLimited
+from elicitd_client.errors import (
+    ElicitdError,
+    ElicitdUnavailable,
+    InvalidRequestState,
+    RateLimited,
+    ReauthorizationRequired,
+)
 from elicitd_client.forms import (
     Form,
     FormSchemaError,
@@ -266,11 +272,26 @@ class Elicitd:
         account: str | None = None,
         kind: Literal["oauth_connect", "api_key"] = "oauth_connect",
     ) -> Token:
-        """The user's access token for ``provider`` covering ``scopes``; connects first if needed."""
+        """The user's access token for ``provider`` covering ``scopes``; connects first if needed.
+
+        When the token endpoint answers ``reauthorization_required`` (the provider dropped the grant
+        since it was last checked), the reconnect starts by itself: the same ``oauth_connect``
+        flow again, which elicitd turns into a reconnect of that very connection (same id, same
+        grants, same provider account), and the token is asked for once more after it."""
         need = _Need(
             kind,
             _drop_none({"provider": provider, "scopes": sorted(set(scopes)), "message": message, "account": account}),
         )
+        await self._obtain(ctx, need)
+        with _readable_errors(need):
+            try:
+                return await self.client.token(
+                    provider, self._subject(ctx), scopes=sorted(set(scopes)), account=account
+                )
+            except ReauthorizationRequired:
+                if kind != "oauth_connect":
+                    raise
+                logger.info("connection needs reauthorization; reconnecting", extra={"kind": kind})
         await self._obtain(ctx, need)
         with _readable_errors(need):
             return await self.client.token(provider, self._subject(ctx), scopes=sorted(set(scopes)), account=account)

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
@@ -22,11 +22,13 @@ from litestar.template.config import TemplateConfig
 
 from service.admin.api import admin_router
 from service.admin.deps import AdminServices
+from service.admission import Admission
 from service.api_docs import OfflineSwaggerRenderPlugin
-from service.apikeys.deps import ApiKeyServices
+from service.branding.routes import BRAND_ROUTES
 from service.connections.api import ConnectionController
-from service.connections.deps import ConnectionApiServices, ConnectPageServices
-from service.consent.deps import ConsentServices
+from service.connections.deps import ConnectionApiServices
+from service.console.deps import ConsoleServices
+from service.console.router import check_console_routes, console_router
 from service.domains import display_origin
 from service.events.api import EventController
 from service.events.deps import EventServices
@@ -34,6 +36,7 @@ from service.flows.api import FlowController
 from service.flows.deps import FlowApiServices, FlowPageServices, HotFlowServices
 from service.flows.hot import HotFlowRoutes
 from service.flows.pages import open_flow
+from service.flows.plugins import MountedKind
 from service.grants.deps import GrantPageServices
 from service.grants.pages import ROUTES as GRANT_ROUTES
 from service.health import ReadinessServices, healthz, readyz
@@ -46,7 +49,6 @@ from service.oauth.deps import ExchangeServices
 from service.observability.metrics import MetricsServices, metrics_endpoint
 from service.observability.requests import RequestObserver
 from service.openapi import AllowHeaderMiddleware, DescribedJsonRenderPlugin
-from service.payments.deps import PaymentServices, PaymentWebhookServices
 from service.problems import EXCEPTION_HANDLERS, is_browser_path
 from service.responses import JsonResponse
 from service.services import BACKGROUND_STOP_SECONDS, Services, bounded
@@ -84,13 +86,12 @@ class ElicitdApp(Litestar):
 def _provide_services(services: Services) -> Provide:
     """The ``services`` dependency: the container, which each domain's handlers read through their
     own ``deps`` Protocol (what they use, and nothing else). Litestar hands it over unchecked, so
-    the assignment below is where mypy checks that the container offers every domain all it reads."""
+    the assignment below is where mypy checks that the container offers every domain all it reads.
+    A kind's routes receive the kind's own services instead (``_kind_router``)."""
     admin: AdminServices = services
-    api_key: ApiKeyServices = services
     authenticator: AuthenticatorServices = services
     connection_api: ConnectionApiServices = services
-    connect_page: ConnectPageServices = services
-    consent: ConsentServices = services
+    console: ConsoleServices = services
     event: EventServices = services
     exchange: ExchangeServices = services
     flow_api: FlowApiServices = services
@@ -98,17 +99,13 @@ def _provide_services(services: Services) -> Provide:
     grant_page: GrantPageServices = services
     hot_flow: HotFlowServices = services
     metrics: MetricsServices = services
-    payment: PaymentServices = services
-    payment_webhook: PaymentWebhookServices = services
     readiness: ReadinessServices = services
     signin: SigninServices = services
     del (
         admin,
-        api_key,
         authenticator,
         connection_api,
-        connect_page,
-        consent,
+        console,
         event,
         exchange,
         flow_api,
@@ -116,8 +113,6 @@ def _provide_services(services: Services) -> Provide:
         grant_page,
         hot_flow,
         metrics,
-        payment,
-        payment_webhook,
         readiness,
         signin,
     )
@@ -126,6 +121,19 @@ def _provide_services(services: Services) -> Provide:
         return services
 
     return Provide(provide, use_cache=True)
+
+
+def _provide(value: object) -> Provide:
+    async def provide() -> object:
+        return value
+
+    return Provide(provide, use_cache=True)
+
+
+def _kind_router(kind: MountedKind) -> Router:
+    """A kind's routes, whose ``services`` is what the kind's own factory built (its plugin's return
+    annotation is where mypy checks it against the kind's ``deps`` Protocol), not the container."""
+    return Router(path="/", route_handlers=list(kind.plugin.routes), dependencies={"services": _provide(kind.services)})
 
 
 def create_app(services: Services) -> Litestar:
@@ -156,10 +164,11 @@ def create_app(services: Services) -> Litestar:
     # Every page names the full elicitd origin, so a person can check where they are.
     # A non-ASCII host is shown in its Unicode form with its ASCII (punycode) form beside it.
     pages = LazyJinjaEngine(_HERE / "templates", page_globals={"domain": display_origin(settings.public_origin)})
-    kind_routes = [route for plugin in services.kinds.values() for route in plugin.routes]
+    kind_routes = [_kind_router(kind) for kind in services.kinds.values() if kind.plugin.routes]
     app = ElicitdApp(
         route_handlers=[
             admin_router(services.sessions),
+            console_router(services.console, services.sessions),
             metrics_endpoint,
             FlowController,
             EventController,
@@ -168,6 +177,7 @@ def create_app(services: Services) -> Litestar:
             readyz,
             *kind_routes,
             *GRANT_ROUTES,
+            *BRAND_ROUTES,
             *IDENTITY_ROUTES,
             ConnectionController,
             *OAUTH_ROUTES,
@@ -199,6 +209,7 @@ def create_app(services: Services) -> Litestar:
         debug=False,
         logging_config=None,
     )
+    check_console_routes(app)
     # Every browser page (error pages too) speaks the language chosen here (service/i18n.py).
     app.asgi_handler = LocaleScope(
         app.asgi_handler,
@@ -212,6 +223,12 @@ def create_app(services: Services) -> Litestar:
         handler = HotFlowRoutes(handler, app, services)
     # A request for another host name (DNS rebinding) reaches neither path; the observer counts it.
     handler = HostCheck(handler, allowed_names(settings.public_url, settings.allowed_hosts))
-    # Observe every request, routed or not (``asgi_handler`` is the outermost handler).
-    app.asgi_handler = RequestObserver(handler, metrics=services.metrics, tracing=services.tracing)
+    # Observe every request, routed or not.
+    handler = RequestObserver(handler, metrics=services.metrics, tracing=services.tracing)
+    if settings.max_in_flight:
+        # Outermost: past the bound a short request is refused before any work, its log line and
+        # span included (it is counted in ``elicitd_overloaded``), so refusing costs far less than
+        # answering. A long-poll that parks frees its slot (``service.admission.parked``).
+        handler = Admission(handler, settings.max_in_flight, services.metrics.overloaded.inc)
+    app.asgi_handler = handler
     return app

@@ -13,6 +13,7 @@ code  meaning
 3     configuration: a setting is missing or invalid, or a needed extra is not installed
 4     PostgreSQL cannot be reached (refused, unknown host, wrong password, no such database)
 5     in use: the port is taken, or another ``elicitd dev`` holds the data directory
+6     the audit log's hash chain is broken (``elicitd admin audit verify`` names the first link)
 130   interrupted (SIGINT, Ctrl-C)
 143   terminated (SIGTERM)
 ====  ==========================================================================================
@@ -35,6 +36,7 @@ class ExitCode(enum.IntEnum):
     CONFIGURATION = 3
     DATABASE_UNREACHABLE = 4
     IN_USE = 5
+    AUDIT_BROKEN = 6
     INTERRUPTED = 130
     TERMINATED = 143
 

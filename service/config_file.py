@@ -37,10 +37,14 @@ SectionApplier = Callable[[AsyncSession, Vault, Any, Mapping[str, str]], Awaitab
 # section name → "module:function" (imported lazily, so a section's domain loads only when used).
 SECTIONS: dict[str, str] = {
     "issuers": "service.identity.issuers:apply_config_section",
+    # After issuers: it marks one (saving it too when it gives a client_id) for operator sign-in.
+    "operator_signin": "service.operators.store:apply_config_section",
     "providers": "service.connections.providers:apply_config_section",
     "server_clients": "service.identity.clients:apply_config_section",
     # After server_clients: a group names its members, which must exist.
     "trust_groups": "service.grants.groups:apply_config_section",
+    # After both: a brand names a server client or a trust group.
+    "brands": "service.branding.config:apply_config_section",
 }
 # Rules that span sections, run after every section in the same transaction; each raises
 # ConfigurationError. (``server_clients`` may drop a client's subject proof while it is in a

@@ -26,6 +26,8 @@ from service.cli_exits import AddressInUse, CommandFailed, ExitCode
 
 LOCK_NAME = "dev.lock"
 ENV_NAME = "dev.env"
+# Where ``elicitd dev`` keeps its embedded servers, keys and these files; ``--dev`` looks there too.
+DATA_DIR = Path(os.environ.get("ELICITD_DATA_DIR", ".data"))
 
 
 def _try_lock(path: Path) -> int | None:

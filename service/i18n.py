@@ -285,21 +285,42 @@ class LocaleScope:
 # Query parameters a language link keeps: a page's own identity (``/me?iss=``), never a code,
 # a state or anything else a redirect brought.
 _KEPT_PARAMETERS = {"iss"}
+# A flow's id where a form POST names it (``/connect/fl_…/continue``, ``/f/fl_…/grant``, …).
+_FLOW_IN_PATH = re.compile(r"/(fl_[0-9a-f]{32})(?:/|$)")
+
+
+def _reopened(page: PageLocale, flow_id: str | None) -> str | None:
+    """Where a page answering a form POST can be opened again in another language: a GET of the
+    POST's own address would fail or, worse, repeat nothing the person meant. The flow's page
+    (named by the page, or by the address the form posted to) shows the flow as it now stands;
+    the person's own page (``/me``, which asks which sign-in when it does not know) follows a POST
+    from it. ``/auth/logout`` has no such page: it ends a session, and its short answer is in the
+    language chosen before."""
+    if flow_id and flow_id != "-":
+        return f"/f/{flow_id}"
+    found = _FLOW_IN_PATH.search(page.path)
+    if found is not None:
+        return f"/f/{found.group(1)}"
+    if page.path.startswith("/me/"):
+        return "/me"
+    return None
 
 
 def language_links(flow_id: str | None = None) -> list[dict[str, Any]]:
     """A link to this page in each shipped language. A page answering a form POST links to the
-    flow's own page instead (a GET of a POST address would fail); sign-in callbacks get none."""
+    page that shows the same thing by GET (``_reopened``); sign-in callbacks get none (their code
+    is single-use)."""
     page = current_page()
     if page.path.startswith("/auth/"):
         return []
     if page.method == "GET":
         path = page.path
         kept = [(name, value) for name, value in parse_qsl(page.query) if name in _KEPT_PARAMETERS]
-    elif flow_id and flow_id != "-":
-        path, kept = f"/f/{flow_id}", []
     else:
-        return []
+        reopened = _reopened(page, flow_id)
+        if reopened is None:
+            return []
+        path, kept = reopened, []
     return [
         {
             "tag": language.tag,

@@ -69,8 +69,11 @@ REDACTED = "[redacted]"
 _QUERY = re.compile(r"(?<=[^\s\"'<>(\[{,;=])[?#][^\s\"'<>]+")
 # The word after ``Bearer``/``Basic``/``Token`` is redacted when it looks like a credential, not a
 # word: 6+ characters with a digit, one of ``-._~+/=`` or a lower-then-upper case change, or 20+ of
-# anything (base64). "(the token vault)" and "Token expired" are prose and stay as written.
-_CREDENTIAL = r"(?=[^\s\"',;]{6})(?=[^\s\"',;]*(?:[\d._~+/=-]|(?-i:[a-z][^\s\"',;]*[A-Z]))|[^\s\"',;]{20})[^\s\"',;]+"
+# anything (base64), up to a bracket (no token holds one). "(the token vault)." and "Token expired"
+# are prose and stay as written.
+_CREDENTIAL = (
+    r"(?=[^\s\"',;()]{6})(?=[^\s\"',;()]*(?:[\d._~+/=-]|(?-i:[a-z][^\s\"',;()]*[A-Z]))|[^\s\"',;()]{20})[^\s\"',;()]+"
+)
 _BEARER = re.compile(rf"\b(Bearer|Basic|Token)\s+{_CREDENTIAL}", re.IGNORECASE)
 # ``code=…``, ``client_secret: …``, ``"refresh_token": "…"``, ``x-api-key=…`` (any name ending so).
 _SECRET_PAIR = re.compile(
@@ -269,6 +272,7 @@ DATABASE_LOOPS = (
     "elicitd.events",
     "elicitd.signals",
     "elicitd.connections.refresher",
+    "elicitd.connections.probes",
 )
 # What a round fails with when PostgreSQL cannot be reached (asyncpg raises the socket's own errors).
 _UNREACHABLE = frozenset(

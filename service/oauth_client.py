@@ -1,10 +1,12 @@
-"""The client side of OAuth 2 token endpoints, for providers and sign-in issuers alike.
+"""The client side of OAuth 2 servers, for providers and sign-in issuers alike.
 
 One POST to a token endpoint (RFC 6749 §3.2) and its answer read as §5 says: a JSON object with
-``access_token``, or one with ``error``. What a server sends back is hostile text: an error is
-reduced to a short code from a fixed alphabet (``ProviderError.error``) and no exception message,
-which could echo a code or a token, is logged. The request goes out on the process's one shared
-``httpx.AsyncClient`` (``service.http``).
+``access_token``, or one with ``error``; and one GET of a server's metadata document (RFC 8414 §3,
+OpenID Connect Discovery §4), which must name the issuer it was fetched for. What a server sends
+back is hostile text: an error is reduced to a short code from a fixed alphabet
+(``ProviderError.error``, ``MetadataFailed.reason``) and no exception message, which could echo a
+code or a token, is logged. Requests go out on the process's one shared ``httpx.AsyncClient``
+(``service.http``).
 """
 
 from __future__ import annotations
@@ -93,3 +95,48 @@ async def token_request(
         if exc.error == "provider_unreachable":
             logger.warning("token call failed", extra={**log, "error_type": "ValueError"})
         raise
+
+
+class MetadataFailed(Exception):
+    """A metadata document was not usable. ``reason`` is ``unreachable``, ``http_status`` (with
+    ``status``), ``not_json``, ``not_object`` or ``issuer_mismatch``; never the server's text."""
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+def _same_issuer(named: object, issuer: str, *, trailing_slash: bool) -> bool:
+    if not isinstance(named, str):
+        return False
+    if trailing_slash:
+        return named.rstrip("/") == issuer.rstrip("/")
+    return named == issuer
+
+
+async def fetch_metadata(
+    http: httpx.AsyncClient, url: str, *, issuer: str, timeout: float, trailing_slash: bool = False
+) -> dict[str, Any]:
+    """The metadata document at ``url``, or ``MetadataFailed``. Its ``issuer`` must be ``issuer``
+    character for character (RFC 8414 §3.3, OIDC Discovery §4.3): a document naming another server
+    could point every later call at that server's endpoints. ``trailing_slash`` also takes one
+    that differs only by a final ``/`` (how a provider's issuer was configured before). httpx's
+    timeouts are per phase, so a server dripping its answer byte by byte would pass each of them:
+    the whole call has ``timeout`` as one deadline too."""
+    try:
+        async with asyncio.timeout(timeout):
+            response = await http.get(url, headers={"Accept": "application/json"}, timeout=timeout)
+    except (httpx.HTTPError, TimeoutError) as exc:
+        raise MetadataFailed("unreachable") from exc
+    if response.status_code != 200:
+        raise MetadataFailed("http_status", response.status_code)
+    try:
+        document = read_json(response)
+    except ValueError:
+        raise MetadataFailed("not_json") from None
+    if not isinstance(document, dict):
+        raise MetadataFailed("not_object")
+    if not _same_issuer(document.get("issuer"), issuer, trailing_slash=trailing_slash):
+        raise MetadataFailed("issuer_mismatch")
+    return document

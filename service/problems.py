@@ -70,7 +70,7 @@ _LITESTAR_CODES: dict[int, tuple[str, str]] = {
 }
 
 
-_BROWSER_PREFIXES = ("/f/", "/auth/", "/connect/", "/consent/", "/pay/", "/me/")
+_BROWSER_PREFIXES = ("/f/", "/auth/", "/connect/", "/consent/", "/pay/", "/me/", "/console/")
 
 
 def is_browser_path(path: str) -> bool:

@@ -21,7 +21,7 @@ from litestar.response.base import ASGIResponse
 from litestar.serialization import get_serializer
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Awaitable, Iterable
 
     from litestar.app import Litestar
     from litestar.background_tasks import BackgroundTask, BackgroundTasks
@@ -101,3 +101,47 @@ class JsonResponse(Response[T]):
             )
         encoders = {**type_encoders, **self.response_type_encoders} if type_encoders else self.response_type_encoders
         return JsonAnswer(status, self.render(self.content, _JSON, get_serializer(encoders)))
+
+
+# ---- OPTIONS ---------------------------------------------------------------------------------------
+class AllowHeaderMiddleware:
+    """Answers ``OPTIONS`` with every method of the path in ``Allow``.
+
+    Litestar builds a path's automatic ``OPTIONS`` handler with the methods known when the path's
+    first handler is registered; handlers added to the same path later (a controller's ``get``,
+    ``post`` and ``patch`` on one path) are served but missing from ``Allow``. The methods are read
+    from the application's routes, as they are once every route is registered."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._methods: dict[str, str] | None = None
+
+    def __call__(self, scope: Any, receive: Any, send: Any) -> Awaitable[None]:
+        # Not a coroutine function: for any other request it hands back the inner application's
+        # awaitable, so no frame of this middleware stays alive under a parked long-poll (~0.4 KB).
+        if scope["type"] != "http" or scope["method"] != "OPTIONS":
+            inner: Awaitable[None] = self.app(scope, receive, send)
+            return inner
+        return self._options(scope, receive, send)
+
+    async def _options(self, scope: Any, receive: Any, send: Any) -> None:
+        async def send_with_allow(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                allowed = self._allowed(scope)
+                if allowed is not None:
+                    headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"allow"]
+                    message = {**message, "headers": [*headers, (b"allow", allowed.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_allow)
+
+    def _allowed(self, scope: Any) -> str | None:
+        if self._methods is None:
+            routes = scope["litestar_app"].routes
+            self._methods = {}
+            for route in routes:
+                if hasattr(route, "methods"):
+                    allowed = ", ".join(sorted(route.methods))
+                    self._methods[route.path] = self._methods[route.path_format] = allowed
+        template = scope.get("path_template") or scope.get("path")
+        return self._methods.get(template)

@@ -8,7 +8,8 @@ builds a web app to reach a service.
 Order matters only where one object needs another: the waiter hub reads finished flows straight
 from the database (so it needs no flow service), metrics read the hub, the flow service tells
 metrics and the webhook worker about transitions, and the kinds' own services sit on top of the
-flow service.
+flow service: each kind's plugin builds them from the ``KindContext`` handed to every kind, so
+nothing here names a kind.
 """
 
 from __future__ import annotations
@@ -20,27 +21,28 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from service.admin.quotas import FlowRateLimiter
-from service.apikeys.service import ApiKeyService
+from service.branding.service import BrandService
 from service.clock import Clock, SystemClock
-from service.connections.authorize import ConnectService
 from service.connections.discovery import MetadataCache
+from service.connections.key_probes import KeyProbes
+from service.connections.probes import Prober, ProbeSettings
 from service.connections.refresher import Refresher, RefreshSettings
 from service.connections.repository import purge_states as purge_oauth_states
 from service.connections.service import ConnectionService
-from service.consent.receipts import ReceiptSigner
-from service.consent.service import ConsentService
+from service.console.signin import ConsoleSignIn
 from service.crypto.vault import Vault
 from service.db.direct import DirectStatements
 from service.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker, make_statements
 from service.events.hub import EventHub, EventSettings
+from service.events.repository import stream_tail
 from service.flows import repository as flow_repo
-from service.flows.plugins import KindPlugin
+from service.flows.plugins import KindPlugin, MountedKind
 from service.flows.request_state import RequestStateCodec
 from service.flows.service import FlowService
 from service.flows.sweeper import run_sweeper
@@ -50,14 +52,13 @@ from service.identity.issuers import IssuerDirectory
 from service.identity.keys import ApiKeyAuthenticator
 from service.identity.sessions import purge_expired as purge_expired_logins
 from service.identity.subject_proof import SubjectProver
+from service.kind_context import KindContext
 from service.kinds import REGISTRY
 from service.oauth.exchange import TokenExchange
 from service.observability.metrics import Metrics
 from service.observability.stalls import StallMonitor
 from service.observability.tracing import Tracing, build_tracing
-from service.payments.plugin import provider_for
-from service.payments.service import PaymentService
-from service.settings import Settings
+from service.settings import Settings, positive_extras
 from service.signals.bus import WaiterHub
 from service.signals.webhooks import WebhookSettings, WebhookWorker
 from service.signin.gate import BrowserGate
@@ -87,22 +88,25 @@ class Services:
     events: EventHub
     authenticator: ApiKeyAuthenticator
     issuers: IssuerDirectory
-    kinds: Mapping[str, KindPlugin]
+    kinds: Mapping[str, MountedKind]
     flows: FlowService
     logins: LoginService
     gate: BrowserGate
+    console: ConsoleSignIn
     connections: ConnectionService
     refresher: Refresher
-    connect: ConnectService
+    prober: Prober
     grants: GrantService
-    consent: ConsentService
-    payments: PaymentService
-    apikeys: ApiKeyService
+    brands: BrandService
     subjects: SubjectProver
     exchange: TokenExchange
 
     def __repr__(self) -> str:
         return f"Services(kinds={sorted(self.kinds)})"
+
+    def kind(self, name: str, of: type[T]) -> T:
+        """The services the ``name`` kind built, as the type its package built them as."""
+        return self.kinds[name].serves(of)
 
     async def start(self) -> None:
         """Connect what needs connecting (the Redis subscription); watch the event loop."""
@@ -111,12 +115,13 @@ class Services:
 
     def background(self) -> list[Coroutine[Any, Any, None]]:
         """The upkeep a serving replica runs: expiry sweeps and chores, webhook delivery, proactive
-        token refresh."""
+        token refresh, connection health probes."""
         chores = [purge_expired_logins, purge_oauth_states, self.events.purge]
         return [
             run_sweeper(self.flows, self.settings.sweep_interval_seconds, chores),
             self.webhooks.run(),
             self.refresher.run(),
+            self.prober.run(),
         ]
 
     async def aclose(self) -> None:
@@ -136,6 +141,8 @@ class Services:
         await bounded("postgres", self.engine.dispose(), deadline)
         await bounded("postgres statements", self.direct.close(), deadline)
 
+
+T = TypeVar("T")
 
 SHUTDOWN_SECONDS = 5.0
 # What the app's background tasks (sweeper, webhook worker) get after their cancel, before the above.
@@ -167,6 +174,30 @@ def load_plugins(settings: Settings, registry: Mapping[str, str] = REGISTRY) -> 
     return plugins
 
 
+def mount_kinds(plugins: Mapping[str, KindPlugin], context: KindContext) -> dict[str, MountedKind]:
+    """Each kind with the services its own factory builds from ``context`` (once, at start-up)."""
+    return {
+        name: MountedKind(
+            plugin,
+            None if plugin.services is None else plugin.services(context),
+            None if plugin.probes is None else plugin.probes(context),
+        )
+        for name, plugin in plugins.items()
+    }
+
+
+def kind_probes(kinds: Mapping[str, MountedKind]) -> list[KeyProbes]:
+    """The kinds' probes of the connections they store (each checked to be a ``KeyProbes``)."""
+    found = []
+    for name, kind in kinds.items():
+        if kind.probes is None:
+            continue
+        if not isinstance(kind.probes, KeyProbes):
+            raise TypeError(f"the {name} kind's probes are not a KeyProbes")
+        found.append(kind.probes)
+    return found
+
+
 def build_services(settings: Settings, *, clock: Clock | None = None) -> Services:
     clock = clock or SystemClock()
     engine = make_engine(settings)
@@ -178,7 +209,7 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
 
     async def finished(ids: list[uuid.UUID]) -> list[uuid.UUID]:
         async with read_sessions() as session:
-            return await flow_repo.finished_among(session, ids)
+            return await flow_repo.FlowStatements.finished_among(session, ids)
 
     hub = WaiterHub(
         redis_url=settings.redis_url,
@@ -189,7 +220,11 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         finished=finished,
         clock=clock,
     )
-    metrics = Metrics(hub)
+    metrics = Metrics(
+        hub,
+        clock=clock,
+        **positive_extras(settings, "METRICS_", {"connection_count_seconds": float}),
+    )
     events = EventHub(
         settings=EventSettings.from_settings(settings),
         read_sessions=read_sessions,
@@ -202,6 +237,8 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         settings=WebhookSettings.from_settings(settings),
         sessions=sessions,
         vault=vault,
+        stream_tail=stream_tail,
+        on_events=events.announce,
         on_outcome=metrics.webhook_outcome,
         clock=clock,
     )
@@ -233,11 +270,11 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         http=http,
         clock=clock,
         expiring_seconds=refreshing.expiring_seconds,
+        refreshed_events=refreshing.events,
         on_refresh=metrics.record_refresh,
         on_events=events.announce,
     )
     authenticator = ApiKeyAuthenticator(sessions, settings.api_key_cache_seconds, clock=clock)
-    signer = ReceiptSigner.from_pem(settings.signing_key) if settings.signing_key else None
     logins = LoginService(
         settings=settings,
         sessions=sessions,
@@ -247,6 +284,32 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         http=http,
         throttle=LoginThrottle(clock=clock),
     )
+    gate = BrowserGate(settings=settings, issuers=issuers, flows=flows, logins=logins)
+    console = ConsoleSignIn(settings=settings, sessions=sessions, vault=vault, issuers=issuers, http=http, clock=clock)
+    grants = GrantService(
+        sessions=sessions,
+        read_sessions=read_sessions,
+        flows=flows,
+        connections=connections,
+        vault=vault,
+        on_events=events.announce,
+    )
+    brands = BrandService(sessions)
+    context = KindContext(
+        settings=settings,
+        clock=clock,
+        sessions=sessions,
+        read_sessions=read_sessions,
+        http=http,
+        vault=vault,
+        flows=flows,
+        gate=gate,
+        issuers=issuers,
+        connections=connections,
+        grants=grants,
+        brands=brands,
+    )
+    mounted = mount_kinds(kinds, context)
     return Services(
         settings=settings,
         clock=clock,
@@ -264,31 +327,22 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         events=events,
         authenticator=authenticator,
         issuers=issuers,
-        kinds=kinds,
+        kinds=mounted,
         flows=flows,
         logins=logins,
-        gate=BrowserGate(settings=settings, issuers=issuers, flows=flows, logins=logins),
+        gate=gate,
+        console=console,
         connections=connections,
         refresher=Refresher(connections, refreshing, clock=clock),
-        connect=ConnectService(
-            connections=connections,
-            flows=flows,
-            read_sessions=read_sessions,
-            http=http,
-            public_url=settings.public_url,
-            vault=vault,
+        prober=Prober(
+            connections,
+            ProbeSettings.from_settings(settings),
+            clock=clock,
+            on_probe=metrics.record_probe,
+            kinds=kind_probes(mounted),
         ),
-        grants=GrantService(
-            sessions=sessions,
-            read_sessions=read_sessions,
-            flows=flows,
-            connections=connections,
-            vault=vault,
-            on_events=events.announce,
-        ),
-        consent=ConsentService(flows, signer, settings.public_url, clock=clock),
-        payments=PaymentService(flows, provider_for(settings), settings.public_url, clock=clock),
-        apikeys=ApiKeyService(flows, vault, http=http),
+        grants=grants,
+        brands=brands,
         subjects=subjects,
         exchange=TokenExchange(
             authenticator=authenticator,

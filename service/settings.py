@@ -1,3 +1,4 @@
+# size: every ELICITD_ variable as one typed field with its parsing and check: the settings' one reference
 """One frozen settings object, read from ``ELICITD_*`` variables when the process starts.
 
 Nothing here is read at import time: ``Settings.from_env()`` is called by the CLI (or a test) and
@@ -183,6 +184,9 @@ class Settings:
     db_statement_pool_size: int = 10
     # How long a request waits for a pooled connection before it is answered 503 + Retry-After.
     db_pool_timeout_seconds: float = 30.0
+    # Short requests one process works on at once; the rest get 503 overloaded (service/admission.py).
+    # 0: no bound. Why 64: docs/decisions.md.
+    max_in_flight: int = 64
     # False behind a transaction-mode pooler that cannot track named prepared statements
     # (PgBouncer before 1.21): every statement is then prepared unnamed, per use (docs/scaling.md).
     db_statement_cache: bool = True
@@ -205,6 +209,11 @@ class Settings:
     # Issuers (and providers) declared in a TOML/YAML file, applied at startup.
     config_file: str | None = None
     browser_session_seconds: int = 8 * 3600
+    # The operator console's sessions (service/console/auth.py): at most this long, ended after the
+    # idle time without a request, and an admin-role change needs a sign-in this recent (max_age).
+    console_session_seconds: int = 8 * 3600
+    console_idle_seconds: int = 15 * 60
+    console_reauth_seconds: int = 5 * 60
     # Each phase of a call to an issuer, provider, API-key check or Stripe (service/http.py).
     outbound_timeout_seconds: float = 15.0
     # Retention (service/flows/retention.py): how long terminal flows keep their result payload,
@@ -300,6 +309,9 @@ class Settings:
             "db_statement_pool_size": "DB_STATEMENT_POOL_SIZE",
             "request_state_grace_seconds": "REQUEST_STATE_GRACE_SECONDS",
             "browser_session_seconds": "BROWSER_SESSION_SECONDS",
+            "console_session_seconds": "CONSOLE_SESSION_SECONDS",
+            "console_idle_seconds": "CONSOLE_IDLE_SECONDS",
+            "console_reauth_seconds": "CONSOLE_REAUTH_SECONDS",
         }
         for attr, name in ints.items():
             if (raw := get(name)) is not None:
@@ -335,6 +347,8 @@ class Settings:
             values["log_json"] = _bool(raw, "ELICITD_LOG_JSON")
         if (raw := get("ACCEPT_UNBOUND_SECRETS")) is not None:
             values["accept_unbound_secrets"] = _bool(raw, "ELICITD_ACCEPT_UNBOUND_SECRETS")
+        if (raw := get("MAX_IN_FLIGHT")) is not None:
+            values["max_in_flight"] = _non_negative_int(raw, "ELICITD_MAX_IN_FLIGHT")
         if (raw := get("HOT_ROUTES")) is not None:
             values["hot_routes"] = _bool(raw, "ELICITD_HOT_ROUTES")
         if (raw := get("ALLOWED_HOSTS")) is not None:
@@ -481,6 +495,16 @@ def _positive_int(raw: str, name: str) -> int:
         raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
     if value <= 0:
         raise ConfigurationError(f"{name} must be positive, got {value}")
+    return value
+
+
+def _non_negative_int(raw: str, name: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+    if value < 0:
+        raise ConfigurationError(f"{name} must not be negative, got {value}")
     return value
 
 

@@ -23,9 +23,14 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _bdi(value: Any) -> Any:
+def _bdi(value: Any, direction: str | None = None) -> Any:
+    """``value`` isolated; its direction from its first strong letter, or ``direction`` when given —
+    a sentence in the page's language that starts with a Latin name (a group's "Acme Files
+    Assistant and 2 other services of …") must keep the page's direction, not take the name's."""
     from markupsafe import Markup, escape
 
+    if direction in {"ltr", "rtl"}:
+        return Markup('<bdi dir="%s">%s</bdi>') % (direction, escape(value))
     return Markup("<bdi>%s</bdi>") % escape(value)
 
 

@@ -66,6 +66,8 @@ def make_settings(database_url: str, backend: backends.Backends) -> Callable[...
         # Proactive refresh passes would refresh other tests' tokens behind their backs; the tests
         # of the refresher run its passes themselves (tests/connections/test_health.py).
         values["extra"].setdefault("REFRESH_PROACTIVE", "false")
+        # Likewise health probes (tests/connections/test_probes.py runs its own passes).
+        values["extra"].setdefault("PROBE_ENABLED", "false")
         return Settings(**values)
 
     return make
@@ -93,8 +95,8 @@ def subject() -> Subject:
 # ELICITD_TEST_REDIS_URL name (a second PostgreSQL and Redis version). With this variable set it
 # keeps only the tests that reach those servers — through the `backend` fixture, or a module that
 # reads the variables or `tests.support.backends` itself — and deselects the rest (image and
-# compose builds, manifests, catalogues, the client packages), which `make test` has just run and
-# which would run the same way again.
+# compose builds, manifests, catalogues, the client packages, and the Chromium tests), which `make
+# test` has just run and which would run the same way again.
 BACKENDS_ONLY = "ELICITD_TEST_BACKENDS_ONLY"
 
 
@@ -108,6 +110,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     reads: dict[Path, bool] = {}
 
     def reaches_backends(item: pytest.Item) -> bool:
+        # Chromium tests drive the pages; the statements behind them are the HTTP tests' own, which
+        # run here. On the second servers they would repeat the first pass's browser work only.
+        if item.get_closest_marker("browser") is not None:
+            return False
         if "backend" in getattr(item, "fixturenames", ()):
             return True
         path = Path(str(item.path))

@@ -209,7 +209,10 @@ def app_from_env() -> tuple[Starlette, ElicitdClient]:
 def main() -> None:
     logging.basicConfig(level=logging.INFO)
     app, _ = app_from_env()
-    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("EXAMPLE_PORT", "9000")))
+    # Idle connections are kept longer than a client's own pool keeps them (httpx: 5 s), so a client
+    # never sends a request on a connection at the moment this server closes it: with both at 5 s
+    # the retry after a browser step of about 5 s could meet "Server disconnected".
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("EXAMPLE_PORT", "9000")), timeout_keep_alive=75)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ async def main(url: str, tool: str, open_browser: bool) -> int:
             print(f"{params.message}\nOpen this link (it is on {urlsplit(params.url).netloc}):\n\n    {params.url}\n")
             print("Waiting for you to finish in the browser...", flush=True)
             if open_browser:
-                webbrowser.open(params.url)
+                await anyio.to_thread.run_sync(webbrowser.open, params.url)  # a browser command may block
         return ElicitResult(action="accept")
 
     headers = {"Authorization": f"Bearer {os.environ['TOKEN']}"}  # the user's access token for this server

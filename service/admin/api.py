@@ -13,17 +13,18 @@ from litestar import Controller, Request, Router, get, post
 from litestar.params import Parameter
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.admin import deliveries, flows
+from service.admin import deliveries, flows, subjects
+from service.admin.api_audit import AUDIT_HANDLERS
+from service.admin.api_brands import BRAND_CONTROLLERS
 from service.admin.api_clients import AdminServerClientsController
 from service.admin.api_directory import DIRECTORY_CONTROLLERS
+from service.admin.api_endpoints import ENDPOINT_CONTROLLERS
 from service.admin.api_grants import GRANT_CONTROLLERS
-from service.admin.audit import list_audit
 from service.admin.bodies import strict_booleans
-from service.admin.deps import AdminDeps, unit
+from service.admin.deps import OPERATOR, AdminDeps, in_unit, unit
 from service.admin.guards import AdminAuditMiddleware, AdminGuard, principal_of
 from service.admin.schemas import (
     AdminFlow,
-    AuditPage,
     FlowDetail,
     FlowPage,
     ReplayResult,
@@ -31,15 +32,12 @@ from service.admin.schemas import (
     WebhookDeliveryView,
     WebhookPage,
 )
-from service.admin.tokens import ADMIN_TOKEN_ID, Role
+from service.admin.tokens import ADMIN_TOKEN_ID
 from service.admin.views import flow_view
 from service.flows.states import FlowStatus
 
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50, description="Page size")]
 Cursor = Annotated[str | None, Parameter(description="`next_cursor` from the previous page")]
-
-OPERATOR = {"role": Role.OPERATOR}
-ADMIN = {"role": Role.ADMIN}
 
 
 class AdminFlowsController(Controller):
@@ -76,8 +74,7 @@ class AdminFlowsController(Controller):
             expires_after=expires_after,
             expires_before=expires_before,
         )
-        async with unit(services) as session:
-            return await flows.list_flows(session, filters, cursor=cursor, limit=limit)
+        return await in_unit(services, flows.list_flows, filters, cursor=cursor, limit=limit)
 
     @get("/{flow_id:str}", operation_id="adminGetFlow", summary="One flow with its full event history")
     async def show_flow(self, request: Request[Any, Any, Any], services: AdminDeps, flow_id: str) -> FlowDetail:
@@ -131,8 +128,7 @@ class AdminWebhooksController(Controller):
     async def show_delivery(
         self, request: Request[Any, Any, Any], services: AdminDeps, delivery_id: str
     ) -> WebhookDeliveryView:
-        async with unit(services) as session:
-            return await deliveries.show_delivery(session, delivery_id)
+        return await in_unit(services, deliveries.show_delivery, delivery_id)
 
     @post(
         "/{delivery_id:str}/replay",
@@ -142,8 +138,7 @@ class AdminWebhooksController(Controller):
         summary="Deliver an event again (after delivery or abandonment), with a fresh retry window",
     )
     async def replay(self, request: Request[Any, Any, Any], services: AdminDeps, delivery_id: str) -> ReplayResult:
-        async with unit(services) as session:
-            view = await deliveries.replay(session, delivery_id)
+        view = await in_unit(services, deliveries.replay, delivery_id)
         services.webhooks.wake()
         return ReplayResult(delivery=view)
 
@@ -162,26 +157,25 @@ async def admin_stats(
         str | None, Parameter(description="Only this server client's flows and webhook backlog (sc_…)")
     ] = None,
 ) -> Stats:
-    async with unit(services) as session:
-        return await flows.stats(session, flows.parse_window(window), server_client=server_client)
+    return await in_unit(services, flows.stats, flows.parse_window(window), server_client=server_client)
 
 
 @get(
-    "/audit",
-    operation_id="adminListAudit",
-    tags=["admin: audit"],
-    opt=ADMIN,
-    summary="The admin audit log, newest first",
+    "/subjects",
+    operation_id="adminGetSubject",
+    tags=["admin: subjects"],
+    summary="One subject: connections with health and grants, recent flows, consent receipts, and why a tool fails",
 )
-async def admin_audit(
+async def admin_subject(
     request: Request[Any, Any, Any],
     services: AdminDeps,
-    admin_token_id: str | None = None,
-    cursor: Cursor = None,
-    limit: Limit = 50,
-) -> AuditPage:
-    async with unit(services) as session:
-        return await list_audit(session, admin_token_id=admin_token_id, cursor=cursor, limit=limit)
+    iss: Annotated[str, Parameter(description="The subject's issuer")],
+    sub: Annotated[str, Parameter(description="The subject's sub at that issuer")],
+    server_client: Annotated[
+        str | None, Parameter(description="Why this server client's calls fail (its name or sc_… id)")
+    ] = None,
+) -> subjects.SubjectOverview:
+    return await in_unit(services, subjects.subject_overview, iss=iss, sub=sub, server_client=server_client)
 
 
 @get("/whoami", operation_id="adminWhoAmI", tags=["admin: audit"], summary="The calling token's id and role")
@@ -202,10 +196,13 @@ def admin_router(sessions: async_sessionmaker[AsyncSession]) -> Router:
             AdminServerClientsController,
             AdminWebhooksController,
             admin_stats,
-            admin_audit,
+            admin_subject,
+            *AUDIT_HANDLERS,
             admin_whoami,
             *DIRECTORY_CONTROLLERS,
             *GRANT_CONTROLLERS,
+            *ENDPOINT_CONTROLLERS,
+            *BRAND_CONTROLLERS,
         ],
         guards=[AdminGuard(sessions)],
         before_request=strict_booleans,

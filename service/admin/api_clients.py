@@ -10,7 +10,7 @@ from litestar import Controller, Request, get, patch, post, put
 from litestar.params import Parameter
 
 from service.admin import clients
-from service.admin.deps import AdminDeps, unit
+from service.admin.deps import ADMIN, AdminDeps, in_unit
 from service.admin.schemas import (
     CreatedServerClient,
     CreateServerClient,
@@ -22,9 +22,6 @@ from service.admin.schemas import (
     UpdateServerClient,
     WebhookSecret,
 )
-from service.admin.tokens import Role
-
-ADMIN = {"role": Role.ADMIN}
 
 
 class AdminServerClientsController(Controller):
@@ -39,8 +36,7 @@ class AdminServerClientsController(Controller):
         cursor: str | None = None,
         limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
     ) -> ServerClientPage:
-        async with unit(services) as session:
-            return await clients.list_clients(session, cursor=cursor, limit=limit)
+        return await in_unit(services, clients.list_clients, cursor=cursor, limit=limit)
 
     @post(
         "/",
@@ -51,13 +47,11 @@ class AdminServerClientsController(Controller):
     async def create(
         self, request: Request[Any, Any, Any], services: AdminDeps, data: CreateServerClient
     ) -> CreatedServerClient:
-        async with unit(services) as session:
-            return await clients.create(session, data)
+        return await in_unit(services, clients.create, data)
 
     @get("/{client_id:str}", operation_id="adminGetServerClient", summary="One server client and its keys")
     async def show(self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str) -> ServerClientView:
-        async with unit(services) as session:
-            return await clients.show(session, client_id)
+        return await in_unit(services, clients.show, client_id)
 
     @patch(
         "/{client_id:str}",
@@ -68,8 +62,7 @@ class AdminServerClientsController(Controller):
     async def update(
         self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str, data: UpdateServerClient
     ) -> ServerClientView:
-        async with unit(services) as session:
-            view = await clients.update_client(session, client_id, data)
+        view = await in_unit(services, clients.update_client, client_id, data)
         services.authenticator.forget()
         return view
 
@@ -81,8 +74,7 @@ class AdminServerClientsController(Controller):
         summary="Disable a server client: its API keys stop working",
     )
     async def disable(self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str) -> ServerClientView:
-        async with unit(services) as session:
-            view = await clients.set_disabled(session, client_id, True)
+        view = await in_unit(services, clients.set_disabled, client_id, True)
         services.authenticator.forget()
         return view
 
@@ -94,8 +86,7 @@ class AdminServerClientsController(Controller):
         summary="Enable a disabled server client",
     )
     async def enable(self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str) -> ServerClientView:
-        async with unit(services) as session:
-            return await clients.set_disabled(session, client_id, False)
+        return await in_unit(services, clients.set_disabled, client_id, False)
 
     @post(
         "/{client_id:str}/keys/rotate",
@@ -107,8 +98,7 @@ class AdminServerClientsController(Controller):
     async def rotate_key(
         self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str, data: RotateKey
     ) -> RotatedKey:
-        async with unit(services) as session:
-            rotated = await clients.rotate_key(session, client_id, timedelta(seconds=data.grace_seconds))
+        rotated = await in_unit(services, clients.rotate_key, client_id, timedelta(seconds=data.grace_seconds))
         services.authenticator.forget()
         return rotated
 
@@ -122,8 +112,7 @@ class AdminServerClientsController(Controller):
     async def set_webhook(
         self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str, data: SetWebhook
     ) -> WebhookSecret:
-        async with unit(services) as session:
-            return await clients.set_webhook(session, services.vault, client_id, data.url, data.events)
+        return await in_unit(services, clients.set_webhook, services.vault, client_id, data.url, data.events)
 
     @post(
         "/{client_id:str}/webhook/rotate-secret",
@@ -135,5 +124,4 @@ class AdminServerClientsController(Controller):
     async def rotate_webhook_secret(
         self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str
     ) -> WebhookSecret:
-        async with unit(services) as session:
-            return await clients.rotate_webhook_secret(session, services.vault, client_id)
+        return await in_unit(services, clients.rotate_webhook_secret, services.vault, client_id)

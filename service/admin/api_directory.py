@@ -1,8 +1,9 @@
 """Admin API over the other domains' tables: providers, issuers, connections and payments.
 
 Thin handlers over ``service.admin.directory``, ``.connections`` and ``.payments``, which the
-CLI runs too. Views name safe columns one by one (never a token or a client secret, only whether
-one is set). Changing a provider or issuer drops this process's cached discovery metadata.
+CLI and the console run too. Views name safe columns one by one (never a token or a client secret,
+only whether one is set). Changing a provider or issuer drops this process's cached discovery
+metadata (``directory_actions`` does it).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import msgspec
 from litestar import Controller, Request, get, patch, post
 from litestar.params import Parameter
 
-from service.admin import connections, directory, payments
-from service.admin.deps import AdminDeps, unit
+from service.admin import connections, directory, directory_actions, payments, reconnect_links
+from service.admin.deps import ADMIN, OPERATOR, AdminDeps, in_unit, unit
 from service.admin.directory import (
     CreateIssuer,
     CreateProvider,
@@ -24,22 +25,12 @@ from service.admin.directory import (
     UpdateIssuer,
     UpdateProvider,
 )
-from service.admin.tokens import Role
-from service.connections import providers
-from service.errors import IssuerNotFound, ProviderNotFound
-from service.identity import issuers
 
-OPERATOR = {"role": Role.OPERATOR}
-ADMIN = {"role": Role.ADMIN}
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50, description="Page size")]
 
 
 class IssuerRef(msgspec.Struct, forbid_unknown_fields=True):
     issuer: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
-
-
-def _forget_providers(services: AdminDeps) -> None:
-    services.connections.metadata.forget()
 
 
 class AdminProvidersController(Controller):
@@ -48,8 +39,7 @@ class AdminProvidersController(Controller):
 
     @get("/", operation_id="adminListProviders", summary="Third-party OAuth providers (never their secrets)")
     async def list_providers(self, request: Request[Any, Any, Any], services: AdminDeps) -> list[ProviderView]:
-        async with unit(services) as session:
-            return [directory.provider_view(p) for p in await providers.list_providers(session)]
+        return await in_unit(services, directory.list_provider_views)
 
     @post(
         "/",
@@ -59,15 +49,11 @@ class AdminProvidersController(Controller):
         summary="Create a provider from a catalog entry; the client secret is write-only (409 if the name exists)",
     )
     async def create(self, request: Request[Any, Any, Any], services: AdminDeps, data: CreateProvider) -> ProviderView:
-        async with unit(services) as session:
-            view = await directory.create_provider(session, services.vault, data)
-        _forget_providers(services)
-        return view
+        return await directory_actions.add_provider(services, data)
 
     @get("/{name:str}", operation_id="adminGetProvider", summary="One provider (never its secret)")
     async def show(self, request: Request[Any, Any, Any], services: AdminDeps, name: str) -> ProviderView:
-        async with unit(services) as session:
-            return directory.provider_view(await directory.get_provider(session, name))
+        return await in_unit(services, directory.show_provider, name)
 
     @patch(
         "/{name:str}",
@@ -78,10 +64,7 @@ class AdminProvidersController(Controller):
     async def update(
         self, request: Request[Any, Any, Any], services: AdminDeps, name: str, data: UpdateProvider
     ) -> ProviderView:
-        async with unit(services) as session:
-            view = await directory.update_provider(session, services.vault, name, data)
-        _forget_providers(services)
-        return view
+        return await directory_actions.change_provider(services, name, data)
 
     @post(
         "/{name:str}/disable",
@@ -91,7 +74,7 @@ class AdminProvidersController(Controller):
         summary="Disable a provider: no new connect flows",
     )
     async def disable(self, request: Request[Any, Any, Any], services: AdminDeps, name: str) -> ProviderView:
-        return await _set_provider(request, services, name, False)
+        return await directory_actions.switch_provider(services, name, False)
 
     @post(
         "/{name:str}/enable",
@@ -101,7 +84,7 @@ class AdminProvidersController(Controller):
         summary="Enable a provider",
     )
     async def enable(self, request: Request[Any, Any, Any], services: AdminDeps, name: str) -> ProviderView:
-        return await _set_provider(request, services, name, True)
+        return await directory_actions.switch_provider(services, name, True)
 
     @post(
         "/{name:str}/test-discovery",
@@ -114,21 +97,13 @@ class AdminProvidersController(Controller):
         return await directory.check_provider_discovery(services.read_sessions, services.vault, services.http, name)
 
 
-async def _set_provider(request: Request[Any, Any, Any], services: AdminDeps, name: str, enabled: bool) -> ProviderView:
-    async with unit(services) as session:
-        if not await providers.set_enabled(session, name, enabled):
-            raise ProviderNotFound("No provider with this name.")
-        return directory.provider_view(await directory.get_provider(session, name))
-
-
 class AdminIssuersController(Controller):
     path = "/issuers"
     tags = ["admin: issuers"]
 
     @get("/", operation_id="adminListIssuers", summary="Trusted identity issuers (never their secrets)")
     async def list_issuers(self, request: Request[Any, Any, Any], services: AdminDeps) -> list[IssuerView]:
-        async with unit(services) as session:
-            return [directory.issuer_view(i) for i in await issuers.list_issuers(session)]
+        return await in_unit(services, directory.list_issuer_views)
 
     @post(
         "/",
@@ -138,10 +113,7 @@ class AdminIssuersController(Controller):
         summary="Trust an OIDC issuer; the client secret is write-only (409 if it is registered)",
     )
     async def create(self, request: Request[Any, Any, Any], services: AdminDeps, data: CreateIssuer) -> IssuerView:
-        async with unit(services) as session:
-            view = await directory.create_issuer(session, services.vault, data)
-        services.issuers.forget(view.issuer)
-        return view
+        return await directory_actions.add_issuer(services, data)
 
     @patch(
         "/",
@@ -150,10 +122,7 @@ class AdminIssuersController(Controller):
         summary="Change fields of the issuer named by `issuer`; a secret not given is kept",
     )
     async def update(self, request: Request[Any, Any, Any], services: AdminDeps, data: UpdateIssuer) -> IssuerView:
-        async with unit(services) as session:
-            view = await directory.update_issuer(session, services.vault, data)
-        services.issuers.forget(view.issuer)
-        return view
+        return await directory_actions.change_issuer(services, data)
 
     @post(
         "/disable",
@@ -163,11 +132,13 @@ class AdminIssuersController(Controller):
         summary="Disable an issuer (its browser sessions end at once)",
     )
     async def disable(self, request: Request[Any, Any, Any], services: AdminDeps, data: IssuerRef) -> dict[str, bool]:
-        return await _set_issuer(request, services, data.issuer, False)
+        await directory_actions.switch_issuer(services, data.issuer, False)
+        return {"enabled": False}
 
     @post("/enable", operation_id="adminEnableIssuer", status_code=200, opt=ADMIN, summary="Enable an issuer")
     async def enable(self, request: Request[Any, Any, Any], services: AdminDeps, data: IssuerRef) -> dict[str, bool]:
-        return await _set_issuer(request, services, data.issuer, True)
+        await directory_actions.switch_issuer(services, data.issuer, True)
+        return {"enabled": True}
 
     @post(
         "/test-discovery",
@@ -180,15 +151,6 @@ class AdminIssuersController(Controller):
         self, request: Request[Any, Any, Any], services: AdminDeps, data: IssuerRef
     ) -> DiscoveryReport:
         return await directory.check_issuer_discovery(services.read_sessions, services.issuers, data.issuer)
-
-
-async def _set_issuer(
-    request: Request[Any, Any, Any], services: AdminDeps, issuer: str, enabled: bool
-) -> dict[str, bool]:
-    async with unit(services) as session:
-        if not await issuers.set_enabled(session, issuer, enabled):
-            raise IssuerNotFound("No issuer with this URL.")
-    return {"enabled": enabled}
 
 
 class AdminConnectionsController(Controller):
@@ -224,8 +186,7 @@ class AdminConnectionsController(Controller):
     async def show(
         self, request: Request[Any, Any, Any], services: AdminDeps, connection_id: str
     ) -> connections.ConnectionView:
-        async with unit(services) as session:
-            return await connections.show_connection(session, connection_id)
+        return await in_unit(services, connections.show_connection, connection_id)
 
     @post(
         "/{connection_id:str}/revoke",
@@ -251,6 +212,18 @@ class AdminConnectionsController(Controller):
     ) -> connections.ConnectionView:
         return await connections.refresh_connection(services.connections, connection_id)
 
+    @post(
+        "/{connection_id:str}/reconnect-link",
+        operation_id="adminReconnectLink",
+        status_code=200,
+        opt=OPERATOR,
+        summary="A link to send the person: their connection's reconnect page (their own sign-in still required)",
+    )
+    async def reconnect_link(
+        self, request: Request[Any, Any, Any], services: AdminDeps, connection_id: str
+    ) -> reconnect_links.ReconnectLink:
+        return await reconnect_links.reconnect_link(services.read_sessions, services.flows, connection_id)
+
 
 class AdminPaymentsController(Controller):
     path = "/payments"
@@ -266,13 +239,13 @@ class AdminPaymentsController(Controller):
         cursor: str | None = None,
         limit: Limit = 50,
     ) -> payments.PaymentPage:
-        async with unit(services) as session:
-            return await payments.list_payments(session, status=status, provider=provider, cursor=cursor, limit=limit)
+        return await in_unit(
+            services, payments.list_payments, status=status, provider=provider, cursor=cursor, limit=limit
+        )
 
     @get("/{flow_id:str}", operation_id="adminGetPayment", summary="One payment with the provider events received")
     async def show(self, request: Request[Any, Any, Any], services: AdminDeps, flow_id: str) -> payments.PaymentDetail:
-        async with unit(services) as session:
-            return await payments.show_payment(session, flow_id)
+        return await in_unit(services, payments.show_payment, flow_id)
 
     @post(
         "/{flow_id:str}/reconcile",

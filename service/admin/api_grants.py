@@ -13,9 +13,8 @@ from typing import Annotated, Any
 from litestar import Controller, Request, delete, get, patch, post, put
 from litestar.params import Parameter
 
-from service.admin.deps import AdminDeps, unit
-from service.admin.tokens import Role
-from service.grants import groups, operators
+from service.admin.deps import ADMIN, OPERATOR, AdminDeps, in_unit, unit
+from service.grants import operators
 from service.grants.operators import (
     CreateTrustGroup,
     GiveGrant,
@@ -25,8 +24,6 @@ from service.grants.operators import (
     UpdateTrustGroup,
 )
 
-ADMIN = {"role": Role.ADMIN}
-OPERATOR = {"role": Role.OPERATOR}
 Limit = Annotated[int, Parameter(ge=1, le=500, default=50, description="Page size")]
 
 
@@ -59,8 +56,7 @@ class AdminGrantsController(Controller):
 
     @get("/{grant_id:str}", operation_id="adminGetGrant", summary="One grant")
     async def show(self, request: Request[Any, Any, Any], services: AdminDeps, grant_id: str) -> GrantView:
-        async with unit(services) as session:
-            return await operators.show_grant(session, grant_id)
+        return await in_unit(services, operators.show_grant, grant_id)
 
     @post(
         "/{grant_id:str}/revoke",
@@ -70,8 +66,7 @@ class AdminGrantsController(Controller):
         summary="Revoke a grant: the grantee's next token request is answered as if there were no connection",
     )
     async def revoke(self, request: Request[Any, Any, Any], services: AdminDeps, grant_id: str) -> GrantView:
-        async with unit(services) as session:
-            return await operators.revoke_grant(session, grant_id)
+        return await in_unit(services, operators.revoke_grant, grant_id)
 
 
 class AdminConnectionGrantsController(Controller):
@@ -90,8 +85,7 @@ class AdminConnectionGrantsController(Controller):
     async def give(
         self, request: Request[Any, Any, Any], services: AdminDeps, connection_id: str, grantee: str, data: GiveGrant
     ) -> GrantView:
-        async with unit(services) as session:
-            return await operators.give_grant(session, services.vault, connection_id, grantee, list(data.scopes))
+        return await in_unit(services, operators.give_grant, services.vault, connection_id, grantee, list(data.scopes))
 
 
 class AdminTrustGroupsController(Controller):
@@ -100,8 +94,7 @@ class AdminTrustGroupsController(Controller):
 
     @get("/", operation_id="adminListTrustGroups", summary="Trust groups and their members")
     async def list_groups(self, request: Request[Any, Any, Any], services: AdminDeps) -> list[TrustGroupView]:
-        async with unit(services) as session:
-            return [operators.group_view(g) for g in await groups.list_groups(session)]
+        return await in_unit(services, operators.list_trust_groups)
 
     @post(
         "/",
@@ -116,16 +109,11 @@ class AdminTrustGroupsController(Controller):
     async def create(
         self, request: Request[Any, Any, Any], services: AdminDeps, data: CreateTrustGroup
     ) -> TrustGroupView:
-        async with unit(services) as session:
-            made = await groups.create_group(
-                session, data.name, data.display_name, data.members, allow_unproven=data.allow_unproven
-            )
-            return operators.group_view(made)
+        return await in_unit(services, operators.create_trust_group, data)
 
     @get("/{group:str}", operation_id="adminGetTrustGroup", summary="One trust group (tg_… id or name)")
     async def show(self, request: Request[Any, Any, Any], services: AdminDeps, group: str) -> TrustGroupView:
-        async with unit(services) as session:
-            return operators.group_view(await groups.get_group(session, group))
+        return await in_unit(services, operators.show_trust_group, group)
 
     @patch(
         "/{group:str}",
@@ -138,15 +126,7 @@ class AdminTrustGroupsController(Controller):
     async def update(
         self, request: Request[Any, Any, Any], services: AdminDeps, group: str, data: UpdateTrustGroup
     ) -> TrustGroupView:
-        async with unit(services) as session:
-            updated = await groups.update_group(
-                session,
-                group,
-                display_name=data.display_name,
-                members=data.members,
-                allow_unproven=data.allow_unproven,
-            )
-            return operators.group_view(updated)
+        return await in_unit(services, operators.update_trust_group, group, data)
 
     @delete(
         "/{group:str}",
@@ -156,8 +136,7 @@ class AdminTrustGroupsController(Controller):
         summary="Delete a trust group; its grants end with it",
     )
     async def remove(self, request: Request[Any, Any, Any], services: AdminDeps, group: str) -> TrustGroupView:
-        async with unit(services) as session:
-            return operators.group_view(await groups.delete_group(session, group))
+        return await in_unit(services, operators.delete_trust_group, group)
 
 
 GRANT_CONTROLLERS = [AdminGrantsController, AdminConnectionGrantsController, AdminTrustGroupsController]

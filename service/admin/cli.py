@@ -1,3 +1,4 @@
+# size: the whole `elicitd admin` tree in one table, one small handler per admin API operation beside it
 """``elicitd admin …``: every admin operation from a shell.
 
 The CLI talks to PostgreSQL directly (``ELICITD_DATABASE_URL`` and ``ELICITD_KEYS`` as for
@@ -13,54 +14,43 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import functools
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from service.admin.cli_audit import register_audit
+from service.admin.cli_brands import register_brands
 from service.admin.cli_directory import register_directory
+from service.admin.cli_endpoints import register_endpoints
+from service.admin_mcp.cli import register as register_mcp
 from service.cli_output import print_document, print_json, print_table
+from service.db import audit
 from service.db.unit import unit_of_work
+
+if TYPE_CHECKING:
+    from service.admin.deps import AdminServices
 
 Handler = Callable[[Any, argparse.Namespace], Awaitable[Any]]
 
 
-@contextlib.asynccontextmanager
-async def _state() -> AsyncIterator[Any]:
-    """The services (no web app): flow cancels and expiries still wake waiters through Redis."""
-    from service.services import open_services
-    from service.settings import Settings
-
-    async with open_services(Settings.from_env().with_(background_tasks=False)) as services:
-        yield services
+# What the composition root hands these commands: opening the started services (no web app), so
+# flow cancels and expiries still wake waiters through Redis. ``service.cli`` passes it to
+# ``register``; a command never opens the whole service itself.
+OpenServices = Callable[[], contextlib.AbstractAsyncContextManager["AdminServices"]]
 
 
-async def audited(handler: Handler, args: argparse.Namespace) -> Any:
-    from service.admin.guards import write_audit
-    from service.errors import ElicitdError
-
-    async with _state() as state:
-        # The status the admin API would have answered, so `admin audit` reads a refused command
-        # as refused (404, 409, …) and not as an empty, success-looking row.
-        status, detail = 500, {"result": "error"}
-        try:
-            result = await handler(state, args)
-            status, detail = 200, {"result": "ok"}
-            return result
-        except ElicitdError as refused:
-            status, detail = refused.status, {"result": "error", "code": refused.problem_code}
-            raise
-        finally:
-            async with unit_of_work(state.sessions) as session:
-                await write_audit(
-                    session,
-                    actor="cli",
-                    operation=args.operation,
-                    target=getattr(args, "target", None),
-                    status=status,
-                    detail=detail,
-                )
+async def audited(open_services: OpenServices, handler: Handler, args: argparse.Namespace) -> Any:
+    """Run ``handler`` on the services and write its audit row (``service.db.audit``)."""
+    async with open_services() as state:
+        return await audit.audited(
+            state.sessions,
+            args.operation,
+            lambda: handler(state, args),
+            target=lambda: getattr(args, "target", None),
+        )
 
 
 def _builtins(value: Any) -> Any:
@@ -70,6 +60,7 @@ def _builtins(value: Any) -> Any:
 
 
 def _command(
+    open_services: OpenServices,
     handler: Handler,
     columns: list[str] | None,
     *,
@@ -81,7 +72,7 @@ def _command(
     commands) one object through ``show``; ``--json`` prints the whole result instead."""
 
     def run(args: argparse.Namespace) -> None:
-        result = _builtins(asyncio.run(audited(handler, args)))
+        result = _builtins(asyncio.run(audited(open_services, handler, args)))
         shown = rows(result) if rows is not None else result
         if args.json:
             print_json(result)
@@ -280,13 +271,6 @@ async def _stats(state: Any, args: argparse.Namespace) -> Any:
         return await flows.stats(session, flows.parse_window(args.window), server_client=args.server_client)
 
 
-async def _audit(state: Any, args: argparse.Namespace) -> Any:
-    from service.admin.audit import list_audit
-
-    async with state.sessions() as session:
-        return await list_audit(session, admin_token_id=args.token, cursor=args.cursor, limit=args.limit)
-
-
 # ---- parser ---------------------------------------------------------------------------------------
 _FLOW_COLUMNS = ["id", "kind", "status", "server_client", "provider", "created_at", "expires_at"]
 _CLIENT_COLUMNS = ["id", "name", "display_name", "disabled", "webhook_url", "flows_per_minute", "pending_per_subject"]
@@ -315,7 +299,8 @@ def _stats_rows(result: Any) -> Any:
     return result["providers"]
 
 
-def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subcommands
+def register(subparsers: Any, open_services: OpenServices) -> None:  # noqa: PLR0915 - one flat table of subcommands
+    command = functools.partial(_command, open_services)
     admin = subparsers.add_parser(
         "admin",
         help="operate elicitd: tokens, flows, clients, webhooks, stats, providers, issuers, connections, payments",
@@ -345,7 +330,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
         tokens,
         "create",
         "cliCreateAdminToken",
-        _command(_tokens_create, ["id", "name", "role", "expires_at"], after=_once("Admin token", "token")),
+        command(_tokens_create, ["id", "name", "role", "expires_at"], after=_once("Admin token", "token")),
     )
     create.add_argument("--name", required=True)
     create.add_argument("--role", choices=["viewer", "operator", "admin"], required=True)
@@ -354,18 +339,18 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
         tokens,
         "list",
         "cliListAdminTokens",
-        _command(_tokens_list, ["id", "name", "role", "prefix", "expires_at", "revoked_at", "last_used_at"]),
+        command(_tokens_list, ["id", "name", "role", "prefix", "expires_at", "revoked_at", "last_used_at"]),
     )
     leaf(
         tokens,
         "revoke",
         "cliRevokeAdminToken",
-        _command(_tokens_revoke, ["id", "name", "role", "revoked_at"]),
+        command(_tokens_revoke, ["id", "name", "role", "revoked_at"]),
         target="TOKEN_ID",
     )
 
     flows = groups.add_parser("flows", help="flows").add_subparsers(dest="admin_cmd", required=True)
-    lister = leaf(flows, "list", "adminListFlows", _command(_flows_list, _FLOW_COLUMNS, rows=_items), paged=True)
+    lister = leaf(flows, "list", "adminListFlows", command(_flows_list, _FLOW_COLUMNS, rows=_items), paged=True)
     for option in (
         "status",
         "kind",
@@ -379,16 +364,16 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
         "expires-before",
     ):
         lister.add_argument(f"--{option}")
-    leaf(flows, "show", "adminGetFlow", _command(_flows_show, None, show=_show_flow), target="FLOW_ID")
-    leaf(flows, "cancel", "adminCancelFlow", _command(_finish("cancelled"), _FLOW_COLUMNS), target="FLOW_ID")
-    leaf(flows, "expire", "adminExpireFlow", _command(_finish("expired"), _FLOW_COLUMNS), target="FLOW_ID")
+    leaf(flows, "show", "adminGetFlow", command(_flows_show, None, show=_show_flow), target="FLOW_ID")
+    leaf(flows, "cancel", "adminCancelFlow", command(_finish("cancelled"), _FLOW_COLUMNS), target="FLOW_ID")
+    leaf(flows, "expire", "adminExpireFlow", command(_finish("expired"), _FLOW_COLUMNS), target="FLOW_ID")
 
     clients = groups.add_parser("clients", help="server clients").add_subparsers(dest="admin_cmd", required=True)
     made = leaf(
         clients,
         "create",
         "adminCreateServerClient",
-        _command(_clients("create"), _CLIENT_COLUMNS, rows=_client, after=_once("API key", "api_key")),
+        command(_clients("create"), _CLIENT_COLUMNS, rows=_client, after=_once("API key", "api_key")),
         target="NAME",
     )
     made.add_argument("--display-name")
@@ -405,35 +390,33 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
     made.add_argument(
         "--resource-uri", action="append", help="a resource URI the user's tokens are issued for (RFC 8707)"
     )
-    leaf(
-        clients, "list", "adminListServerClients", _command(_clients("list"), _CLIENT_COLUMNS, rows=_items), paged=True
-    )
-    leaf(clients, "show", "adminGetServerClient", _command(_clients("show"), None), target="CLIENT")
+    leaf(clients, "list", "adminListServerClients", command(_clients("list"), _CLIENT_COLUMNS, rows=_items), paged=True)
+    leaf(clients, "show", "adminGetServerClient", command(_clients("show"), None), target="CLIENT")
     leaf(
         clients,
         "disable",
         "adminDisableServerClient",
-        _command(_clients("disable"), _CLIENT_COLUMNS),
+        command(_clients("disable"), _CLIENT_COLUMNS),
         target="CLIENT",
     )
-    leaf(clients, "enable", "adminEnableServerClient", _command(_clients("enable"), _CLIENT_COLUMNS), target="CLIENT")
+    leaf(clients, "enable", "adminEnableServerClient", command(_clients("enable"), _CLIENT_COLUMNS), target="CLIENT")
     rotate = leaf(
         clients,
         "rotate-key",
         "adminRotateServerClientKey",
-        _command(_clients("rotate-key"), _CLIENT_COLUMNS, rows=_client, after=_once("API key", "api_key")),
+        command(_clients("rotate-key"), _CLIENT_COLUMNS, rows=_client, after=_once("API key", "api_key")),
         target="CLIENT",
     )
     rotate.add_argument("--grace", default="24h", help="how long older keys keep working (0 = now)")
     for name, operation in (("set-providers", "adminUpdateServerClient"), ("set-issuers", "adminUpdateServerClient")):
-        leaf(clients, name, operation, _command(_clients(name), _CLIENT_COLUMNS), target="CLIENT").add_argument(
+        leaf(clients, name, operation, command(_clients(name), _CLIENT_COLUMNS), target="CLIENT").add_argument(
             "values", nargs="*", help="the complete list (none = every provider / issuer)"
         )
     limits = leaf(
         clients,
         "set-limits",
         "adminUpdateServerClient",
-        _command(_clients("set-limits"), _CLIENT_COLUMNS),
+        command(_clients("set-limits"), _CLIENT_COLUMNS),
         target="CLIENT",
     )
     limits.add_argument("--flows-per-minute", help="a number, or 'none'")
@@ -442,7 +425,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
         clients,
         "set-webhook",
         "adminSetServerClientWebhook",
-        _command(
+        command(
             _clients("set-webhook"),
             _CLIENT_COLUMNS,
             rows=_client,
@@ -457,7 +440,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
         clients,
         "rotate-webhook-secret",
         "adminRotateWebhookSecret",
-        _command(
+        command(
             _clients("rotate-webhook-secret"),
             _CLIENT_COLUMNS,
             rows=_client,
@@ -468,19 +451,20 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
 
     hooks = groups.add_parser("webhooks", help="completion webhooks").add_subparsers(dest="admin_cmd", required=True)
     hook_list = leaf(
-        hooks, "list", "adminListWebhookDeliveries", _command(_webhooks("list"), _HOOK_COLUMNS, rows=_items), paged=True
+        hooks, "list", "adminListWebhookDeliveries", command(_webhooks("list"), _HOOK_COLUMNS, rows=_items), paged=True
     )
     hook_list.add_argument("--state", choices=["pending", "in_flight", "delivered", "abandoned"])
     hook_list.add_argument("--client")
     hook_list.add_argument("--flow")
-    leaf(hooks, "show", "adminGetWebhookDelivery", _command(_webhooks("show"), _HOOK_DETAIL_COLUMNS), target="EVENT_ID")
-    leaf(hooks, "replay", "adminReplayWebhookDelivery", _command(_webhooks("replay"), _HOOK_COLUMNS), target="EVENT_ID")
+    leaf(hooks, "show", "adminGetWebhookDelivery", command(_webhooks("show"), _HOOK_DETAIL_COLUMNS), target="EVENT_ID")
+    leaf(hooks, "replay", "adminReplayWebhookDelivery", command(_webhooks("replay"), _HOOK_COLUMNS), target="EVENT_ID")
+    register_endpoints(hooks, leaf, command)
 
     stats = leaf(
         groups,
         "stats",
         "adminStats",
-        _command(
+        command(
             _stats,
             ["provider", "created", "completed", "completion_rate", "median_seconds_to_complete"],
             rows=_stats_rows,
@@ -488,12 +472,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one flat table of subc
     )
     stats.add_argument("--window", default="24h")
     stats.add_argument("--server-client", help="only this server client's flows and webhook backlog (sc_…)")
-    audit = leaf(
-        groups,
-        "audit",
-        "adminListAudit",
-        _command(_audit, ["id", "at", "admin_token_id", "actor", "operation", "target", "status"], rows=_items),
-        paged=True,
-    )
-    audit.add_argument("--token", help="only this admin token's calls")
-    register_directory(groups, leaf, _command)
+    register_audit(groups, leaf, command, lambda handler, args: audited(open_services, handler, args))
+    register_directory(groups, leaf, command)
+    register_brands(groups, leaf, command)
+    register_mcp(groups, open_services)

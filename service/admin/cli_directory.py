@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from service.connections.providers import ADDRESS_FIELDS
 from service.db.unit import unit_of_work
 from service.errors import InvalidRequest
 
@@ -31,12 +32,7 @@ _PAYMENT_COLUMNS = ["flow_id", "provider", "amount", "currency", "status", "sett
 _PROVIDER_OPTIONS = [
     "catalog",
     "display_name",
-    "issuer",
-    "discovery_url",
-    "authorization_endpoint",
-    "token_endpoint",
-    "revocation_endpoint",
-    "account_endpoint",
+    *ADDRESS_FIELDS,
     "account_id_field",
     "account_login_field",
     "token_auth_method",
@@ -106,11 +102,7 @@ def _providers(op: str) -> Any:
                     _convert(_body(args, _PROVIDER_OPTIONS, "default_scopes"), directory.UpdateProvider),
                 )
             else:
-                if not await providers.set_enabled(session, args.target, op == "enable"):
-                    from service.errors import NotFound
-
-                    raise NotFound("No provider with this name.")
-                result = directory.provider_view(await directory.get_provider(session, args.target))
+                result = await directory.set_provider_enabled(session, args.target, op == "enable")
             return result
 
     return run
@@ -135,11 +127,7 @@ def _issuers(op: str) -> Any:
                 body = {**_body(args, _ISSUER_OPTIONS, "scopes"), "issuer": args.target}
                 result = await directory.update_issuer(session, state.vault, _convert(body, directory.UpdateIssuer))
             else:
-                if not await issuers.set_enabled(session, args.target, op == "enable"):
-                    from service.errors import NotFound
-
-                    raise NotFound("No issuer with this URL.")
-                result = directory.issuer_view(await directory.get_issuer(session, args.target))
+                result = await directory.set_issuer_enabled(session, args.target, op == "enable")
             return result
 
     return run
@@ -153,6 +141,10 @@ def _connections(op: str) -> Any:
             return await connections.revoke_connection(state.connections, args.target)
         if op == "refresh":
             return await connections.refresh_connection(state.connections, args.target)
+        if op == "reconnect-link":
+            from service.admin import reconnect_links
+
+            return await reconnect_links.reconnect_link(state.read_sessions, state.flows, args.target)
         async with state.sessions() as session:
             if op == "list":
                 return await connections.list_connections(
@@ -279,6 +271,13 @@ def register_directory(groups: Any, leaf: Leaf, command: Command) -> None:
         "refresh",
         "adminRefreshConnection",
         command(_connections("refresh"), _CONNECTION_COLUMNS),
+        target="CONNECTION_ID",
+    )
+    leaf(
+        conns,
+        "reconnect-link",
+        "adminReconnectLink",
+        command(_connections("reconnect-link"), ["connection_id", "url", "expires_at"]),
         target="CONNECTION_ID",
     )
 

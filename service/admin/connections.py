@@ -17,6 +17,7 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.admin.views import columns
 from service.connections.models import HEALTH_STATES, REVOKED, Authorization, Connection
 from service.connections.service import ConnectionService
 from service.db.base import CONNECTION_ID
@@ -77,19 +78,12 @@ class ConnectionRevoked(msgspec.Struct):
 
 
 def authorization_view(row: Authorization) -> AuthorizationView:
-    return AuthorizationView(
+    return columns(
+        AuthorizationView,
+        row,
         id=CONNECTION_ID.format(row.id),
         scopes=sorted(row.scopes or []),
-        status=row.status,
-        health=row.health,
-        health_reason=row.health_reason,
-        health_http_status=row.health_http_status,
-        checked_at=row.checked_at,
-        expires_at=row.expires_at,
-        refresh_expires_at=row.refresh_expires_at,
         has_refresh_token=row.refresh_token_enc is not None,
-        refreshed_at=row.refreshed_at,
-        revoked_at=row.revoked_at,
     )
 
 
@@ -104,24 +98,13 @@ def connection_view(
             has_refresh_token = any(a.refresh_token_enc is not None and a.status != REVOKED for a in authorizations)
         else:
             has_refresh_token = row.refresh_token_enc is not None
-    return ConnectionView(
+    return columns(
+        ConnectionView,
+        row,
         id=CONNECTION_ID.format(row.id),
-        provider=row.provider,
         subject={"iss": row.subject_iss, "sub": row.subject_sub},
-        account_id=row.account_id,
-        account_login=row.account_login,
         scopes=list(row.scopes or []),
-        status=row.status,
         has_refresh_token=has_refresh_token,
-        expires_at=row.expires_at,
-        refreshed_at=row.refreshed_at,
-        revoked_at=row.revoked_at,
-        created_at=row.created_at,
-        health=row.health,
-        health_reason=row.health_reason,
-        health_http_status=row.health_http_status,
-        checked_at=row.checked_at,
-        refresh_expires_at=row.refresh_expires_at,
         authorizations=None if authorizations is None else [authorization_view(a) for a in authorizations],
     )
 

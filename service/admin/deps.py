@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Concatenate, ParamSpec, Protocol, TypeVar
 
 from litestar.params import Dependency
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.admin.tokens import Role
 from service.db.unit import unit_of_work
 
 if TYPE_CHECKING:
@@ -17,11 +18,19 @@ if TYPE_CHECKING:
 
     from service.connections.service import ConnectionService
     from service.crypto.vault import Vault
+    from service.flows.plugins import MountedKind
     from service.flows.service import FlowService
     from service.identity.issuers import IssuerDirectory
     from service.identity.keys import ApiKeyAuthenticator
-    from service.payments.service import PaymentService
     from service.signals.webhooks import WebhookWorker
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# A route's ``opt``: the least role it needs (guards.py); a route without one needs viewer.
+OPERATOR = {"role": Role.OPERATOR}
+ADMIN = {"role": Role.ADMIN}
 
 
 class AdminServices(Protocol):
@@ -43,7 +52,7 @@ class AdminServices(Protocol):
     def issuers(self) -> IssuerDirectory: ...
 
     @property
-    def payments(self) -> PaymentService: ...
+    def kinds(self) -> Mapping[str, MountedKind]: ...
 
     @property
     def read_sessions(self) -> async_sessionmaker[AsyncSession]: ...
@@ -67,3 +76,15 @@ async def unit(services: AdminServices) -> AsyncIterator[AsyncSession]:
     """One session per admin call, committed only when the operation succeeded."""
     async with unit_of_work(services.sessions) as session:
         yield session
+
+
+async def in_unit(
+    services: AdminServices,
+    operation: Callable[Concatenate[AsyncSession, P], Awaitable[T]],
+    /,
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """``operation(session, *args, **kwargs)`` in one unit of work: what it returns, once committed."""
+    async with unit(services) as session:
+        return await operation(session, *args, **kwargs)

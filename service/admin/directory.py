@@ -1,8 +1,9 @@
-"""Providers and issuers for operators: create, update, show, test discovery.
+"""Providers and issuers for operators: create, update, enable/disable, show, test discovery.
 
 Built on the domains' own functions (``spec_values``/``upsert_provider``, ``upsert_issuer``,
-``MetadataCache``, ``IssuerDirectory.discover``) so the API, the CLI and the config file validate
-alike. Client secrets are write-only: they go straight into the vault and every view says only
+``MetadataCache``, ``IssuerDirectory.discover``) so the API, the CLI, the console and the config
+file validate alike (``directory_actions`` runs them for the API and the console). Client
+secrets are write-only: they go straight into the vault and every view says only
 ``client_secret_set``. An update that does not mention the secret keeps it (it is decrypted in
 memory and sealed again under the current key). Create refuses an existing name or URL (409);
 update locks the row (``FOR UPDATE``) so two concurrent patches apply one after the other.
@@ -21,6 +22,7 @@ from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.admin.views import columns
 from service.connections import providers
 from service.connections.discovery import DiscoveryFailed, MetadataCache
 from service.connections.models import Provider
@@ -186,43 +188,21 @@ class UpdateIssuer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 def provider_view(row: Provider) -> ProviderView:
-    return ProviderView(
-        name=row.name,
-        display_name=row.display_name,
-        catalog=row.catalog,
-        issuer=row.issuer,
-        discovery_url=row.discovery_url,
-        authorization_endpoint=row.authorization_endpoint,
-        token_endpoint=row.token_endpoint,
-        revocation_endpoint=row.revocation_endpoint,
-        account_endpoint=row.account_endpoint,
-        client_id=row.client_id,
+    return columns(
+        ProviderView,
+        row,
         client_secret_set=row.client_secret_enc is not None,
-        token_auth_method=row.token_auth_method,
         default_scopes=list(row.default_scopes or []),
-        enabled=row.enabled,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
     )
 
 
 def issuer_view(row: Issuer) -> IssuerView:
-    return IssuerView(
-        issuer=row.issuer,
-        display_name=row.display_name,
-        client_id=row.client_id,
+    return columns(
+        IssuerView,
+        row,
         client_secret_set=row.client_secret_enc is not None,
         scopes=list(row.scopes or []),
-        authorization_endpoint=row.authorization_endpoint,
-        token_endpoint=row.token_endpoint,
-        jwks_uri=row.jwks_uri,
-        enabled=row.enabled,
-        introspection_endpoint=row.introspection_endpoint,
-        introspection_client_id=row.introspection_client_id,
         introspection_secret_set=row.introspection_secret_enc is not None,
-        metadata_fetched_at=row.metadata_fetched_at,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
     )
 
 
@@ -252,6 +232,14 @@ async def get_provider(session: AsyncSession, name: str, *, lock: bool = False) 
     return row
 
 
+async def list_provider_views(session: AsyncSession) -> list[ProviderView]:
+    return [provider_view(p) for p in await providers.list_providers(session)]
+
+
+async def show_provider(session: AsyncSession, name: str) -> ProviderView:
+    return provider_view(await get_provider(session, name))
+
+
 async def create_provider(session: AsyncSession, vault: Vault, data: CreateProvider) -> ProviderView:
     values = _checked(_spec(_fields(data)), vault)
     stmt = insert(Provider).values(**values).on_conflict_do_nothing(index_elements=[Provider.name])
@@ -276,8 +264,11 @@ def _kept_secret(vault: Vault, key_id: str | None, sealed: bytes | None, *, owne
 
 async def update_provider(session: AsyncSession, vault: Vault, name: str, data: UpdateProvider) -> ProviderView:
     row = await get_provider(session, name, lock=True)
+    # The spec's fields the row stores; ``parameters`` is not one (the row holds the endpoints
+    # already filled from them), nor the secret, which is kept below.
+    stored = Provider.__table__.columns.keys()
     current: dict[str, Any] = {
-        f.name: getattr(row, f.name) for f in dataclasses.fields(providers.ProviderSpec) if f.name != "client_secret"
+        f.name: getattr(row, f.name) for f in dataclasses.fields(providers.ProviderSpec) if f.name in stored
     }
     given = _fields(data)
     if "client_secret" not in given:
@@ -288,6 +279,12 @@ async def update_provider(session: AsyncSession, vault: Vault, name: str, data: 
     spec = _spec(current)
     _checked(spec, vault)
     return provider_view(await providers.upsert_provider(session, spec, vault))
+
+
+async def set_provider_enabled(session: AsyncSession, name: str, enabled: bool) -> ProviderView:
+    if not await providers.set_enabled(session, name, enabled):
+        raise ProviderNotFound("No provider with this name.")
+    return provider_view(await get_provider(session, name))
 
 
 async def check_provider_discovery(
@@ -324,6 +321,14 @@ async def get_issuer(session: AsyncSession, issuer: str, *, lock: bool = False) 
     if row is None:
         raise IssuerNotFound("No issuer with this URL.")
     return row
+
+
+async def list_issuer_views(session: AsyncSession) -> list[IssuerView]:
+    return [issuer_view(i) for i in await issuers.list_issuers(session)]
+
+
+async def show_issuer(session: AsyncSession, issuer: str) -> IssuerView:
+    return issuer_view(await get_issuer(session, issuer))
 
 
 def _issuer_config(values: dict[str, Any]) -> issuers.IssuerConfig:
@@ -371,6 +376,13 @@ async def update_issuer(session: AsyncSession, vault: Vault, data: UpdateIssuer)
     current.update(given)
     await issuers.upsert_issuer(session, vault, _issuer_config(current))
     return issuer_view(await get_issuer(session, data.issuer))
+
+
+async def set_issuer_enabled(session: AsyncSession, issuer: str, enabled: bool) -> IssuerView:
+    """Disabling ends the issuer's browser sessions and login attempts in the same transaction."""
+    if not await issuers.set_enabled(session, issuer, enabled):
+        raise IssuerNotFound("No issuer with this URL.")
+    return issuer_view(await get_issuer(session, issuer))
 
 
 async def check_issuer_discovery(

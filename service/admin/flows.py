@@ -8,6 +8,7 @@ audit event and webhook outbox row are written in that statement.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -118,7 +119,34 @@ async def show_flow(flows: FlowService, session: AsyncSession, flow_ref: str) ->
         flow=flow_view(flow),
         events=[event_view(e) for e in events],
         webhooks=[_with_lease(d, bool(lease)) for d, lease in deliveries],
+        result_shape=None if flow.result is None else shape_of(flow.result),
     )
+
+
+SHAPE_DEPTH = 4
+SHAPE_KEYS = 50
+SHAPE_KEY_CHARS = 64
+
+
+def shape_of(value: Any, depth: int = 0) -> Any:
+    """The result's shape: its keys and each value's JSON type, never a value.
+
+    A result may hold anything a kind or a server put there (a consent receipt, an account id), so
+    an operator sees what is there, not what it says. Bounded (depth, keys, key length) because a
+    caller-supplied result may be large."""
+    if isinstance(value, dict):
+        if depth >= SHAPE_DEPTH:
+            return "object"
+        keys = sorted(str(k) for k in value)[:SHAPE_KEYS]
+        return {k[:SHAPE_KEY_CHARS]: shape_of(value[k], depth + 1) for k in keys}
+    if isinstance(value, list):
+        if not value:
+            return []
+        return ["array"] if depth >= SHAPE_DEPTH else [shape_of(value[0], depth + 1)]
+    return _SCALARS.get(type(value), "string")
+
+
+_SCALARS: dict[type, str] = {bool: "boolean", int: "number", float: "number", type(None): "null"}
 
 
 def _with_lease(row: WebhookDelivery, in_flight: bool) -> Any:
@@ -128,10 +156,26 @@ def _with_lease(row: WebhookDelivery, in_flight: bool) -> Any:
     return view
 
 
-async def finish_flow(flows: FlowService, flow_ref: str, to: FlowStatus, *, admin_token: str | None) -> Flow:
-    """Cancel (only while live) or expire now, as the admin actor, in one conditional statement."""
+async def finish_flow(
+    flows: FlowService,
+    flow_ref: str,
+    to: FlowStatus,
+    *,
+    admin_token: str | None,
+    operator: Mapping[str, str] | None = None,
+) -> Flow:
+    """Cancel (only while live) or expire now, as the admin actor, in one conditional statement.
+
+    The event names who: the admin token's id, the console operator (issuer and subject, as their
+    sign-in names them), or the CLI."""
     flow_id = parse_flow(flow_ref)
-    detail = {"admin_token_id": admin_token} if admin_token else {"via": "cli"}
+    detail: dict[str, Any]
+    if admin_token:
+        detail = {"admin_token_id": admin_token}
+    elif operator:
+        detail = {"via": "console", "operator": dict(operator)}
+    else:
+        detail = {"via": "cli"}
     if to is FlowStatus.CANCELLED:
         change = Transition(FlowStatus.CANCELLED, Actor.ADMIN, error_code="cancelled_by_admin", detail=detail)
         moved = await flows.finish(flow_id, change)

@@ -8,10 +8,11 @@ token, and the route template plus path parameters, never the query string or bo
 Each authenticated call has one ``admin_audit_log`` row, written *before* the response starts:
 
 * a call that changes something (POST, PUT, PATCH, DELETE) writes its row inside the first
-  transaction the action commits (``before_commit`` on the session, so every service's own unit
-  of work carries it, wherever the action happens). If the row cannot be written, the action's
-  change is rolled back with it: no change without its audit row. The row first holds the
-  route's success status; should the call then answer otherwise, the status is corrected;
+  transaction the action commits having changed something (``before_commit`` on the session, so
+  every service's own unit of work carries it, wherever the action happens). If the row cannot be written, the action's
+  change is rolled back with it: no change without its audit row. The row holds the route's
+  success status; should the call then answer otherwise, a second row says what it answered
+  (``detail.corrects`` names the first): rows are links of a hash chain, never updated;
 * a read, a refused call (403) or a change that committed nothing is written after the handler,
   as before: nothing changed, so a failure there is logged and the answer stands;
 * an anonymous call (no valid token, 401) writes no row: anyone could otherwise grow the table
@@ -20,21 +21,22 @@ Each authenticated call has one ``admin_audit_log`` row, written *before* the re
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
-from sqlalchemy import event, text
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
+from service.admin.audit import AUDIT_ID
 from service.admin.tokens import AdminPrincipal, Role, authenticate
-from service.db.base import uuid7
+from service.db.audit import INSERT, INSERT_IF_CHANGED, audit_row, correction_row
 from service.db.unit import unit_of_work
 
 logger = logging.getLogger("elicitd.admin")
@@ -64,43 +66,12 @@ def principal_of(connection: ASGIConnection[Any, Any, Any, Any]) -> AdminPrincip
     return principal
 
 
-_INSERT = text(
-    "INSERT INTO admin_audit_log (id, admin_token_id, actor, role, operation, method, route, target, "
-    "status, detail) VALUES (:id, :token, :actor, :role, :op, :method, :route, :target, :status, "
-    "CAST(:detail AS jsonb))"
-)
-
-
-async def write_audit(
-    session: AsyncSession,
-    *,
-    actor: str,
-    operation: str,
-    principal: AdminPrincipal | None = None,
-    method: str | None = None,
-    route: str | None = None,
-    target: str | None = None,
-    status: int | None = None,
-    detail: dict[str, Any] | None = None,
-) -> None:
-    await session.execute(
-        _INSERT,
-        {
-            "id": uuid7(),
-            "token": None if principal is None else principal.token_id,
-            "actor": actor,
-            "role": None if principal is None else principal.role.label,
-            "op": operation,
-            "method": method,
-            "route": route,
-            "target": target,
-            "status": status,
-            "detail": json.dumps(detail or {}),
-        },
-    )
-
-
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+# A call's row from its ASGI scope and the status it answered (None: the status the route answers
+# on success, as the action commits before the response starts); None for a call that owes no row.
+AuditRowOf = Callable[[Any, int | None], dict[str, Any] | None]
 
 
 @dataclass
@@ -108,6 +79,7 @@ class _PendingAudit:
     """The row a mutating call owes, until the first commit of its action writes it."""
 
     scope: Any
+    row_of: AuditRowOf
     row_id: uuid.UUID | None = None
     status: int | None = None
 
@@ -122,19 +94,19 @@ def _audit_values(scope: Any, status: int | None) -> dict[str, Any] | None:
     if principal is None:
         return None
     handler = scope.get("route_handler")
+    if status is None:
+        status = getattr(handler, "status_code", None)
     params = scope.get("path_params") or {}
-    return {
-        "id": uuid7(),
-        "token": principal.token_id,
-        "actor": "api",
-        "role": principal.role.label,
-        "op": str(getattr(handler, "operation_id", None) or "unknown"),
-        "method": scope.get("method"),
-        "route": scope.get("path_template"),
-        "target": ",".join(f"{k}={v}" for k, v in sorted(params.items())) or None,
-        "status": status,
-        "detail": "{}",
-    }
+    return audit_row(
+        actor="api",
+        operation=str(getattr(handler, "operation_id", None) or "unknown"),
+        token_id=principal.token_id,
+        role=principal.role.label,
+        method=scope.get("method"),
+        route=scope.get("path_template"),
+        target=",".join(f"{k}={v}" for k, v in sorted(params.items())) or None,
+        status=status,
+    )
 
 
 def _write_in_commit(session: Session) -> None:
@@ -146,12 +118,11 @@ def _write_in_commit(session: Session) -> None:
     pending = _pending.get()
     if pending is None or pending.row_id is not None:
         return
-    handler = pending.scope.get("route_handler")
-    values = _audit_values(pending.scope, getattr(handler, "status_code", None))
+    values = pending.row_of(pending.scope, None)
     if values is None:
         return
-    session.execute(_INSERT, values)
-    pending.row_id, pending.status = values["id"], values["status"]
+    if session.execute(INSERT_IF_CHANGED, values).rowcount:  # type: ignore[attr-defined]
+        pending.row_id, pending.status = values["id"], values["status"]
 
 
 def _install_commit_hook() -> None:
@@ -162,18 +133,24 @@ def _install_commit_hook() -> None:
 
 
 class AdminAuditMiddleware:
-    """ASGI middleware on the admin router (inside routing, so the handler and template are known)."""
+    """ASGI middleware on the admin router (inside routing, so the handler and template are known).
 
-    def __init__(self, app: Any, sessions: async_sessionmaker[AsyncSession]) -> None:
+    ``row_of`` makes a call's row; the console's router passes its own (``service.console.audit``),
+    so a console action's row is written by this same mechanism, in its change's transaction."""
+
+    def __init__(
+        self, app: Any, sessions: async_sessionmaker[AsyncSession], row_of: AuditRowOf = _audit_values
+    ) -> None:
         self.app = app
         self._sessions = sessions
+        self._row_of = row_of
         _install_commit_hook()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        pending = _PendingAudit(scope) if scope.get("method") in _MUTATING else None
+        pending = _PendingAudit(scope, self._row_of) if scope.get("method") in _MUTATING else None
         token = _pending.set(pending)
         written = False
 
@@ -190,23 +167,21 @@ class AdminAuditMiddleware:
             _pending.reset(token)
 
     async def _settle(self, scope: Any, pending: _PendingAudit | None, status: int) -> None:
-        """After the handler: correct the status of a row written in the action's transaction, or
-        write the row of a call that committed nothing (a read, a refusal, a change that was not)."""
+        """After the handler: a correcting row when the call answered otherwise than the row written
+        in its action's transaction says, or the row of a call that committed nothing (a read, a
+        refusal, a change that was not)."""
         _pending.set(None)  # the commit below is this bookkeeping's own, not the action's
+        found = self._row_of(scope, status)
         if pending is not None and pending.row_id is not None:
-            if pending.status == status:
+            if found is None or pending.status == found["status"]:
                 return
-            statement, values = _SET_STATUS, {"id": pending.row_id, "status": status}
+            values = correction_row(found, AUDIT_ID.format(pending.row_id))
         else:
-            found = _audit_values(scope, status)
             if found is None:
                 return  # anonymous: no row
-            statement, values = _INSERT, found
+            values = found
         try:
             async with unit_of_work(self._sessions) as session:
-                await session.execute(statement, values)
+                await session.execute(INSERT, values)
         except Exception as exc:  # nothing changed in this call (or its row exists): the answer stands
             logger.error("admin audit write failed", extra={"error_type": type(exc).__name__})
-
-
-_SET_STATUS = text("UPDATE admin_audit_log SET status = :status WHERE id = :id")

@@ -6,8 +6,21 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, func, text
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import BYTEA, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db.base import Base, Timestamps, uuid7
@@ -30,7 +43,10 @@ class AdminToken(Timestamps, Base):
 
 
 class AdminAuditEntry(Base):
-    """One admin call (API or CLI): who (token id, never the token), what, on which target, result."""
+    """One admin call (API or CLI): who (token id, never the token), what, on which target, result.
+
+    Append-only, and one link of the database's hash chain (migration 0020): the database itself
+    sets ``seq``, ``prev_hash`` and ``row_hash`` on insert and refuses every update."""
 
     __tablename__ = "admin_audit_log"
     __table_args__ = (
@@ -49,6 +65,24 @@ class AdminAuditEntry(Base):
     target: Mapped[str | None] = mapped_column(Text)
     status: Mapped[int | None] = mapped_column(Integer)
     detail: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    seq: Mapped[int] = mapped_column(BigInteger, unique=True)
+    prev_hash: Mapped[bytes] = mapped_column(BYTEA)
+    row_hash: Mapped[bytes] = mapped_column(BYTEA)
+
+
+class AdminAuditChain(Base):
+    """The chain's one row: its head (the newest link) and its tail anchor (the last row retention
+    deleted; seq 0 and 32 zero bytes before the first). Moved only by the insert trigger and by
+    retention, each in the statement that adds or deletes the rows."""
+
+    __tablename__ = "admin_audit_chain"
+    __table_args__ = (CheckConstraint("one", name="one"),)
+
+    one: Mapped[bool] = mapped_column(Boolean, primary_key=True, server_default=text("true"))
+    head_seq: Mapped[int] = mapped_column(BigInteger)
+    head_hash: Mapped[bytes] = mapped_column(BYTEA)
+    tail_seq: Mapped[int] = mapped_column(BigInteger)
+    tail_hash: Mapped[bytes] = mapped_column(BYTEA)
 
 
 class RateLimitCounter(Base):

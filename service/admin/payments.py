@@ -15,10 +15,12 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.admin.views import columns
 from service.db.base import FLOW_ID
 from service.db.pagination import keyset, page
 from service.errors import Conflict, PaymentNotFound
 from service.payments.models import Payment, PaymentEvent
+from service.payments.plugin import PaymentKindServices
 
 if TYPE_CHECKING:
     from service.admin.deps import AdminServices
@@ -67,20 +69,7 @@ class CheckoutNotStarted(Conflict):
 
 
 def payment_view(row: Payment) -> PaymentView:
-    return PaymentView(
-        flow_id=FLOW_ID.format(row.flow_id),
-        provider=row.provider,
-        amount=row.amount,
-        currency=row.currency,
-        description=row.description,
-        status=row.status,
-        session_id=row.session_id,
-        payment_id=row.payment_id,
-        settled_by=row.settled_by,
-        session_expires_at=row.session_expires_at,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    return columns(PaymentView, row, flow_id=FLOW_ID.format(row.flow_id))
 
 
 def _flow(flow_id: str) -> uuid.UUID:
@@ -136,7 +125,7 @@ async def show_payment(session: AsyncSession, flow_id: str) -> PaymentDetail:
 
 
 async def reconcile_payment(state: AdminServices, flow_id: str) -> Reconciled:
-    service = state.payments
+    service = state.kinds["payment"].serves(PaymentKindServices).payments
     async with state.sessions() as session:
         await _get(session, flow_id)
     action = await service.reconcile_one(_flow(flow_id))

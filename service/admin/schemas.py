@@ -70,6 +70,9 @@ class FlowDetail(msgspec.Struct):
     flow: AdminFlow
     events: list[AdminFlowEvent]
     webhooks: list[WebhookDeliveryView]
+    # The result's keys and each value's JSON type ("string", "number" …), never a value; None
+    # while the flow has no result.
+    result_shape: Any = None
 
 
 class FlowPage(msgspec.Struct):
@@ -208,8 +211,26 @@ class AuditEntryView(msgspec.Struct):
     route: str | None
     target: str | None
     status: int | None
+    seq: int  # the row's place in the audit hash chain
+    detail: dict[str, Any]  # a command's result and problem code; ``corrects``: the row a correction amends
 
 
 class AuditPage(msgspec.Struct):
     items: list[AuditEntryView]
     next_cursor: str | None
+
+
+class AuditBrokenLink(msgspec.Struct):
+    kind: str  # edited | deleted | inserted
+    seq: int
+    id: str | None  # the row named (au_…); None when no row is left to name
+    reason: str
+
+
+class AuditVerification(msgspec.Struct):
+    ok: bool
+    checked: int  # rows whose hash and link were checked before the first broken link
+    tail_seq: int  # the chain starts after this seq (rows up to it were deleted by retention)
+    head_seq: int
+    head_hash: str  # hex: keep it outside the database to detect a rewrite of the whole chain
+    broken: AuditBrokenLink | None

@@ -3,7 +3,9 @@ into a response by default."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from service.admin.schemas import AdminFlow, AdminFlowEvent, ApiKeyView, ServerClientView, WebhookDeliveryView
 from service.db.base import CLIENT_ID, CONNECTION_ID, FLOW_ID, PrefixedId
@@ -14,6 +16,21 @@ from service.signals.webhooks import EVENT_ID
 
 DELIVERY_ID = EVENT_ID
 KEY_ID = PrefixedId("key")
+V = TypeVar("V", bound=msgspec.Struct)
+
+
+def columns(view: type[V], row: Any, **given: Any) -> V:
+    """``view`` of ``row``: each field the view declares, from ``given`` or else the row's column of
+    that name. The view's fields are the list of what may be shown, so a column the view does not
+    name never leaves; a sealed column (``…_enc``) is refused even when one is named."""
+    values = dict(given)
+    for name in view.__struct_fields__:
+        if name in values:
+            continue
+        if name.endswith("_enc"):
+            raise TypeError(f"{view.__name__}.{name}: a sealed column is never shown")
+        values[name] = getattr(row, name)
+    return view(**values)
 
 
 def flow_view(flow: Flow) -> AdminFlow:

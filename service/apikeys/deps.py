@@ -13,11 +13,13 @@ if TYPE_CHECKING:
 
 
 class ApiKeyServices(GrantPageServices, Protocol):
-    """The parts of the container the API-key form and its POST read, the grant page's included (it may show it)."""
+    """The parts of the kind's services the API-key form and its POST read, the grant page's included
+    (it may show it)."""
 
     @property
     def apikeys(self) -> ApiKeyService: ...
 
 
-# The ``services`` dependency as ApiKeyServices: the container, read through what this domain uses.
+# The ``services`` dependency as ApiKeyServices: what the kind's plugin built,
+# read through what its handlers use.
 ApiKeyDeps = Annotated[ApiKeyServices, Dependency(skip_validation=True)]

@@ -37,6 +37,7 @@ class ExtraField(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pattern: Annotated[str, Meta(max_length=200)] | None = None
     max_length: Annotated[int, Meta(ge=1, le=255)] = 100
     help: Annotated[str, Meta(max_length=300)] | None = None
+    example: Annotated[str, Meta(max_length=100)] | None = None  # shown as "For example: …"
 
 
 class LiveCheck(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -50,6 +51,20 @@ class LiveCheck(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     method: Literal["GET", "POST"] = "GET"
     auth: Literal["bearer", "basic", "header"] = "bearer"
     header: Annotated[str, Meta(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = None
+    # ``header`` auth: text before the key in the header (PagerDuty's ``Token token=``).
+    prefix: Annotated[str, Meta(max_length=64, pattern=r"^[\x20-\x7e]*$")] = ""
+    # ``basic`` auth: the user name is this extra field's value and the password the key (Twilio's
+    # account SID and auth token); else the user name is the key and the password ``basic_password``.
+    basic_username_field: FieldName | None = None
+    basic_password: Annotated[str, Meta(max_length=64, pattern=r"^[\x21-\x7e]*$")] = ""
+    # Constant headers the provider wants on every call (Anthropic's API version); never the key.
+    headers: Annotated[
+        dict[
+            Annotated[str, Meta(pattern=r"^[A-Za-z0-9-]{1,64}$")],
+            Annotated[str, Meta(max_length=200, pattern=r"^[\x20-\x7e]*$")],
+        ],
+        Meta(max_length=10),
+    ] = {}
     timeout_seconds: Annotated[float, Meta(gt=0, le=30)] = 10.0
 
 
@@ -94,10 +109,18 @@ def parse_config(raw: Any, *, name: str) -> ApiKeyConfig:
     if config.account_field is not None and config.account_field not in names:
         raise ConfigurationError(f"api-key provider '{name}': account_field names no field")
     if config.check is not None:
-        if not is_https_or_loopback_http(config.check.url):
+        # ``{field}`` placeholders are filled from checked, quoted field values: the URL is judged
+        # with each standing for a plain label, and each must name a field.
+        placed = re.findall(r"\{([a-z][a-z0-9_]*)\}", config.check.url)
+        if any(field not in names for field in placed):
+            raise ConfigurationError(f"api-key provider '{name}': the check URL names a field that does not exist")
+        if not is_https_or_loopback_http(re.sub(r"\{[a-z][a-z0-9_]*\}", "x", config.check.url)):
             raise ConfigurationError(f"api-key provider '{name}': the check URL must be https")
         if config.check.auth == "header" and not config.check.header:
             raise ConfigurationError(f"api-key provider '{name}': check auth 'header' needs 'header'")
+        username = config.check.basic_username_field
+        if username is not None and (config.check.auth != "basic" or username not in names):
+            raise ConfigurationError(f"api-key provider '{name}': basic_username_field names no field of basic auth")
     return config
 
 
@@ -110,7 +133,7 @@ async def upsert_api_key_provider(
     parsed = parse_config(config, name=name)
     shown = [("display_name", display_name), ("key_label", parsed.key_label), ("help", parsed.help)]
     for extra in parsed.fields:
-        shown += [("fields.label", extra.label), ("fields.help", extra.help)]
+        shown += [("fields.label", extra.label), ("fields.help", extra.help), ("fields.example", extra.example)]
         shown += [("fields.choices", choice) for choice in extra.choices or ()]
     for field, value in shown:
         if (problem := display_text_problem(value, field)) is not None:

@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import re
-from collections.abc import Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import quote
 
 import httpx
-from sqlalchemy import text
 
 from service.apikeys.providers import ApiKeyConfig, ApiKeyProvider, LiveCheck, get_api_key_provider
 from service.connections import repository as conn_repo
-from service.connections.service import ACCESS_TOKEN
+from service.connections.schemas import result_of
+from service.connections.sealing import TokenSeal
 from service.crypto.vault import Vault
-from service.db.base import CONNECTION_ID
 from service.flows.models import Flow
 from service.flows.repository import Transition
 from service.flows.service import FlowService
@@ -59,12 +57,12 @@ def validate_entry(
     """The cleaned key and extra fields, or ``EntryRejected`` naming the first problem."""
     key = (secret or "").strip()
     if not key:
-        raise EntryRejected(_("Enter your %(label)s.", label=config.key_label), reason="missing")
+        raise EntryRejected(_("Enter your %(label)s.", label=_(config.key_label)), reason="missing")
     if len(key) > config.max_length:
         raise EntryRejected(
             _(
                 "That is too long: the %(label)s has at most %(count)s characters.",
-                label=config.key_label,
+                label=_(config.key_label),
                 count=config.max_length,
             ),
             reason="too_long",
@@ -73,7 +71,7 @@ def validate_entry(
         raise EntryRejected(
             _(
                 "That is too short: the %(label)s has at least %(count)s characters.",
-                label=config.key_label,
+                label=_(config.key_label),
                 count=config.min_length,
             ),
             reason="too_short",
@@ -83,7 +81,7 @@ def validate_entry(
             _(
                 "That does not look like the %(label)s: it contains characters such keys never contain. "
                 "Copy it again from the provider.",
-                label=config.key_label,
+                label=_(config.key_label),
             ),
             reason="bad_characters",
         )
@@ -93,32 +91,39 @@ def validate_entry(
         if not value:
             if spec.required:
                 raise EntryRejected(
-                    _("%(label)s is required.", label=spec.label), field=spec.name, reason="missing_field"
+                    _("%(label)s is required.", label=_(spec.label)), field=spec.name, reason="missing_field"
                 )
             continue
         if len(value) > spec.max_length or not _FIELD_TEXT.fullmatch(value):
-            raise EntryRejected(_("%(label)s is not valid.", label=spec.label), field=spec.name, reason="bad_field")
+            raise EntryRejected(_("%(label)s is not valid.", label=_(spec.label)), field=spec.name, reason="bad_field")
         if spec.choices is not None and value not in spec.choices:
             raise EntryRejected(
-                _("Choose one of the listed values for %(label)s.", label=spec.label),
+                _("Choose one of the listed values for %(label)s.", label=_(spec.label)),
                 field=spec.name,
                 reason="bad_field",
             )
         if spec.pattern is not None and not re.fullmatch(spec.pattern, value):
-            raise EntryRejected(_("%(label)s is not valid.", label=spec.label), field=spec.name, reason="bad_field")
+            raise EntryRejected(_("%(label)s is not valid.", label=_(spec.label)), field=spec.name, reason="bad_field")
         fields[spec.name] = value
     return key, fields
 
 
-def _check_request(check: LiveCheck, key: str, fields: dict[str, str]) -> tuple[str, dict[str, str]]:
+def _check_request(check: LiveCheck, key: str, fields: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The check's URL (the fields quoted into it) and headers (the key in exactly one of them)."""
     url = _PLACEHOLDER.sub(lambda m: quote(fields.get(m.group(1), ""), safe=""), check.url)
+    headers = dict(check.headers)
     if check.auth == "bearer":
-        headers = {"Authorization": f"Bearer {key}"}
+        headers["Authorization"] = f"Bearer {key}"
     elif check.auth == "basic":
-        headers = {"Authorization": "Basic " + base64.b64encode(f"{key}:".encode()).decode()}
+        user, password = (
+            (fields.get(check.basic_username_field, ""), key)
+            if check.basic_username_field is not None
+            else (key, check.basic_password)
+        )
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
     else:
         assert check.header is not None
-        headers = {check.header: key}
+        headers[check.header] = check.prefix + key
     return url, headers
 
 
@@ -147,11 +152,21 @@ class ApiKeyNotTaken:
 
 
 class ApiKeyService:
-    def __init__(self, flows: FlowService, vault: Vault, *, http: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        flows: FlowService,
+        vault: Vault,
+        *,
+        http: httpx.AsyncClient,
+        announce: Callable[[list[uuid.UUID]], Awaitable[None]] | None = None,
+    ) -> None:
         self.flows = flows
         self.vault = vault
+        self.seal = TokenSeal(vault)
         # The process's shared client: no client (and TLS context) is built per check.
         self.http = http
+        # Wakes the streams of the server clients a stored key told (``connection.recovered``).
+        self.announce = announce
 
     async def live_check(self, provider: ApiKeyProvider, key: str, fields: dict[str, str]) -> None:
         check = provider.config.check
@@ -207,13 +222,7 @@ class ApiKeyService:
                     account_id=account_id,
                     connected_by=flow.server_client_id,
                 )
-                owner = CONNECTION_ID.format(connection_id)
-                result: dict[str, Any] = {
-                    "connection_id": owner,
-                    "provider": provider.name,
-                    "account_id": account_id,
-                    "fields": fields,
-                }
+                result = result_of(connection_id, provider.name, account_id, fields=fields)
                 change = Transition(
                     FlowStatus.COMPLETED,
                     Actor.BROWSER,
@@ -221,20 +230,19 @@ class ApiKeyService:
                     connection_id=connection_id,
                     detail={"provider": provider.name},
                 )
-                moved = await uow.transition(flow.id, change)
-                if moved is None:
+                changed = await uow.transition(flow.id, change)
+                if changed is None:
                     raise _NotPending
-                # Bound like every connection secret (``ConnectionService.token_binding``).
-                bound = (flow.subject_iss, flow.subject_sub, provider.name, account_id)
-                key_id, sealed = self.vault.encrypt(key, owner=owner, purpose=ACCESS_TOKEN, bound=bound)
-                await uow.session.execute(
-                    text(
-                        "UPDATE connections SET access_token_enc = :blob, access_token_key_id = :kid, "
-                        "refresh_token_enc = NULL, refresh_token_key_id = NULL, token_type = 'api_key', "
-                        "scopes = '{}', expires_at = NULL, account_login = NULL, fields = CAST(:fields AS jsonb), "
-                        "status = 'active', updated_at = now(), revoked_at = NULL WHERE id = :id"
-                    ),
-                    {"blob": sealed, "kid": key_id, "fields": json.dumps(fields), "id": connection_id},
+                key_id, sealed = self.seal.seal_api_key(
+                    connection_id,
+                    key,
+                    iss=flow.subject_iss,
+                    sub=flow.subject_sub,
+                    provider=provider.name,
+                    account_id=account_id,
+                )
+                moved = await conn_repo.store_api_key(
+                    uow.session, connection_id, key_id=key_id, sealed=sealed, fields=fields
                 )
                 # The client whose form this was may use the key; no other client may without a grant.
                 await grant_for_flow(
@@ -242,7 +250,9 @@ class ApiKeyService:
                 )
         except _NotPending:
             return None
-        return moved
+        if moved.told and self.announce is not None:
+            await self.announce(moved.told)
+        return changed
 
     # ---- the page ----------------------------------------------------------------------------------
     async def provider_for(self, flow: Flow) -> ApiKeyProvider | None:

@@ -13,7 +13,7 @@ from litestar.datastructures import CacheControlHeader
 from litestar.params import Parameter
 
 from service.connections.deps import ConnectionApiDeps
-from service.connections.service import RevokeResponse, TokenResponse
+from service.connections.schemas import RevokeResponse, TokenResponse
 from service.errors import InvalidRequest
 from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient

@@ -1,8 +1,9 @@
+# size: every statement on authorizations (token-set writes, refresh claims, the passes' batches) beside its guard
 """SQL for authorizations: the token sets of a connection. Repositories never commit.
 
 A connection (a subject's account at a provider) holds one or more authorizations, each with exactly
 the scopes the provider gave it; a grant points at one. Every statement that hands a token out
-reads it *through the grant* (``PICK_FOR_TOKEN``), so a server client is given only its grant's
+reads it *through the grant* (``service.connections.tokens``), so a server client is given only its grant's
 authorization — never another one the same account holds for another server with more scopes.
 
 A refresh is claimed, finished and given up on one authorization (``claim_refresh``,
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Interval, func, literal, select, text, update
@@ -32,7 +33,7 @@ from service.connections.models import (
     Authorization,
     Connection,
 )
-from service.grants.repository import FOR_CLIENT, TOUCH_SECONDS
+from service.connections.sealing import SealedTokens
 
 
 def _authorizations(session: AsyncSession, sql: str, params: dict[str, Any]) -> Any:
@@ -57,108 +58,6 @@ def _claimed() -> ColumnElement[bool]:
     return func.coalesce(Authorization.refresh_claimed_until > func.now(), False)
 
 
-# ---- the token endpoint ------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class TokenRow:
-    """What the token endpoint reads of one grant and its authorization (``PICK_FOR_TOKEN``)."""
-
-    id: uuid.UUID  # the authorization's
-    connection_id: uuid.UUID
-    status: str
-    scopes: list[str]
-    token_type: str
-    provider: str
-    account_id: str
-    account_login: str | None
-    expires_at: datetime | None
-    access_token_enc: bytes | None
-    access_token_key_id: str | None
-    subject_iss: str
-    subject_sub: str
-    grant_id: uuid.UUID
-    grant_scopes: list[str]
-    grant_client: uuid.UUID | None
-    grant_group: uuid.UUID | None
-    grant_authorization: uuid.UUID | None  # None for an API-key connection's grant
-    grant_mac: bytes | None
-    grant_mac_key_id: str | None
-    # Whether the grant's ``last_used_at`` is due for a write (``service.grants``).
-    touch_due: bool
-
-
-def _either(column: str) -> str:
-    """The authorization's column, or — for an API-key connection's grant, which points at no
-    authorization — the connection's own (its key lives on the connection row)."""
-    return f"CASE WHEN a.id IS NULL THEN c.{column} ELSE a.{column} END"
-
-
-# One positional statement for ``service.db.direct`` (every tool calls it on every use): the
-# columns of ``TokenRow``, then whether the token is due for a refresh by the database clock. $4 is
-# the account id or NULL, $5 the refresh margin, $6 the asking server client. Only the grants it
-# (or its trust group) holds are read, each with the one authorization it points at: a connection
-# it was not granted is exactly as absent as one that does not exist, and an authorization it was
-# not granted is never read. The authorization must name the connection's own subject, provider and
-# account (the fields its tokens are bound to), so a row re-pointed at another connection is not
-# read. An API-key connection's grant points at no authorization and reads the key on the
-# connection row (whose id is then the tokens' owner, as for a connection's first authorization).
-PICK_FOR_TOKEN = (
-    f"SELECT COALESCE(a.id, c.id), c.id, {_either('status')}, {_either('scopes')}, {_either('token_type')}, "
-    f"c.provider, c.account_id, c.account_login, {_either('expires_at')}, {_either('access_token_enc')}, "
-    f"{_either('access_token_key_id')}, c.subject_iss, c.subject_sub, "
-    "g.id, g.scopes, g.server_client_id, g.trust_group_id, g.authorization_id, g.mac, g.mac_key_id, "
-    f"(g.last_used_at IS NULL OR g.last_used_at < now() - make_interval(secs => {TOUCH_SECONDS})), "
-    f"COALESCE({_either('expires_at')} <= now() + make_interval(secs => $5), false) AS due "
-    "FROM connections c JOIN grants g ON "
-    + FOR_CLIENT.format(connection="c.id", client="$6")
-    + " LEFT JOIN authorizations a ON a.id = g.authorization_id AND a.connection_id = c.id "
-    "AND a.subject_iss = c.subject_iss AND a.subject_sub = c.subject_sub AND a.provider = c.provider "
-    "AND a.account_id = c.account_id "
-    f"WHERE c.subject_iss = $1 AND c.subject_sub = $2 AND c.provider = $3 AND c.status <> '{REVOKED}' "
-    f"AND ((a.id IS NOT NULL AND a.status <> '{REVOKED}') "
-    "OR (g.authorization_id IS NULL AND c.token_type = 'api_key')) "
-    "AND ($4::text IS NULL OR c.account_id = $4) "
-    "ORDER BY c.updated_at DESC, c.id DESC, a.updated_at DESC"
-)
-
-# Positional: $1 the grant id. At most once a minute per grant.
-TOUCH = (
-    "UPDATE grants SET last_used_at = now() WHERE id = $1 AND revoked_at IS NULL "
-    f"AND (last_used_at IS NULL OR last_used_at < now() - make_interval(secs => {TOUCH_SECONDS}))"
-)
-
-
-def token_rows(rows: list[Any]) -> list[tuple[TokenRow, bool]]:
-    return [
-        (
-            TokenRow(
-                id=row[0],
-                connection_id=row[1],
-                status=row[2],
-                scopes=list(row[3] or ()),
-                token_type=row[4],
-                provider=row[5],
-                account_id=row[6],
-                account_login=row[7],
-                expires_at=row[8],
-                access_token_enc=row[9],
-                access_token_key_id=row[10],
-                subject_iss=row[11],
-                subject_sub=row[12],
-                grant_id=row[13],
-                grant_scopes=list(row[14] or ()),
-                grant_client=row[15],
-                grant_group=row[16],
-                grant_authorization=row[17],
-                grant_mac=row[18],
-                grant_mac_key_id=row[19],
-                touch_due=bool(row[20]),
-            ),
-            bool(row[21]),
-        )
-        for row in rows
-    ]
-
-
 # ---- writing a new token set --------------------------------------------------------------------------
 # When a new token set's refresh token ends: ``:refresh_expires_in`` seconds from now when the
 # provider said (``refresh_token_expires_in``), else unknown.
@@ -176,23 +75,41 @@ _REFRESH_ENDS_AFTER = (
 _WINDOW = "make_interval(secs => CAST(:expiring_seconds AS double precision))"
 
 
+async def _write_tokens(
+    session: AsyncSession, update: str, params: dict[str, Any], authorization_id: uuid.UUID, *, refreshed: bool = False
+) -> tuple[Authorization | None, health.Moved]:
+    """A token set's write with its health events (``health.transition``); the row as written, or
+    None when the statement's conditions no longer held."""
+    moved = await health.transition(session, update, params, refreshed=refreshed)
+    if moved.empty:
+        return None, moved
+    return await session.get(Authorization, authorization_id, populate_existing=True), moved
+
+
 async def insert(
-    session: AsyncSession, authorization_id: uuid.UUID, connection_id: uuid.UUID, values: dict[str, Any]
+    session: AsyncSession,
+    authorization_id: uuid.UUID,
+    connection_id: uuid.UUID,
+    tokens: SealedTokens,
+    *,
+    scopes: list[str],
 ) -> Authorization:
-    """A new authorization of the connection, with the binding fields copied from it (one statement:
-    a connection revoked meanwhile gets none)."""
+    """A new authorization of the connection, with the binding fields and the parameters copied
+    from it (one statement: a connection revoked meanwhile gets none)."""
     sql = (
         "INSERT INTO authorizations (id, connection_id, subject_iss, subject_sub, provider, account_id, scopes, "
         "token_type, access_token_enc, access_token_key_id, refresh_token_enc, refresh_token_key_id, expires_at, "
-        "refresh_expires_at, checked_at, status) "
+        "refresh_expires_at, checked_at, status, parameters, metadata) "
         "SELECT :aid, c.id, c.subject_iss, c.subject_sub, c.provider, c.account_id, :scopes, :token_type, "
         ":access_enc, :access_kid, :refresh_enc, :refresh_kid, "
         "CASE WHEN CAST(:expires_in AS integer) IS NULL THEN NULL "
         "     ELSE now() + make_interval(secs => CAST(:expires_in AS integer)) END, "
-        f"{_REFRESH_ENDS_NEW}, now(), '{ACTIVE}' FROM connections c WHERE c.id = :cid AND c.status <> '{REVOKED}' "
+        f"{_REFRESH_ENDS_NEW}, now(), '{ACTIVE}', c.parameters, CAST(:metadata AS jsonb) "
+        f"FROM connections c WHERE c.id = :cid AND c.status <> '{REVOKED}' "
         "RETURNING *"
     )
-    result = await _authorizations(session, sql, {**values, "aid": authorization_id, "cid": connection_id})
+    params = {**tokens.params(), "scopes": scopes, "aid": authorization_id, "cid": connection_id}
+    result = await _authorizations(session, sql, params)
     return result.scalars().one()  # type: ignore[no-any-return]
 
 
@@ -202,7 +119,13 @@ async def exists(session: AsyncSession, authorization_id: uuid.UUID) -> bool:
 
 
 async def replace_tokens(
-    session: AsyncSession, authorization_id: uuid.UUID, connection_id: uuid.UUID, values: dict[str, Any]
+    session: AsyncSession,
+    authorization_id: uuid.UUID,
+    connection_id: uuid.UUID,
+    tokens: SealedTokens,
+    *,
+    scopes: list[str],
+    expiring_seconds: float,
 ) -> tuple[Authorization | None, health.Moved]:
     """Reauthorize in place: the same authorization (so every grant on it recovers) gets the new
     tokens, only while it is not revoked and still the connection's. A refresh of the old tokens
@@ -215,15 +138,14 @@ async def replace_tokens(
         "expires_at = CASE WHEN CAST(:expires_in AS integer) IS NULL THEN NULL "
         "             ELSE now() + make_interval(secs => CAST(:expires_in AS integer)) END, "
         f"refresh_expires_at = {ends}, health = {health.health_after_tokens(ends, _WINDOW)}, "
-        "health_reason = NULL, health_http_status = NULL, checked_at = now(), "
+        "health_reason = NULL, health_http_status = NULL, checked_at = now(), metadata = CAST(:metadata AS jsonb), "
         f"refresh_claim = NULL, refresh_claimed_until = NULL, status = '{ACTIVE}', updated_at = now() "
         f"FROM (SELECT id, health AS before FROM authorizations WHERE id = :aid AND connection_id = :cid "
         f"AND status <> '{REVOKED}' FOR UPDATE) b WHERE a.id = b.id RETURNING {health.MOVED}"
     )
-    moved = await health.transition(session, update, {**values, "aid": authorization_id, "cid": connection_id})
-    if moved.empty:
-        return None, moved
-    return await session.get(Authorization, authorization_id, populate_existing=True), moved
+    params = {**tokens.params(), "scopes": scopes, "expiring_seconds": expiring_seconds}
+    params.update(aid=authorization_id, cid=connection_id)
+    return await _write_tokens(session, update, params, authorization_id)
 
 
 async def sync_connection(session: AsyncSession, connection_id: uuid.UUID) -> None:
@@ -371,18 +293,30 @@ async def claim_refresh(
 
 
 async def store_refreshed(
-    session: AsyncSession, authorization_id: uuid.UUID, claim: uuid.UUID, values: dict[str, Any]
+    session: AsyncSession,
+    authorization_id: uuid.UUID,
+    claim: uuid.UUID,
+    tokens: SealedTokens,
+    *,
+    scopes: list[str] | None,
+    rotated: bool,
+    expiring_seconds: float,
+    announce: bool = False,
 ) -> tuple[Authorization | None, health.Moved]:
     """Write a refresh's result and end its claim — only while the claim is still this attempt's
     and the authorization is active (a reconnect or a revocation in the meantime wins). Working
     tokens make it ``healthy`` again (``expiring`` while its refresh token nears its end), with
-    ``connection.recovered`` when it was not (``service.connections.health``)."""
+    ``connection.recovered`` when it was not (``service.connections.health``). ``scopes`` None
+    keeps the ones it had (RFC 6749 §6); ``rotated`` says the provider sent a new refresh token;
+    ``announce`` tells the grantees of a refresh that changed no health (``connection.refreshed``)."""
     ends = _REFRESH_ENDS_AFTER
     update = (
         "UPDATE authorizations a SET access_token_enc = :access_enc, access_token_key_id = :access_kid, "
         "refresh_token_enc = COALESCE(:refresh_enc, a.refresh_token_enc), "
         "refresh_token_key_id = COALESCE(:refresh_kid, a.refresh_token_key_id), "
         "token_type = :token_type, scopes = COALESCE(:scopes, a.scopes), "
+        # A refresh answer names what it names again (Salesforce's instance_url); the rest stays.
+        "metadata = a.metadata || CAST(:metadata AS jsonb), "
         "expires_at = CASE WHEN CAST(:expires_in AS integer) IS NULL THEN NULL "
         "             ELSE now() + make_interval(secs => CAST(:expires_in AS integer)) END, "
         f"refresh_expires_at = {ends}, health = {health.health_after_tokens(ends, _WINDOW)}, "
@@ -393,10 +327,21 @@ async def store_refreshed(
         f"FROM (SELECT id, health AS before FROM authorizations WHERE id = :id AND status = '{ACTIVE}' "
         f"AND refresh_claim = :claim FOR UPDATE) b WHERE a.id = b.id RETURNING {health.MOVED}"
     )
-    moved = await health.transition(session, update, {**values, "id": authorization_id, "claim": claim})
-    if moved.empty:
-        return None, moved
-    return await session.get(Authorization, authorization_id, populate_existing=True), moved
+    params = {**tokens.params(), "scopes": scopes, "rotated": rotated, "expiring_seconds": expiring_seconds}
+    params.update(id=authorization_id, claim=claim)
+    return await _write_tokens(session, update, params, authorization_id, refreshed=announce)
+
+
+async def release_refresh_claims(session: AsyncSession, authorization_ids: list[uuid.UUID], claim: uuid.UUID) -> None:
+    """Give up, in one statement, the claims a pass could not use (rows left for the next pass)."""
+    if authorization_ids:
+        await session.execute(
+            text(
+                "UPDATE authorizations SET refresh_claim = NULL, refresh_claimed_until = NULL "
+                "WHERE id = ANY(:ids) AND refresh_claim = :claim"
+            ),
+            {"ids": authorization_ids, "claim": claim},
+        )
 
 
 async def release_refresh_claim(session: AsyncSession, authorization_id: uuid.UUID, claim: uuid.UUID) -> None:

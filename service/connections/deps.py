@@ -1,12 +1,10 @@
-"""What the connection API and the connect pages use of the services."""
+"""What the connection API uses of the services."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Protocol
 
 from litestar.params import Dependency
-
-from service.grants.deps import GrantPageServices
 
 if TYPE_CHECKING:
     from service.connections.service import ConnectionService
@@ -25,12 +23,3 @@ class ConnectionApiServices(Protocol):
 
 # The ``services`` dependency as ConnectionApiServices: the container, read through what this domain uses.
 ConnectionApiDeps = Annotated[ConnectionApiServices, Dependency(skip_validation=True)]
-
-
-class ConnectPageServices(GrantPageServices, Protocol):
-    """The parts of the container the connect pages and the callback read, the grant page's included
-    (it may show it)."""
-
-
-# The ``services`` dependency as ConnectPageServices: the container, read through what this domain uses.
-ConnectPageDeps = Annotated[ConnectPageServices, Dependency(skip_validation=True)]

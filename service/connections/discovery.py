@@ -21,7 +21,8 @@ import httpx
 
 from service.clock import Clock, SystemClock
 from service.errors import UpstreamError
-from service.http import make_http_client, read_json
+from service.http import make_http_client
+from service.oauth_client import MetadataFailed, fetch_metadata
 
 logger = logging.getLogger("elicitd.connections.discovery")
 
@@ -84,21 +85,12 @@ class MetadataCache:
         urls = [discovery_url] if discovery_url else candidate_urls(issuer)
         for url in urls:
             try:
-                async with asyncio.timeout(self._timeout):
-                    response = await http.get(url, headers={"Accept": "application/json"}, timeout=self._timeout)
-            except (httpx.HTTPError, TimeoutError) as exc:
-                logger.warning("provider metadata fetch failed", extra={"error_type": type(exc).__name__})
-                continue
-            if response.status_code != 200:
-                continue
-            try:
-                document = read_json(response)
-            except ValueError:
-                continue
-            if not isinstance(document, dict):
-                continue
-            if str(document.get("issuer", "")).rstrip("/") != issuer.rstrip("/"):
-                logger.warning("provider metadata names another issuer", extra={"code": "issuer_mismatch"})
-                raise DiscoveryFailed("The provider's metadata names a different issuer than configured.")
-            return document
+                return await fetch_metadata(http, url, issuer=issuer, timeout=self._timeout, trailing_slash=True)
+            except MetadataFailed as failed:
+                if failed.reason == "issuer_mismatch":
+                    logger.warning("provider metadata names another issuer", extra={"code": "issuer_mismatch"})
+                    raise DiscoveryFailed("The provider's metadata names a different issuer than configured.") from None
+                if failed.reason == "unreachable":
+                    error_type = type(failed.__cause__).__name__
+                    logger.warning("provider metadata fetch failed", extra={"error_type": error_type})
         raise DiscoveryFailed("The provider's metadata could not be fetched.")

@@ -34,10 +34,13 @@ from service.connections.models import (
 )
 from service.db.base import CONNECTION_ID
 from service.events.repository import stream_tail
+from service.signals.routing import outbox_endpoints, outbox_row_id
 
 EXPIRING_EVENT = "connection.expiring"
 NEEDS_REAUTHORIZATION_EVENT = "connection.needs_reauthorization"
 RECOVERED_EVENT = "connection.recovered"
+# A refresh that changed no health (off by default: ``ELICITD_REFRESH_EVENTS``).
+REFRESHED_EVENT = "connection.refreshed"
 EVENT_TYPES = (EXPIRING_EVENT, NEEDS_REAUTHORIZATION_EVENT, RECOVERED_EVENT)
 
 # What ``transition``'s UPDATE returns: the row after the change, and ``before``, its health before.
@@ -46,27 +49,44 @@ MOVED = (
     "a.health_reason, a.health_http_status, a.expires_at, a.refresh_expires_at, b.before"
 )
 
-_EVENT_TYPE = (
-    "CASE WHEN m.before = m.health THEN NULL "
-    f"WHEN m.health = '{EXPIRING}' THEN '{EXPIRING_EVENT}' "
-    f"WHEN m.health = '{NEEDS_REAUTHORIZATION}' THEN '{NEEDS_REAUTHORIZATION_EVENT}' "
-    f"WHEN m.health = '{HEALTHY}' AND m.before IN ('{EXPIRING}', '{NEEDS_REAUTHORIZATION}') THEN '{RECOVERED_EVENT}' "
-    "END"
+
+def _event_type(refreshed: bool) -> str:
+    """The event a row's change causes; with ``refreshed`` (a refresh's write), an unchanged health
+    is ``connection.refreshed`` instead of nothing."""
+    same = f"'{REFRESHED_EVENT}'" if refreshed else "NULL"
+    return (
+        f"CASE WHEN m.before = m.health THEN {same} "
+        f"WHEN m.health = '{EXPIRING}' THEN '{EXPIRING_EVENT}' "
+        f"WHEN m.health = '{NEEDS_REAUTHORIZATION}' THEN '{NEEDS_REAUTHORIZATION_EVENT}' "
+        f"WHEN m.health = '{HEALTHY}' AND m.before IN ('{EXPIRING}', '{NEEDS_REAUTHORIZATION}') "
+        f"THEN '{RECOVERED_EVENT}' END"
+    )
+
+
+# What a health statement on an API-key connection's own row returns (it has no authorization:
+# its id is the connection's, and its grants point at the connection alone).
+MOVED_KEY = (
+    "a.id, a.id AS connection_id, a.provider, a.account_id, a.subject_iss, a.subject_sub, a.health, "
+    "a.health_reason, a.health_http_status, a.expires_at, a.refresh_expires_at, b.before"
 )
+_GRANTS_OF_AUTHORIZATION = "g.authorization_id = m.id"
+_GRANTS_OF_KEY = "g.connection_id = m.id AND g.authorization_id IS NULL"
 
 
-def _statement(update: str) -> str:
-    """``update`` changes ``authorizations a`` joined to ``b`` (one row per authorization, taken
-    ``FOR UPDATE``, with ``b.before`` its health then) and returns ``MOVED``."""
+def _statement(update: str, *, refreshed: bool = False, grants_on: str = _GRANTS_OF_AUTHORIZATION) -> str:
+    """``update`` changes ``authorizations a`` (or, with ``grants_on=_GRANTS_OF_KEY``, an API-key
+    ``connections a``) joined to ``b`` (one row each, taken ``FOR UPDATE``, with ``b.before`` its
+    health then) and returns ``MOVED`` (``MOVED_KEY``)."""
     return (
         f"""
 WITH m AS ({update}),
 au AS (
-    SELECT DISTINCT COALESCE(g.server_client_id, tm.server_client_id) AS server_client_id, m.id, {_EVENT_TYPE} AS type
+    SELECT DISTINCT COALESCE(g.server_client_id, tm.server_client_id) AS server_client_id, m.id,
+           {_event_type(refreshed)} AS type
     FROM m
-    JOIN grants g ON g.authorization_id = m.id AND g.revoked_at IS NULL
+    JOIN grants g ON {grants_on} AND g.revoked_at IS NULL
     LEFT JOIN trust_group_members tm ON g.server_client_id IS NULL AND tm.group_id = g.trust_group_id
-    WHERE COALESCE(g.server_client_id, tm.server_client_id) IS NOT NULL AND ({_EVENT_TYPE}) IS NOT NULL
+    WHERE COALESCE(g.server_client_id, tm.server_client_id) IS NOT NULL AND ({_event_type(refreshed)}) IS NOT NULL
 ), ev AS (
     SELECT au.server_client_id, gen_random_uuid() AS event_id, au.type,
            jsonb_build_object(
@@ -83,10 +103,9 @@ au AS (
                'occurred_at', now()) AS payload
     FROM au JOIN m ON m.id = au.id
 ), ob AS (
-    INSERT INTO webhook_outbox (id, server_client_id, flow_id, event_type, payload)
-    SELECT ev.event_id, ev.server_client_id, NULL, ev.type, ev.payload
-    FROM ev JOIN server_clients sc ON sc.id = ev.server_client_id
-    WHERE sc.webhook_url IS NOT NULL AND (sc.webhook_events IS NULL OR ev.type = ANY(sc.webhook_events))
+    INSERT INTO webhook_outbox (id, server_client_id, flow_id, event_type, payload, endpoint_id, event_id)
+    SELECT {outbox_row_id("ev")}, ev.server_client_id, NULL, ev.type, ev.payload, e.id, ev.event_id
+    FROM ev JOIN webhook_endpoints e ON {outbox_endpoints("ev")}
     RETURNING id
 )"""
         + stream_tail("ev")
@@ -114,8 +133,13 @@ class Moved:
         return not self.authorizations
 
 
-async def transition(session: AsyncSession, update: str, params: dict[str, Any]) -> Moved:
-    rows = (await session.execute(text(_statement(update)), params)).all()
+async def transition(
+    session: AsyncSession, update: str, params: dict[str, Any], *, refreshed: bool = False, key: bool = False
+) -> Moved:
+    """Run a health ``update`` with its events; ``key``: the update is of an API-key connection's
+    own row (``MOVED_KEY``), whose grantees hold grants on the connection."""
+    grants_on = _GRANTS_OF_KEY if key else _GRANTS_OF_AUTHORIZATION
+    rows = (await session.execute(text(_statement(update, refreshed=refreshed, grants_on=grants_on)), params)).all()
     told = sorted({client for row in rows for client in (row.told or ())})
     return Moved(
         authorizations=[row.id for row in rows],

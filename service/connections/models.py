@@ -2,7 +2,8 @@
 pending OAuth states.
 
 Mirrors ``migrations/versions/0003_connections.py`` (0007, the refresh claim; 0012, the
-authorizations; 0014, health); the app never calls ``create_all``. Every secret column is ciphertext from
+authorizations; 0014, health; 0022, connection parameters and token metadata); the app never
+calls ``create_all``. Every secret column is ciphertext from
 ``service.crypto.vault.Vault`` with its ``*_key_id`` beside it.
 """
 
@@ -42,6 +43,8 @@ NEEDS_REAUTHORIZATION = "needs_reauthorization"
 HEALTH_REVOKED = "revoked"
 HEALTH_STATES = (HEALTHY, EXPIRING, NEEDS_REAUTHORIZATION, HEALTH_REVOKED)
 _HEALTH_CHECK = "health IN ('healthy', 'expiring', 'needs_reauthorization', 'revoked')"
+# The probe passes' order: least recently checked first, never checked before all (0019).
+_PROBE_ORDER = text("COALESCE(checked_at, '-infinity'::timestamp with time zone)")
 
 
 class HealthColumns:
@@ -56,6 +59,28 @@ class HealthColumns:
     checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # When the refresh token itself ends (``refresh_token_expires_in``), when the provider says.
     refresh_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class TokenColumns:
+    """A token set's columns, alike on an authorization and on a connection (where an API-key
+    connection keeps its one secret, and an OAuth one the summary of its authorizations). Every
+    secret is ciphertext with its key id beside it; a column left NULL holds nothing."""
+
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    token_type: Mapped[str] = mapped_column(String(32), server_default=text("'Bearer'"))
+    access_token_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
+    access_token_key_id: Mapped[str | None] = mapped_column(String(32))
+    refresh_token_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
+    refresh_token_key_id: Mapped[str | None] = mapped_column(String(32))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    status: Mapped[str] = mapped_column(String(32), server_default=text("'active'"))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    refreshed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A refresh in progress: which attempt claimed it, and until when (database clock). Set and
+    # cleared by single conditional statements (``service.connections.refresh``; migration 0007).
+    refresh_claim: Mapped[uuid.UUID | None] = mapped_column()
+    refresh_claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Provider(Timestamps, Base):
@@ -93,7 +118,7 @@ class Provider(Timestamps, Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class Connection(HealthColumns, Timestamps, Base):
+class Connection(TokenColumns, HealthColumns, Timestamps, Base):
     """One account of one subject at one provider. An OAuth connection's tokens live in its
     ``Authorization`` rows (one per token set the provider issued, each with exactly its scopes);
     ``scopes`` and ``status`` here summarise them (``repository.sync_connection``). An API-key
@@ -113,6 +138,13 @@ class Connection(HealthColumns, Timestamps, Base):
             postgresql_where=text("status <> 'revoked'"),
         ),
         Index("ix_connections_subject", "subject_iss", "subject_sub", "provider", "id"),
+        # The probe pass's API-key half (migration 0019; ``service.connections.key_probes``).
+        Index(
+            "ix_connections_key_probe",
+            _PROBE_ORDER,
+            "id",
+            postgresql_where=text("status = 'active' AND token_type = 'api_key'"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
@@ -123,29 +155,17 @@ class Connection(HealthColumns, Timestamps, Base):
     )
     account_id: Mapped[str] = mapped_column(Text, server_default=text("''"))
     account_login: Mapped[str | None] = mapped_column(Text)
-    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
-    token_type: Mapped[str] = mapped_column(String(32), server_default=text("'Bearer'"))
-    access_token_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
-    access_token_key_id: Mapped[str | None] = mapped_column(String(32))
-    refresh_token_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
-    refresh_token_key_id: Mapped[str | None] = mapped_column(String(32))
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    status: Mapped[str] = mapped_column(String(32), server_default=text("'active'"))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    refreshed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Non-secret values entered beside an API key (such as a region); see service/apikeys.
     fields: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
-    # A refresh in progress: which attempt claimed it, and until when (database clock). Set and
-    # cleared by single conditional statements; see ConnectionService (migration 0007).
-    refresh_claim: Mapped[uuid.UUID | None] = mapped_column()
-    refresh_claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The server client whose flow connected the account (migration 0012): it, or the user,
     # disconnects the account for everyone; a server only granted it ends its own grant.
     connected_by: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("server_clients.id", ondelete="SET NULL"))
+    # The connection parameters its endpoints were filled from (Shopify's ``shop``), each checked
+    # by the catalog entry's pattern (migration 0022); never secret.
+    parameters: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
 
 
-class Authorization(HealthColumns, Timestamps, Base):
+class Authorization(TokenColumns, HealthColumns, Timestamps, Base):
     """One token set the provider issued for a connection, with exactly the scopes it granted.
 
     A grant points at one authorization, and the token endpoint hands a server client only that
@@ -172,6 +192,8 @@ class Authorization(HealthColumns, Timestamps, Base):
             "refresh_expires_at",
             postgresql_where=text("status = 'active' AND refresh_expires_at IS NOT NULL"),
         ),
+        # The probe pass's reads (migration 0019; ``service.connections.probes``).
+        Index("ix_authorizations_probe_due", _PROBE_ORDER, "id", postgresql_where=text("status = 'active'")),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
@@ -180,19 +202,12 @@ class Authorization(HealthColumns, Timestamps, Base):
     subject_sub: Mapped[str] = mapped_column(Text)
     provider: Mapped[str] = mapped_column(String(64))
     account_id: Mapped[str] = mapped_column(Text)
-    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
-    token_type: Mapped[str] = mapped_column(String(32), server_default=text("'Bearer'"))
-    access_token_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
-    access_token_key_id: Mapped[str | None] = mapped_column(String(32))
-    refresh_token_enc: Mapped[bytes | None] = mapped_column(LargeBinary)
-    refresh_token_key_id: Mapped[str | None] = mapped_column(String(32))
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    status: Mapped[str] = mapped_column(String(32), server_default=text("'active'"))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    refreshed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    refresh_claim: Mapped[uuid.UUID | None] = mapped_column()
-    refresh_claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The connection's parameters, copied when written: a refresh or a revocation goes to the same
+    # templated endpoints as the code exchange did (migration 0022).
+    parameters: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    # Non-secret values the provider named beside the tokens, as the catalog entry declares them
+    # (Salesforce's ``instance_url``, Xero's tenant id): the token endpoint's ``metadata``.
+    metadata_: Mapped[dict[str, str]] = mapped_column("metadata", JSONB, server_default=text("'{}'::jsonb"))
 
 
 class OAuthState(Timestamps, Base):
@@ -212,5 +227,7 @@ class OAuthState(Timestamps, Base):
     verifier_key_id: Mapped[str] = mapped_column(String(32))
     redirect_uri: Mapped[str] = mapped_column(Text)
     scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    # The connection parameters the authorization URL was filled from (migration 0022).
+    parameters: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

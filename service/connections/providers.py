@@ -7,6 +7,8 @@ secret is vault-encrypted with the provider name as owner. ``resolve`` turns a r
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +17,13 @@ from sqlalchemy import select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.connections.catalog import CATALOG, CatalogEntry
+from service.connections.catalog import (
+    CATALOG,
+    PLACEHOLDER,
+    CatalogEntry,
+    fill_template,
+    placeholders,
+)
 from service.connections.discovery import DiscoveryFailed, MetadataCache
 from service.connections.models import Provider
 from service.crypto.vault import Vault
@@ -24,11 +32,27 @@ from service.text import display_text_problem
 from service.urls import is_https_or_loopback_http, url_problem
 
 CLIENT_SECRET = "client_secret"
+# A provider's fields that hold an address: each must be an https URL (http only on loopback).
+ADDRESS_FIELDS = (
+    "issuer",
+    "discovery_url",
+    "authorization_endpoint",
+    "token_endpoint",
+    "revocation_endpoint",
+    "account_endpoint",
+)
 
 
 class UnknownProvider(InvalidRequest):
     code = "unknown_provider"
     title = "Unknown provider"
+
+
+class InvalidParameter(InvalidRequest):
+    """A connection parameter that is missing or does not match the catalog entry's pattern."""
+
+    code = "invalid_parameter"
+    title = "Invalid connection parameter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +78,9 @@ class ProviderSpec:
     scope_separator: str | None = None
     authorize_params: dict[str, Any] | None = None
     enabled: bool = True
+    # Values the catalog entry's endpoints are templated from (``{subdomain}``, ``{host}``…), each
+    # checked by the entry's pattern before any URL is built.
+    parameters: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +104,12 @@ class ResolvedProvider:
     scope_descriptions: dict[str, Any]
     authorize_params: dict[str, Any]
     iss_parameter_supported: bool
+    # The catalog entry's behaviour the row does not hold (token request and answer shape, PKCE,
+    # callback parameters…): read from the in-memory catalog when the provider is resolved.
+    quirks: CatalogEntry = CATALOG["oauth2"]
+    # The connection parameters the endpoints were filled from (``with_parameters``); empty while
+    # the provider is the operator's row alone.
+    parameters: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __repr__(self) -> str:  # the secret must not reach a log through a repr
         return f"ResolvedProvider(name={self.name!r})"
@@ -89,23 +122,46 @@ def _entry(spec: ProviderSpec) -> CatalogEntry:
         raise ConfigurationError(
             f"provider '{spec.name}': unknown catalog entry '{key}' (known: {', '.join(sorted(CATALOG))})"
         )
+    if entry.auth_mode == "api_key":
+        raise ConfigurationError(f"provider '{spec.name}': '{key}' is an API key service, not an OAuth provider")
     return entry
+
+
+def _templated(spec: ProviderSpec, entry: CatalogEntry) -> dict[str, str | None]:
+    """The entry's endpoints with its ``{parameters}`` filled from the spec (each value checked by
+    its pattern first); an entry without parameters passes through as it is."""
+    given = dict(spec.parameters or {})
+    unknown = set(given) - set(entry.parameters)
+    if unknown:
+        raise ConfigurationError(f"provider '{spec.name}': unknown parameters {', '.join(sorted(unknown))}")
+    values: dict[str, str | None] = {}
+    for key in ("issuer", "authorization_endpoint", "token_endpoint", "revocation_endpoint", "account_endpoint"):
+        template = getattr(entry, key)
+        try:
+            # A parameter the operator leaves open is each connection's own (``with_parameters``),
+            # except in an issuer: its metadata is discovered for the provider, not per connection.
+            open_ok = key != "issuer"
+            values[key] = fill_template(template, entry.parameters, given, leave_open=open_ok) if template else None
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"provider '{spec.name}': {exc}") from None
+    return values
 
 
 def spec_values(spec: ProviderSpec, vault: Vault) -> dict[str, Any]:
     """Merge catalog defaults with the spec; check the result can be used; encrypt the secret."""
     entry = _entry(spec)
-    issuer = spec.issuer or entry.issuer
+    templated = _templated(spec, entry)
+    issuer = spec.issuer or templated.get("issuer")
     values: dict[str, Any] = {
         "name": spec.name,
         "display_name": spec.display_name or entry.display_name,
         "catalog": entry.key,
         "issuer": issuer.rstrip("/") if issuer else None,
         "discovery_url": spec.discovery_url,
-        "authorization_endpoint": spec.authorization_endpoint or entry.authorization_endpoint,
-        "token_endpoint": spec.token_endpoint or entry.token_endpoint,
-        "revocation_endpoint": spec.revocation_endpoint or entry.revocation_endpoint,
-        "account_endpoint": spec.account_endpoint or entry.account_endpoint,
+        "authorization_endpoint": spec.authorization_endpoint or templated.get("authorization_endpoint"),
+        "token_endpoint": spec.token_endpoint or templated.get("token_endpoint"),
+        "revocation_endpoint": spec.revocation_endpoint or templated.get("revocation_endpoint"),
+        "account_endpoint": spec.account_endpoint or templated.get("account_endpoint"),
         "account_id_field": spec.account_id_field or entry.account_id_field,
         "account_login_field": spec.account_login_field or entry.account_login_field,
         "client_id": spec.client_id,
@@ -146,15 +202,9 @@ def spec_values(spec: ProviderSpec, vault: Vault) -> dict[str, Any]:
         )
     if values["token_auth_method"] != "none" and not spec.client_secret:
         raise ConfigurationError(f"provider '{spec.name}': a client secret is required")
-    for key in (
-        "issuer",
-        "discovery_url",
-        "authorization_endpoint",
-        "token_endpoint",
-        "revocation_endpoint",
-        "account_endpoint",
-    ):
-        url = values[key]
+    for key in ADDRESS_FIELDS:
+        # A placeholder left for each connection is checked with its example in its place.
+        url = _sampled(values[key], entry)
         if url and not is_https_or_loopback_http(url):
             raise ConfigurationError(f"provider '{spec.name}': {key} must be an https URL")
     if spec.client_secret:
@@ -163,6 +213,14 @@ def spec_values(spec: ProviderSpec, vault: Vault) -> dict[str, Any]:
     else:
         values["client_secret_key_id"], values["client_secret_enc"] = None, None
     return values
+
+
+def _sampled(url: str | None, entry: CatalogEntry) -> str | None:
+    def sample(match: re.Match[str]) -> str:
+        parameter = entry.parameters.get(match.group(1))
+        return (parameter.example or "x") if parameter is not None else match.group(0)
+
+    return PLACEHOLDER.sub(sample, url) if url else url
 
 
 async def upsert_provider(session: AsyncSession, spec: ProviderSpec, vault: Vault) -> Provider:
@@ -210,12 +268,15 @@ def public_view(row: Provider) -> dict[str, Any]:
     }
 
 
-def _endpoint(value: Any) -> str | None:
+def checked_endpoint(value: Any, *, templated: bool = False) -> str | None:
     """A configured or discovered endpoint, held to the URL rule (``service.urls``): discovery
     answers are the provider's word, and the client secret, the code and the PKCE verifier go to
     these addresses, so an http or malformed one stops the flow before anything is sent."""
     if value is None or value == "":
         return None
+    if templated and isinstance(value, str) and placeholders(value):
+        # An operator's row keeps the connection's placeholders: checked once filled.
+        return value
     if not isinstance(value, str) or url_problem(value) is not None:
         raise DiscoveryFailed("The provider names an endpoint elicitd does not call (https only, well-formed).")
     return value
@@ -232,17 +293,20 @@ async def resolve(row: Provider, vault: Vault, metadata: MetadataCache) -> Resol
             document = await metadata.get(row.issuer, row.discovery_url)
         except DiscoveryFailed:
             document = {}
-    authorization = _endpoint(row.authorization_endpoint or document.get("authorization_endpoint"))
-    token = _endpoint(row.token_endpoint or document.get("token_endpoint"))
+    authorization = checked_endpoint(
+        row.authorization_endpoint or document.get("authorization_endpoint"), templated=bool(row.authorization_endpoint)
+    )
+    token = checked_endpoint(row.token_endpoint or document.get("token_endpoint"), templated=bool(row.token_endpoint))
     if not authorization or not token:
         raise DiscoveryFailed("The provider has no authorization or token endpoint.")
-    account = _endpoint(row.account_endpoint or (document.get("userinfo_endpoint") if row.catalog == "oidc" else None))
-    revocation = _endpoint(row.revocation_endpoint or document.get("revocation_endpoint"))
-    secret = None
-    if row.client_secret_enc is not None and row.client_secret_key_id is not None:
-        secret = vault.decrypt_text(
-            row.client_secret_key_id, row.client_secret_enc, owner=row.name, purpose=CLIENT_SECRET
-        )
+    account = checked_endpoint(
+        row.account_endpoint or (document.get("userinfo_endpoint") if row.catalog == "oidc" else None),
+        templated=bool(row.account_endpoint),
+    )
+    revocation = checked_endpoint(
+        row.revocation_endpoint or document.get("revocation_endpoint"), templated=bool(row.revocation_endpoint)
+    )
+    secret = vault.open_stored(row.client_secret_key_id, row.client_secret_enc, owner=row.name, purpose=CLIENT_SECRET)
     return ResolvedProvider(
         name=row.name,
         display_name=row.display_name,
@@ -263,6 +327,7 @@ async def resolve(row: Provider, vault: Vault, metadata: MetadataCache) -> Resol
         scope_descriptions=dict(row.scope_descriptions or {}),
         authorize_params=dict(row.authorize_params or {}),
         iss_parameter_supported=bool(document.get("authorization_response_iss_parameter_supported")),
+        quirks=CATALOG.get(row.catalog or "") or CATALOG["oauth2"],
     )
 
 

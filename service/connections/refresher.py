@@ -31,13 +31,26 @@ from service.clock import Clock, SystemClock
 from service.connections import authorizations as authz
 from service.connections.models import Authorization
 from service.connections.providers import ResolvedProvider, UnknownProvider
-from service.connections.service import EXPIRING_SECONDS, REFRESH_CLAIM_SECONDS, ConnectionService
+from service.connections.refresh import REFRESH_CLAIM_SECONDS
+from service.connections.service import EXPIRING_SECONDS, ConnectionService
 from service.db.base import CONNECTION_ID
 from service.db.unit import unit_of_work
 from service.errors import UpstreamError
+from service.oauth_client import CALL_DEADLINE_SECONDS
 from service.settings import Settings, positive_extras
 
 logger = logging.getLogger("elicitd.connections.refresher")
+
+# How long after its claim a pass may still start a provider call: the claim must outlive the
+# call's whole deadline, or another claimant could take the row and refresh the same token meanwhile
+# (a rotating provider reads a reused refresh token as theft and ends the grant). A pass claims no
+# more than it can start in this window at its pace; what it could not start is left for the next.
+CALL_WINDOW_SECONDS = REFRESH_CLAIM_SECONDS - CALL_DEADLINE_SECONDS - 1.0
+# A pass's claims last longer than a request's: after the call, its write may wait for a pooled
+# connection on a busy replica, and a claim lapsing then would let the next pass refresh the same
+# token again (the bench's wave on a loaded machine did, a few times in 5,000). Nobody waits on a
+# pass's claim: it refreshes minutes ahead, while the token endpoint refreshes only in the last 60 s.
+PASS_CLAIM_SECONDS = REFRESH_CLAIM_SECONDS + 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +74,12 @@ class RefreshSettings:
     expiring_seconds: float = EXPIRING_SECONDS
     # ``ELICITD_REFRESH_PROACTIVE=false`` runs no passes (the token endpoint still refreshes).
     proactive: bool = True
+    # How long after its claim a pass may start a call; never more than ``CALL_WINDOW_SECONDS``.
+    call_window_seconds: float = CALL_WINDOW_SECONDS
+    # ``ELICITD_REFRESH_EVENTS=true``: every refresh (proactive or the token endpoint's) tells the
+    # connection's grantees ``connection.refreshed``, in the statement that stores it. Off by default:
+    # a fleet refreshing hourly would otherwise send every server an event per connection per hour.
+    events: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RefreshSettings:
@@ -75,7 +94,8 @@ class RefreshSettings:
         }
         raw = settings.extra.get("REFRESH_PROACTIVE")
         proactive = raw is None or raw.strip().lower() not in {"0", "false", "no", "off"}
-        return cls(**positive_extras(settings, "REFRESH_", kinds), proactive=proactive)
+        events = (settings.extra.get("REFRESH_EVENTS") or "").strip().lower() in {"1", "true", "yes", "on"}
+        return cls(**positive_extras(settings, "REFRESH_", kinds), proactive=proactive, events=events)
 
 
 @dataclass(slots=True)
@@ -96,6 +116,8 @@ class Refresher:
         self.connections = connections
         self.settings = settings
         self.clock = clock or connections.clock or SystemClock()
+        # Kept across passes: a pass that follows a full one at once continues its pace.
+        self._pace = _Pace(self.clock, settings.provider_rate)
 
     async def run_once(self) -> PassOutcome:
         outcome = PassOutcome()
@@ -107,21 +129,37 @@ class Refresher:
         outcome.ended, outcome.expiring = len(ended.authorizations), len(expiring.authorizations)
         await service.announce(sorted({*ended.told, *expiring.told}))
         claim = uuid.uuid4()
+        # Before the statement: its claims start at the database's now(), never before this.
+        claimed_at = self.clock.monotonic()
         async with unit_of_work(service.sessions) as session:
             claimed = await authz.claim_due(
                 session,
                 claim=claim,
-                hold_seconds=REFRESH_CLAIM_SECONDS,
+                hold_seconds=PASS_CLAIM_SECONDS,
                 margin_seconds=self.settings.ahead_seconds,
                 max_age_seconds=self.settings.max_age_seconds,
-                batch=batch,
+                batch=self.claim_size,
             )
         outcome.claimed = len(claimed)
         if claimed:
-            await self._refresh_all(claimed, claim, outcome)
+            await self._refresh_all(claimed, claim, outcome, claimed_at)
         return outcome
 
-    async def _refresh_all(self, claimed: list[Authorization], claim: uuid.UUID, outcome: PassOutcome) -> None:
+    @property
+    def claim_size(self) -> int:
+        """At most ``batch_size``, and no more than the pace lets the pass start in its window."""
+        rate = self.settings.provider_rate
+        if rate is None:
+            return self.settings.batch_size
+        return max(1, min(self.settings.batch_size, int(rate * self.window)))
+
+    @property
+    def window(self) -> float:
+        return min(self.settings.call_window_seconds, CALL_WINDOW_SECONDS)
+
+    async def _refresh_all(
+        self, claimed: list[Authorization], claim: uuid.UUID, outcome: PassOutcome, claimed_at: float
+    ) -> None:
         service = self.connections
         providers: dict[str, ResolvedProvider | None] = {}
         for name in sorted({auth.provider for auth in claimed}):
@@ -131,18 +169,28 @@ class Refresher:
                 providers[name] = None  # disabled or undiscoverable: nothing to call this pass
         resting: set[str] = set()
         unsettled: list[uuid.UUID] = []
+        # Claims this pass gives up without a call, released together at its end.
+        unused: list[uuid.UUID] = []
         gate = asyncio.Semaphore(self.settings.concurrency)
-        pace = _Pace(self.clock, self.settings.provider_rate)
+
+        def lapsed() -> bool:
+            return self.clock.monotonic() - claimed_at > self.window
 
         async def one(auth: Authorization) -> None:
             async with gate:
                 provider = providers.get(auth.provider)
                 if provider is None or auth.provider in resting:
-                    await service.release(auth.id, claim)
+                    unused.append(auth.id)
                     outcome.count("skipped")
                     unsettled.append(auth.id)
                     return
-                await pace.turn(auth.provider)
+                if not lapsed():
+                    await self._pace.turn(auth.provider)
+                if lapsed():
+                    # Too little of the claim is left for a whole call: the next pass takes it first.
+                    unused.append(auth.id)
+                    outcome.count("lapsed")
+                    return
                 result = await service.refresh_claimed(auth, claim, provider)
                 outcome.count(result)
                 if result == "failed":
@@ -155,8 +203,9 @@ class Refresher:
                     )
 
         await asyncio.gather(*(one(auth) for auth in claimed))
-        if unsettled:
+        if unsettled or unused:
             async with unit_of_work(service.sessions) as session:
+                await authz.release_refresh_claims(session, unused, claim)
                 await authz.note_checked(session, unsettled)
 
     async def run(self) -> None:
@@ -165,13 +214,18 @@ class Refresher:
         if not self.settings.proactive:
             return
         while True:
+            full = False
             try:
-                await self.run_once()
+                # A pass that claimed all it may claim leaves more due: the next one starts at once,
+                # so a wave drains at the provider's pace rather than one batch per pause.
+                done = await self.run_once()
+                full = done.claimed >= self.claim_size and done.outcomes.get("refreshed", 0) > 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # keep refreshing after a database hiccup
                 logger.warning("refresh pass failed", extra={"error_type": type(exc).__name__})
-            await self.clock.sleep(self.settings.pass_seconds)
+            if not full:
+                await self.clock.sleep(self.settings.pass_seconds)
 
 
 class _Pace:

@@ -11,12 +11,15 @@ state and a state from another browser all fail the same way, atomically, on any
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.connections import health
 from service.connections.models import REVOKED, Connection, OAuthState
 from service.db.base import uuid7
 
@@ -31,12 +34,12 @@ async def insert_state(session: AsyncSession, values: dict[str, Any], ttl_second
     await session.execute(
         text(
             "INSERT INTO oauth_states (id, state_hash, flow_id, browser_session_id, provider, verifier_enc, "
-            "verifier_key_id, redirect_uri, scopes, expires_at) "
+            "verifier_key_id, redirect_uri, scopes, parameters, expires_at) "
             "SELECT :id, :state_hash, f.id, :browser_session_id, :provider, :verifier_enc, :verifier_key_id, "
-            ":redirect_uri, :scopes, LEAST(now() + make_interval(secs => :ttl), f.expires_at) "
-            "FROM flows f WHERE f.id = :flow_id"
+            ":redirect_uri, :scopes, CAST(:parameters AS jsonb), LEAST(now() + make_interval(secs => :ttl), "
+            "f.expires_at) FROM flows f WHERE f.id = :flow_id"
         ),
-        {**values, "ttl": ttl_seconds},
+        {"parameters": "{}", **values, "ttl": ttl_seconds},
     )
 
 
@@ -102,9 +105,11 @@ async def claim_slot(
     account_id: str,
     account_login: str | None = None,
     connected_by: uuid.UUID | None = None,
+    parameters: Mapping[str, str] | None = None,
 ) -> uuid.UUID:
     """The id of the live connection for this account, creating an empty one if there is none
-    (recording which server client's flow connected it).
+    (recording which server client's flow connected it), with the connection parameters its
+    endpoints were filled from (the latest connect's: its authorization copies them).
 
     One statement, and it row-locks the connection: the id must be known before the tokens are
     encrypted (it is their associated data), and concurrent completions for one account converge.
@@ -112,10 +117,11 @@ async def claim_slot(
     result = await session.execute(
         text(
             "INSERT INTO connections (id, subject_iss, subject_sub, provider, account_id, account_login, status, "
-            "connected_by) VALUES (:id, :iss, :sub, :provider, :account, :login, 'active', :by) "
+            "connected_by, parameters) VALUES (:id, :iss, :sub, :provider, :account, :login, 'active', :by, "
+            "CAST(:parameters AS jsonb)) "
             "ON CONFLICT (subject_iss, subject_sub, provider, account_id) WHERE status <> 'revoked' "
             "DO UPDATE SET updated_at = now(), account_login = COALESCE(EXCLUDED.account_login, "
-            "connections.account_login) RETURNING id"
+            "connections.account_login), parameters = EXCLUDED.parameters RETURNING id"
         ),
         {
             "id": uuid7(),
@@ -125,21 +131,32 @@ async def claim_slot(
             "account": account_id,
             "login": account_login,
             "by": connected_by,
+            "parameters": json.dumps(dict(parameters or {}), sort_keys=True),
         },
     )
     return result.scalar_one()  # type: ignore[no-any-return]
 
 
 async def reclaim(
-    session: AsyncSession, connection_id: uuid.UUID, account_id: str, account_login: str | None = None
+    session: AsyncSession,
+    connection_id: uuid.UUID,
+    account_id: str,
+    account_login: str | None = None,
+    parameters: Mapping[str, str] | None = None,
 ) -> bool:
     """A flow that names a connection keeps its id only when the same provider account comes back."""
     result = await session.execute(
         text(
-            "UPDATE connections SET updated_at = now(), account_login = COALESCE(:login, account_login) "
+            "UPDATE connections SET updated_at = now(), account_login = COALESCE(:login, account_login), "
+            "parameters = CAST(:parameters AS jsonb) "
             "WHERE id = :id AND status <> 'revoked' AND account_id = :account RETURNING id"
         ),
-        {"id": connection_id, "account": account_id, "login": account_login},
+        {
+            "id": connection_id,
+            "account": account_id,
+            "login": account_login,
+            "parameters": json.dumps(dict(parameters or {}), sort_keys=True),
+        },
     )
     return result.scalar_one_or_none() is not None
 
@@ -159,3 +176,27 @@ async def mark_revoked(session: AsyncSession, ids: list[uuid.UUID], reason: str)
         {"ids": ids, "reason": reason},
     )
     return [r[0] for r in result]
+
+
+async def store_api_key(
+    session: AsyncSession, connection_id: uuid.UUID, *, key_id: str, sealed: bytes, fields: Mapping[str, str]
+) -> health.Moved:
+    """An entered API key as the connection's own token (``sealing.TokenSeal.seal_api_key``), with
+    its non-secret fields; whatever the connection held before (a key, OAuth tokens on the row) is
+    replaced, and a revoked row is live again. The caller holds the row (``claim_slot``).
+
+    The live check just accepted the key, so it is checked now and ``healthy``: a key that a probe
+    found refused (``needs_reauthorization``) recovers, with ``connection.recovered`` to the
+    connection's grantees in the same statement; a probe of the old key still in flight loses its
+    claim, so its late verdict cannot land on the new key (``service.connections.key_probes``)."""
+    update = (
+        "UPDATE connections a SET access_token_enc = :blob, access_token_key_id = :kid, "
+        "refresh_token_enc = NULL, refresh_token_key_id = NULL, token_type = 'api_key', "
+        "scopes = '{}', expires_at = NULL, account_login = NULL, fields = CAST(:fields AS jsonb), "
+        "status = 'active', health = 'healthy', health_reason = NULL, health_http_status = NULL, "
+        "checked_at = now(), refresh_claim = NULL, refresh_claimed_until = NULL, updated_at = now(), "
+        "revoked_at = NULL FROM (SELECT id, health AS before FROM connections WHERE id = :id FOR UPDATE) b "
+        f"WHERE a.id = b.id RETURNING {health.MOVED_KEY}"
+    )
+    params = {"blob": sealed, "kid": key_id, "fields": json.dumps(dict(fields)), "id": connection_id}
+    return await health.transition(session, update, params, key=True)

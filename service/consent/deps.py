@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 class ConsentServices(Protocol):
-    """The parts of the container consent's page, decision and key set read."""
+    """The parts of the kind's services consent's page, decision and key set read."""
 
     @property
     def consent(self) -> ConsentService: ...
@@ -21,5 +21,6 @@ class ConsentServices(Protocol):
     def gate(self) -> BrowserGate: ...
 
 
-# The ``services`` dependency as ConsentServices: the container, read through what this domain uses.
+# The ``services`` dependency as ConsentServices: what the kind's plugin built,
+# read through what its handlers use.
 ConsentDeps = Annotated[ConsentServices, Dependency(skip_validation=True)]

@@ -53,12 +53,22 @@ def _column(
     )
 
 
-# Whose a connection's secret is (``service.connections.service.token_binding``), in its order.
+# Whose a connection's secret is (``service.connections.sealing.token_binding``), in its order.
 CONNECTION_BINDING = ("subject_iss", "subject_sub", "provider", "account_id")
 
 
 ENCRYPTED_COLUMNS: tuple[EncryptedColumn, ...] = (
     # identity
+    # An endpoint's secrets are the server client's (0018 moved the single webhook's sealed value
+    # as it was into the client's first endpoint). Before ``server_clients``: re-keying that column
+    # rewrites the legacy endpoint's copy (the 0018 trigger), which must then not be counted twice.
+    _column("webhook_endpoints", "secret", owner_sql=CLIENT_ID.sql("server_client_id"), purpose="webhook_secret"),
+    _column(
+        "webhook_endpoints",
+        "previous_secret",
+        owner_sql=CLIENT_ID.sql("server_client_id"),
+        purpose="webhook_secret",
+    ),
     _column("server_clients", "webhook_secret", owner_sql=CLIENT_ID.sql("id"), purpose="webhook_secret"),
     _column("issuers", "client_secret", owner_sql="id::text", purpose="issuer_client_secret"),
     _column("issuers", "introspection_secret", owner_sql="id::text", purpose="issuer_introspection_secret"),

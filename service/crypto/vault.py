@@ -116,3 +116,21 @@ class Vault:
         self, key_id: str, blob: bytes, *, owner: str, purpose: str, bound: Sequence[str] = (), unbound_ok: bool = False
     ) -> str:
         return self.decrypt(key_id, blob, owner=owner, purpose=purpose, bound=bound, unbound_ok=unbound_ok).decode()
+
+    def open_stored(
+        self,
+        key_id: str | None,
+        blob: bytes | None,
+        *,
+        owner: str,
+        purpose: str,
+        bound: Sequence[str] = (),
+        unbound_ok: bool = False,
+    ) -> str | None:
+        """A secret kept in a nullable pair of columns (key id, sealed value): None when nothing is
+        stored, which takes both; otherwise ``decrypt_text``, so a value that does not open still
+        raises ``SealError``. Every optional secret column is read through here, so "is one set"
+        means the same everywhere."""
+        if blob is None or not key_id:
+            return None
+        return self.decrypt_text(key_id, blob, owner=owner, purpose=purpose, bound=bound, unbound_ok=unbound_ok)

@@ -85,3 +85,4 @@ class PrefixedId:
 FLOW_ID = PrefixedId("fl")
 CLIENT_ID = PrefixedId("sc")
 CONNECTION_ID = PrefixedId("cn")
+GRANT_ID = PrefixedId("gr")

@@ -8,7 +8,7 @@ Every wait in elicitd has a bound, and the bounds are chosen against each other;
 1. **No pooled connection is held across an outbound call, and no row lock either.** Work with a
    provider is claimed by one short conditional statement, the call is made with no connection
    checked out and no transaction open, and its result is written by another short conditional
-   statement (see ``service/connections/service.py``). So a connection is busy only while
+   statement (see ``service/connections/refresh.py``). So a connection is busy only while
    PostgreSQL works, and a slow provider can never empty the pool.
 2. **A lock wait ends before the statement does**: ``lock_timeout`` (5 s) < ``statement_timeout``
    (15 s), set for every session here. A statement blocked on a lock fails as SQLSTATE 55P03

@@ -47,7 +47,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import Script, ScriptDirectory
-from sqlalchemy import MetaData, pool, text
+from sqlalchemy import MetaData, TextClause, pool, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
@@ -93,6 +93,8 @@ MODEL_MODULES = (
     "service.admin.models",
     "service.events.models",
     "service.grants.models",
+    "service.branding.models",
+    "service.operators.models",
 )
 
 # How autogenerate compares the models with the database, for the drift test and for writing new
@@ -286,8 +288,9 @@ def offline_epilogue() -> list[str]:
 # ---- helpers for migration scripts -----------------------------------------------------------------
 
 
-def create_index_concurrently(name: str, table: str, columns: Sequence[str], **kwargs: Any) -> None:
+def create_index_concurrently(name: str, table: str, columns: Sequence[str | TextClause], **kwargs: Any) -> None:
     """``CREATE INDEX CONCURRENTLY``: the rule for every new index on a table that grows with traffic.
+    ``columns`` are names or expressions (``sa.text("COALESCE(checked_at, …)")``).
 
     A plain ``CREATE INDEX`` blocks every write to the table until the build ends. A concurrent build
     cannot run in a transaction: this commits the migration's work so far and builds in autocommit,

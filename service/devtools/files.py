@@ -14,29 +14,16 @@ import secrets
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from joserfc import jwt
 from joserfc.errors import JoseError
 from litestar import Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 
+from service.devtools import oauth
 from service.devtools.issuer import USER_COOKIE
 from service.devtools.keys import DevSecrets
-from service.devtools.oauth import (
-    NO_STORE,
-    AuthorizationRequest,
-    AuthorizationServer,
-    PageError,
-    RedirectError,
-    RegisteredClient,
-    bearer_error,
-    bearer_token,
-    invalid_client,
-    normalize_user,
-    token_error,
-)
-from service.devtools.pages import DEMO_FILES_LOOK, problem_page, render
+from service.devtools.pages import DEMO_FILES_LOOK
 
 FILES_PATH = "/dev/files"
 SCOPE_WORDS = {"files:read": "See the names and sizes of your files"}
@@ -55,11 +42,13 @@ def files_of(account: str) -> list[dict[str, Any]]:
     ]
 
 
-class DemoFiles(AuthorizationServer):
+class DemoFiles(oauth.AuthorizationServer):
     """Demo Files: an authorization server that also remembers which refresh tokens were used
     (rotation) and whose grants were revoked."""
 
-    def __init__(self, issuer: str, keys: DevSecrets, clients: Mapping[str, RegisteredClient]) -> None:
+    look = DEMO_FILES_LOOK
+
+    def __init__(self, issuer: str, keys: DevSecrets, clients: Mapping[str, oauth.RegisteredClient]) -> None:
         super().__init__(issuer, keys, clients)
         self.token_key = keys.token_key  # parsed once, not on every token made or read
         self.used_refresh_tokens: set[str] = set()
@@ -114,45 +103,47 @@ class DemoFiles(AuthorizationServer):
                 "refresh_token": self._token("refresh", account, scope, client_id, grant_id, REFRESH_TOKEN_TTL_SECONDS),
                 "scope": scope,
             },
-            headers=NO_STORE,
+            headers=oauth.NO_STORE,
         )
 
-    def exchange_code(self, client: RegisteredClient, form: Mapping[str, str]) -> Response[Any]:
+    def exchange_code(self, client: oauth.RegisteredClient, form: Mapping[str, str]) -> Response[Any]:
         grant = self.redeem_code(client, form)
         if grant is None:
-            return token_error("invalid_grant", "The code is unknown, used, expired or not yours.")
+            return oauth.token_error("invalid_grant", "The code is unknown, used, expired or not yours.")
         return self.token_response(grant.user, " ".join(grant.scopes), client.client_id, secrets.token_urlsafe(12))
 
-    def refresh(self, client: RegisteredClient, form: Mapping[str, str]) -> Response[Any]:
+    def refresh(self, client: oauth.RegisteredClient, form: Mapping[str, str]) -> Response[Any]:
         claims = self.read_token(form.get("refresh_token", ""), "refresh")
         if claims is None or claims.get("client_id") != client.client_id:
-            return token_error("invalid_grant", "The refresh token is unknown, expired or revoked.")
+            return oauth.token_error("invalid_grant", "The refresh token is unknown, expired or revoked.")
         if claims["jti"] in self.used_refresh_tokens:
             # A rotated refresh token came back: someone kept a copy. End the whole grant (RFC 9700).
             self.revoked_grants.add(str(claims["grant"]))
-            return token_error("invalid_grant", "The refresh token was already used.")
+            return oauth.token_error("invalid_grant", "The refresh token was already used.")
         self.used_refresh_tokens.add(str(claims["jti"]))
         return self.token_response(str(claims["sub"]), str(claims["scope"]), client.client_id, str(claims["grant"]))
 
 
 def files_routes(files: DemoFiles) -> list[HTTPRouteHandler]:
     def consent_page(
-        request_id: str, request: AuthorizationRequest, account: str, *, signed_in: bool, problem: str | None = None
+        request_id: str,
+        request: oauth.AuthorizationRequest,
+        account: str,
+        *,
+        signed_in: bool,
+        problem: str | None = None,
     ) -> Response[str]:
-        return render(
+        return files.page(
             "consent.html",
-            DEMO_FILES_LOOK,
-            status=200 if problem is None else 400,
+            request_id,
+            request,
+            problem=problem,
             note="its files are made up",
             title="Allow access",
             action=f"{FILES_PATH}/authorize",
-            request_id=request_id,
-            client_name=request.client.name,
             account=account,
             signed_in=signed_in,
-            problem=problem,
             scopes=[{"name": s, "words": SCOPE_WORDS[s]} for s in request.scopes],
-            return_host=urlsplit(request.redirect_uri).netloc,
         )
 
     # RFC 8414 §3: the metadata of an issuer with a path lives at the path-inserted well-known URL.
@@ -162,29 +153,24 @@ def files_routes(files: DemoFiles) -> list[HTTPRouteHandler]:
 
     @get(f"{FILES_PATH}/authorize", include_in_schema=False)
     async def authorize(request: Request[Any, Any, Any]) -> Response[Any]:
-        try:
-            checked = files.check_authorization(
-                request, allowed_scopes=tuple(SCOPE_WORDS), default_scopes=DEFAULT_SCOPES
-            )
-        except PageError as exc:
-            return problem_page(DEMO_FILES_LOOK, exc.message)
-        except RedirectError as exc:
-            return files.refuse(exc)
-        signed_in = normalize_user(request.cookies.get(USER_COOKIE))
+        checked = files.start(request, allowed_scopes=tuple(SCOPE_WORDS), default_scopes=DEFAULT_SCOPES)
+        if isinstance(checked, Response):
+            return checked
+        signed_in = oauth.normalize_user(request.cookies.get(USER_COOKIE))
         account = signed_in or checked.login_hint or ""
         return consent_page(files.pending.put(checked), checked, account, signed_in=signed_in is not None)
 
     @post(f"{FILES_PATH}/authorize", include_in_schema=False, status_code=303)
     async def decide(request: Request[Any, Any, Any]) -> Response[Any]:
-        form = await request.form()
-        request_id = str(form.get("request", ""))
-        waiting = files.pending.get(request_id)
-        if waiting is None:
-            return problem_page(DEMO_FILES_LOOK, "This page has expired. Go back to the application and start again.")
+        answered = await files.answer(
+            request, expired="This page has expired. Go back to the application and start again."
+        )
+        if isinstance(answered, Response):
+            return answered
+        form, request_id, waiting = answered
         if form.get("decision") != "allow":
-            files.pending.pop(request_id)
-            return files.send_back(waiting, error="access_denied", error_description="Access denied.")
-        account = normalize_user(str(form.get("account", "")))
+            return files.decline(request_id, waiting, "Access denied.")
+        account = oauth.normalize_user(str(form.get("account", "")))
         if account is None:
             problem = "An account name is 1-64 letters, digits, '.', '_' or '-'."
             return consent_page(request_id, waiting, str(form.get("account", "")), signed_in=False, problem=problem)
@@ -195,48 +181,48 @@ def files_routes(files: DemoFiles) -> list[HTTPRouteHandler]:
     async def token(request: Request[Any, Any, Any]) -> Response[Any]:
         form, client = await files.client_request(request)
         if client is None:
-            return invalid_client()
+            return oauth.invalid_client()
         if form.get("grant_type") == "authorization_code":
             return files.exchange_code(client, form)
         if form.get("grant_type") == "refresh_token":
             return files.refresh(client, form)
-        return token_error("unsupported_grant_type", "Use authorization_code or refresh_token.")
+        return oauth.token_error("unsupported_grant_type", "Use authorization_code or refresh_token.")
 
     @post(f"{FILES_PATH}/revoke", include_in_schema=False, status_code=200)
     async def revoke(request: Request[Any, Any, Any]) -> Response[Any]:
         """RFC 7009: revoking either token ends its grant; an unknown token is not an error."""
         form, client = await files.client_request(request)
         if client is None:
-            return invalid_client()
+            return oauth.invalid_client()
         value = form.get("token", "")
         claims = files.read_token(value, "refresh") or files.read_token(value, "access")
         if claims is not None and claims.get("client_id") == client.client_id:
             files.revoked_grants.add(str(claims["grant"]))
-        return Response({}, headers=NO_STORE)
+        return Response({}, headers=oauth.NO_STORE)
 
     def account_of(request: Request[Any, Any, Any]) -> dict[str, Any] | None:
-        value = bearer_token(request)
+        value = oauth.bearer_token(request)
         return None if value is None else files.read_token(value, "access")
 
     @get(f"{FILES_PATH}/api/me", include_in_schema=False)
     async def me(request: Request[Any, Any, Any]) -> Response[Any]:
         claims = account_of(request)
         if claims is None:
-            return bearer_error("The access token is not valid here.")
+            return oauth.bearer_error("The access token is not valid here.")
         account = str(claims["sub"])
-        return Response({"id": f"df-{account}", "login": account, "name": account.capitalize()}, headers=NO_STORE)
+        return Response({"id": f"df-{account}", "login": account, "name": account.capitalize()}, headers=oauth.NO_STORE)
 
     @get(f"{FILES_PATH}/api/files", include_in_schema=False)
     async def list_files(request: Request[Any, Any, Any]) -> Response[Any]:
         claims = account_of(request)
         if claims is None:
-            return bearer_error("The access token is not valid here.")
+            return oauth.bearer_error("The access token is not valid here.")
         if "files:read" not in str(claims.get("scope", "")).split():
             return Response(
                 {"error": "insufficient_scope"},
                 status_code=403,
-                headers={"WWW-Authenticate": 'Bearer error="insufficient_scope", scope="files:read"', **NO_STORE},
+                headers={"WWW-Authenticate": 'Bearer error="insufficient_scope", scope="files:read"', **oauth.NO_STORE},
             )
-        return Response({"files": files_of(str(claims["sub"]))}, headers=NO_STORE)
+        return Response({"files": files_of(str(claims["sub"]))}, headers=oauth.NO_STORE)
 
     return [discovery, authorize, decide, token, revoke, me, list_files]

@@ -13,7 +13,6 @@ import secrets
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from joserfc import jwt
 from joserfc.errors import JoseError
@@ -26,8 +25,6 @@ from service.devtools.oauth import (
     AuthorizationRequest,
     AuthorizationServer,
     Grant,
-    PageError,
-    RedirectError,
     RegisteredClient,
     bearer_error,
     bearer_token,
@@ -35,7 +32,7 @@ from service.devtools.oauth import (
     normalize_user,
     token_error,
 )
-from service.devtools.pages import DEV_ID_LOOK, problem_page, render
+from service.devtools.pages import DEV_ID_LOOK
 
 ID_PATH = "/dev/id"
 USER_COOKIE = "elicitd_dev_user"  # read by Demo Files; Path=/dev, so elicitd's own pages never see it
@@ -48,6 +45,8 @@ MAX_MINTED_TTL_SECONDS = 86400
 
 class DevIssuer(AuthorizationServer):
     """Dev ID: an authorization server that signs ES256 ID and access tokens."""
+
+    look = DEV_ID_LOOK
 
     def __init__(self, issuer: str, keys: DevSecrets, clients: Mapping[str, RegisteredClient]) -> None:
         super().__init__(issuer, keys, clients)
@@ -94,12 +93,15 @@ class DevIssuer(AuthorizationServer):
 
     def access_token(self, sub: str, *, audience: str, client_id: str, scope: str, ttl: int) -> str:
         """An RFC 9068 access token: ``typ: at+jwt``, which elicitd requires of a subject token (an
-        ID token, ``typ: JWT``, is not one)."""
+        ID token, ``typ: JWT``, is not one). It names the user as the ID token does
+        (``preferred_username``), the claim ``make run`` maps to an operator's role, so a token
+        minted for ``operator`` calls the admin MCP server as an operator."""
         now = int(time.time())
         return self.sign(
             {
                 "iss": self.issuer,
                 "sub": sub,
+                "preferred_username": sub,
                 "aud": audience,
                 "client_id": client_id,
                 "scope": scope,
@@ -127,20 +129,17 @@ class DevIssuer(AuthorizationServer):
 
 def issuer_routes(dev: DevIssuer) -> list[HTTPRouteHandler]:
     def sign_in_page(request_id: str, request: AuthorizationRequest, problem: str | None = None) -> Response[str]:
-        return render(
+        return dev.page(
             "sign_in.html",
-            DEV_ID_LOOK,
-            status=200 if problem is None else 400,
+            request_id,
+            request,
+            problem=problem,
             note="there are no passwords, and whoever you pick is who you are on this machine",
             title="Sign in",
             action=f"{ID_PATH}/authorize",
-            request_id=request_id,
-            client_name=request.client.name,
             users=SUGGESTED_USERS,
             hint=request.login_hint or "",
-            problem=problem,
             issuer=dev.issuer,
-            return_host=urlsplit(request.redirect_uri).netloc,
         )
 
     @get(f"{ID_PATH}/.well-known/openid-configuration", include_in_schema=False, sync_to_thread=False)
@@ -153,28 +152,23 @@ def issuer_routes(dev: DevIssuer) -> list[HTTPRouteHandler]:
 
     @get(f"{ID_PATH}/authorize", include_in_schema=False)
     async def authorize(request: Request[Any, Any, Any]) -> Response[Any]:
-        try:
-            checked = dev.check_authorization(request, allowed_scopes=SCOPES, default_scopes=("openid",))
-        except PageError as exc:
-            return problem_page(DEV_ID_LOOK, exc.message)
-        except RedirectError as exc:
-            return dev.refuse(exc)
+        checked = dev.start(request, allowed_scopes=SCOPES, default_scopes=("openid",))
+        if isinstance(checked, Response):
+            return checked
         if "openid" not in checked.scopes:
             return dev.send_back(checked, error="invalid_scope", error_description="openid is required.")
         return sign_in_page(dev.pending.put(checked), checked)
 
     @post(f"{ID_PATH}/authorize", include_in_schema=False, status_code=303)
     async def sign_in(request: Request[Any, Any, Any]) -> Response[Any]:
-        form = await request.form()
-        request_id = str(form.get("request", ""))
-        waiting = dev.pending.get(request_id)
-        if waiting is None:
-            return problem_page(
-                DEV_ID_LOOK, "This sign-in page has expired. Go back to the application and start again."
-            )
+        answered = await dev.answer(
+            request, expired="This sign-in page has expired. Go back to the application and start again."
+        )
+        if isinstance(answered, Response):
+            return answered
+        form, request_id, waiting = answered
         if form.get("cancel"):
-            dev.pending.pop(request_id)
-            return dev.send_back(waiting, error="access_denied", error_description="Sign-in cancelled.")
+            return dev.decline(request_id, waiting, "Sign-in cancelled.")
         user = normalize_user(str(form.get("username", "")))
         if user is None:
             return sign_in_page(request_id, waiting, "A user name is 1-64 letters, digits, '.', '_' or '-'.")

@@ -19,6 +19,7 @@ from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Receive, Scope, Send
 from sqlalchemy import text
 
+from service.admin.tokens import Role
 from service.connections.providers import ProviderSpec, upsert_provider
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
@@ -31,10 +32,17 @@ from service.devtools.oauth import RegisteredClient
 from service.hosts import HostCheck, allowed_names
 from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.loopback import is_loopback_host
+from service.operators.store import mark_issuer
 from service.settings import Settings
 
 PROVIDER_NAME = "demo-files"
 CLIENT_ID = "elicitd"
+# Under ``make run`` the Dev ID user name is the console role: sign in as "admin" to administer.
+DEV_OPERATOR_ROLES = {
+    Role.VIEWER: frozenset({"viewer"}),
+    Role.OPERATOR: frozenset({"operator"}),
+    Role.ADMIN: frozenset({"admin"}),
+}
 DEV_SERVER_CLIENT = "dev"
 # Requests for these paths go to the dev tools; everything else (and the lifespan) to elicitd.
 _PREFIXES = (f"{ID_PATH}/", f"{FILES_PATH}/", f"/.well-known/oauth-authorization-server{FILES_PATH}")
@@ -74,7 +82,8 @@ class DevTools:
             client_id=CLIENT_ID,
             name="elicitd (this development instance)",
             secret=keys.id_client_secret,
-            redirect_uris=(f"{base}/auth/callback",),
+            # The console signs operators in at Dev ID too (its own callback).
+            redirect_uris=(f"{base}/auth/callback", f"{base}/console/auth/callback"),
         )
         files_client = RegisteredClient(
             client_id=CLIENT_ID,
@@ -124,6 +133,10 @@ class DevTools:
                         display_name="Dev ID",
                     ),
                 )
+                # The console's operators sign in at Dev ID too: the user name is the role.
+                await mark_issuer(
+                    session, self.issuer.issuer, role_claim="preferred_username", roles=DEV_OPERATOR_ROLES
+                )
                 await upsert_provider(
                     session,
                     ProviderSpec(
@@ -157,6 +170,7 @@ class DevTools:
         return f"""Try connecting an account: Dev ID (sign-in) and Demo Files (a provider), served by this instance
   make demo             in a second terminal: an MCP host calls a tool that needs Demo Files
   Dev ID:               {iss}  (pick or type any user name; no passwords)
+  Console:              {base}/console/  (sign in at Dev ID as admin, operator or viewer)
   Demo Files:           {self.files.issuer}  (provider "{PROVIDER_NAME}", scope files:read)
   Or by hand: create a connect flow for alice, open its "url", sign in as alice, Continue, Allow:
     curl -s -X POST {base}/v1/flows \\

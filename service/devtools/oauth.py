@@ -24,17 +24,12 @@ from litestar import Request, Response
 from litestar.response import Redirect
 
 from service.devtools.keys import DevSecrets
+from service.devtools.pages import problem_page, render
 
 CODE_TTL_SECONDS = 60.0
 # A person picks a name and clicks; ten minutes is plenty, and stale requests are dropped.
 PENDING_TTL_SECONDS = 600.0
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
-PAGE_HEADERS = {
-    "Cache-Control": "no-store",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'",
-}
 _USER_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _PKCE_VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
 V = TypeVar("V")
@@ -228,6 +223,8 @@ class AuthorizationServer:
     """What Dev ID and Demo Files both keep and do: their issuer URL, keys and registered clients,
     the requests waiting for the person on a page, and the codes not yet traded for tokens."""
 
+    look: dict[str, str]  # the pages' colours and names (``service.devtools.pages``)
+
     def __init__(self, issuer: str, keys: DevSecrets, clients: Mapping[str, RegisteredClient]) -> None:
         self.issuer = issuer
         self.keys = keys
@@ -242,6 +239,56 @@ class AuthorizationServer:
         params = {key: str(value) for key, value in request.query_params.items()}
         return parse_authorization_request(
             params, self.clients, allowed_scopes=allowed_scopes, default_scopes=default_scopes
+        )
+
+    def start(
+        self, request: Request[Any, Any, Any], *, allowed_scopes: tuple[str, ...], default_scopes: tuple[str, ...]
+    ) -> AuthorizationRequest | Response[Any]:
+        """A GET to ``/authorize``: its checked request, or the answer to one that fails a check
+        (an error page when it cannot be sent back, the error sent back when it can)."""
+        try:
+            return self.check_authorization(request, allowed_scopes=allowed_scopes, default_scopes=default_scopes)
+        except PageError as exc:
+            return problem_page(self.look, exc.message)
+        except RedirectError as exc:
+            return self.refuse(exc)
+
+    async def answer(
+        self, request: Request[Any, Any, Any], *, expired: str
+    ) -> tuple[Mapping[str, Any], str, AuthorizationRequest] | Response[Any]:
+        """The person's POST from the page: its form, the id of the request waiting and that
+        request; or the page saying ``expired`` when nothing waits under that id any more."""
+        form = await request.form()
+        request_id = str(form.get("request", ""))
+        waiting = self.pending.get(request_id)
+        if waiting is None:
+            return problem_page(self.look, expired)
+        return form, request_id, waiting
+
+    def decline(self, request_id: str, request: AuthorizationRequest, description: str) -> Response[Any]:
+        """The person said no (or cancelled): the request is dropped and ``access_denied`` sent back."""
+        self.pending.pop(request_id)
+        return self.send_back(request, error="access_denied", error_description=description)
+
+    def page(
+        self,
+        template: str,
+        request_id: str,
+        request: AuthorizationRequest,
+        *,
+        problem: str | None = None,
+        **context: Any,
+    ) -> Response[str]:
+        """The page a waiting request shows the person (sign-in, consent); 400 with its problem."""
+        return render(
+            template,
+            self.look,
+            status=200 if problem is None else 400,
+            request_id=request_id,
+            client_name=request.client.name,
+            problem=problem,
+            return_host=urlsplit(request.redirect_uri).netloc,
+            **context,
         )
 
     def send_back(self, request: AuthorizationRequest, **values: str) -> Response[Any]:

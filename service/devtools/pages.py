@@ -13,8 +13,6 @@ from typing import Any
 from jinja2 import DictLoader, Environment, select_autoescape
 from litestar import Response
 
-from service.devtools.oauth import PAGE_HEADERS
-
 _BASE = """<!doctype html>
 <html lang="en">
 <head>
@@ -172,6 +170,14 @@ DEV_INSTANCE_LOOK = {
     "background": "#eceff1",
     "kind": "",
     "tag": "development instance",
+}
+
+# The dev pages' own headers: never cached or framed, no referrer, only their inline styles.
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'",
 }
 
 

@@ -19,8 +19,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.base import CONNECTION_ID
-from service.grants.models import GRANT_ID
+from service.db.base import CONNECTION_ID, GRANT_ID
 
 
 def stream_tail(source: str) -> str:

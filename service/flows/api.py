@@ -11,7 +11,9 @@ from litestar.openapi.spec import Example
 from litestar.params import Body, Parameter
 from litestar.response.base import ASGIResponse
 
+from service.admission import parked
 from service.flows.deps import FlowApiDeps
+from service.flows.longpoll import Answer, Parked
 from service.flows.repository import FlowFields, Transition
 from service.flows.schemas import (
     CompleteRequest,
@@ -22,7 +24,6 @@ from service.flows.schemas import (
     ResolveResponse,
     StatusResponse,
 )
-from service.flows.service import Answer, Parked
 from service.flows.states import Actor, FlowStatus
 from service.identity.deps import provide_server_client
 from service.identity.keys import AuthenticatedClient
@@ -86,6 +87,7 @@ class LongPollAnswer(ASGIResponse):
         defer(scope, self)
 
     def wait(self) -> Coroutine[Any, Any, FlowFields | None]:
+        parked(self._request.scope)  # waiting is not work: the bound on requests in progress frees its slot
         return self._parked.wait()
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from litestar.params import Dependency
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from service.flows.plugins import KindPlugin
+    from service.flows.plugins import MountedKind
     from service.flows.service import FlowService
     from service.identity.keys import ApiKeyAuthenticator
     from service.identity.subject_proof import SubjectProver
@@ -37,7 +37,7 @@ class FlowPageServices(Protocol):
     def flows(self) -> FlowService: ...
 
     @property
-    def kinds(self) -> Mapping[str, KindPlugin]: ...
+    def kinds(self) -> Mapping[str, MountedKind]: ...
 
 
 # The ``services`` dependency as FlowPageServices: the container, read through what this domain uses.

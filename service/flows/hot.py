@@ -46,12 +46,12 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.utils.scope.state import ScopeState
 
 from service.flows.api import FlowController, LongPollAnswer
+from service.flows.longpoll import Parked
 from service.flows.schemas import ResolveRequest
-from service.flows.service import Parked
 from service.identity.subject_proof import SUBJECT_TOKEN_HEADER
 from service.limits import LimitedRequest, header_value, json_body_refusal
 from service.observability.requests import defer
-from service.openapi import AllowHeaderMiddleware
+from service.responses import AllowHeaderMiddleware
 
 if TYPE_CHECKING:
     from litestar import Litestar

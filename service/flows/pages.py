@@ -96,8 +96,8 @@ async def open_flow(request: Request[Any, Any, Any], flow_ref: str, services: Fl
             link_host=display_url_host(flow.external_url),
             flow_id=FLOW_ID.format(flow.id),
         )
-    plugin = services.kinds.get(flow.kind)
-    if plugin is None or plugin.page is None:
+    kind = services.kinds.get(flow.kind)
+    if kind is None or kind.plugin.page is None:
         return page(
             "flow_status.html",
             501,
@@ -105,4 +105,4 @@ async def open_flow(request: Request[Any, Any, Any], flow_ref: str, services: Fl
             text=_("This kind of request (%(kind)s) cannot be completed on this elicitd yet.", kind=flow.kind),
             flow_id=FLOW_ID.format(flow.id),
         )
-    return await plugin.page(request, flow, services)
+    return await kind.plugin.page(request, flow, kind.services)

@@ -68,11 +68,28 @@ _DELETE_DELIVERED = text(
     " ORDER BY delivered_at LIMIT :batch FOR UPDATE SKIP LOCKED) old "
     "WHERE w.id = old.id"
 )
-_DELETE_AUDIT = text(
-    "DELETE FROM admin_audit_log a USING ("
-    " SELECT id FROM admin_audit_log WHERE at < now() - make_interval(secs => :keep)"
-    " ORDER BY at LIMIT :batch FOR UPDATE SKIP LOCKED) old "
+# Webhook attempts (migration 0018) are kept as long as delivered events: oldest ids first, which
+# the primary key serves (ids grow with time).
+_DELETE_ATTEMPTS = text(
+    "DELETE FROM webhook_attempts a USING ("
+    " SELECT id FROM webhook_attempts WHERE at < now() - make_interval(secs => :keep)"
+    " ORDER BY id LIMIT :batch FOR UPDATE SKIP LOCKED) old "
     "WHERE a.id = old.id"
+)
+# Audit rows are links of one hash chain (migration 0020): only its oldest end may go, or the chain
+# would have a hole no check could tell from a deletion. A batch takes the first rows in chain order
+# and deletes the leading run of them that is old enough (a row is never deleted before an older
+# link, even one written a moment later by a transaction that began earlier), and in the same
+# statement moves the chain's tail anchor to the last row deleted, so the remaining chain still
+# starts where ``elicitd admin audit verify`` expects it.
+_DELETE_AUDIT = text(
+    "WITH oldest AS (SELECT id, seq, row_hash, at FROM admin_audit_log ORDER BY seq LIMIT :batch FOR UPDATE),"
+    " old AS (SELECT id, seq, row_hash FROM oldest WHERE seq < coalesce((SELECT min(seq) FROM oldest"
+    " WHERE at >= now() - make_interval(secs => :keep)), 9223372036854775807)),"
+    " last AS (SELECT seq, row_hash FROM old ORDER BY seq DESC LIMIT 1),"
+    " anchored AS (UPDATE admin_audit_chain c SET tail_seq = last.seq, tail_hash = last.row_hash"
+    " FROM last WHERE c.tail_seq < last.seq) "
+    "DELETE FROM admin_audit_log a USING old WHERE a.id = old.id"
 )
 
 
@@ -89,6 +106,7 @@ def steps(settings: Settings) -> list[RetentionStep]:
         ("flow_results", _CLEAR_RESULTS, settings.result_retention_seconds),
         ("flows", _DELETE_FLOWS, settings.flow_retention_seconds),
         ("webhook_outbox", _DELETE_DELIVERED, settings.outbox_retention_seconds),
+        ("webhook_attempts", _DELETE_ATTEMPTS, settings.outbox_retention_seconds),
         ("admin_audit_log", _DELETE_AUDIT, settings.audit_retention_seconds),
     )
     return [RetentionStep(name, statement, keep) for name, statement, keep in wanted if keep is not None]

@@ -1,8 +1,9 @@
 """``elicitd groups …`` and ``elicitd grants …``: trust groups and grants from a shell.
 
 The commands talk to PostgreSQL directly (``ELICITD_DATABASE_URL`` and ``ELICITD_KEYS`` as for
-``serve``) through the functions behind the admin API, and each writes an audit row with actor
-``cli`` in the same transaction as its change. ``--json`` prints one JSON document. A refusal is
+``serve``) through the functions behind the admin API, and each writes its audit row as every
+command does (``service.db.audit``: actor ``cli``, the status the admin API would have answered,
+refusals included). ``--json`` prints one JSON document. A refusal is
 one line on stderr ending in its stable code in parentheses, the admin API's ``code``
 (``… (unproven_member)``), and exit code 1.
 """
@@ -28,16 +29,20 @@ _GRANT_COLUMNS = ["id", "connection_id", "grantee", "scopes", "origin", "last_us
 
 
 async def _audited(work: Work, args: argparse.Namespace) -> Any:
-    from service.admin.guards import write_audit
+    from service.db import audit
     from service.db.engine import make_engine, make_sessionmaker
     from service.db.unit import unit_of_work
     from service.settings import Settings
 
     engine = make_engine(Settings.from_env())
+    sessions = make_sessionmaker(engine)
+
+    async def run() -> Any:
+        async with unit_of_work(sessions) as session:
+            return await work(session, args)
+
     try:
-        async with unit_of_work(make_sessionmaker(engine)) as session:
-            result = await work(session, args)
-            await write_audit(session, actor="cli", operation=args.operation, target=_target(args), detail={})
+        result = await audit.audited(sessions, args.operation, run, target=lambda: _target(args))
         return msgspec.to_builtins(result)
     finally:
         await engine.dispose()

@@ -6,10 +6,12 @@ from typing import TYPE_CHECKING, Annotated, Protocol
 
 from litestar.params import Dependency
 
+from service.branding.deps import BrandServices
+
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-    from service.connections.authorize import ConnectService
+    from service.connections.service import ConnectionService
     from service.flows.service import FlowService
     from service.grants.service import GrantService
     from service.identity.issuers import IssuerDirectory
@@ -17,11 +19,11 @@ if TYPE_CHECKING:
     from service.signin.gate import BrowserGate
 
 
-class GrantPageServices(Protocol):
-    """The parts of the container the grant page and ``/me`` read."""
+class GrantPageServices(BrandServices, Protocol):
+    """The parts of the container the grant page and ``/me`` read (the asking client's brand too)."""
 
     @property
-    def connect(self) -> ConnectService: ...
+    def connections(self) -> ConnectionService: ...
 
     @property
     def flows(self) -> FlowService: ...

@@ -19,9 +19,10 @@ from datetime import datetime
 from sqlalchemy import ARRAY, Boolean, CheckConstraint, DateTime, ForeignKey, Index, LargeBinary, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
+# The event stream names grants too, below this package: the prefix lives with the other ids.
+from service.db.base import GRANT_ID as GRANT_ID  # noqa: PLC0414 - named here too, for its importers
 from service.db.base import Base, PrefixedId, Timestamps, uuid7
 
-GRANT_ID = PrefixedId("gr")
 GROUP_ID = PrefixedId("tg")
 
 # How a grant came to be: a page the subject answered (a connect, API-key or grant page), the
@@ -96,7 +97,7 @@ class Grant(Timestamps, Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Who revoked: 'subject' (on /me), 'admin', 'disconnect' (the connection went away).
     revoked_by: Mapped[str | None] = mapped_column(String(16))
-    # Touched by the token endpoint at most once a minute per grant (see ``repository.TOUCH``).
+    # Touched by the token endpoint at most once a minute per grant (``service.connections.tokens``).
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # HMAC over what the grant gives (``service.grants.integrity``) under a vault sub-key: a row
     # written by anyone without the keys is not honoured where a token is picked.

@@ -254,3 +254,30 @@ async def show_grant(session: AsyncSession, grant: str) -> GrantView:
     if row is None:
         raise GrantNotFound("No grant with this id.")
     return grant_view(row)
+
+
+# ---- trust groups, as views (the admin API's and the console's) ------------------------------------
+async def list_trust_groups(session: AsyncSession) -> list[TrustGroupView]:
+    return [group_view(g) for g in await groups.list_groups(session)]
+
+
+async def show_trust_group(session: AsyncSession, group: str) -> TrustGroupView:
+    return group_view(await groups.get_group(session, group))
+
+
+async def create_trust_group(session: AsyncSession, data: CreateTrustGroup) -> TrustGroupView:
+    made = await groups.create_group(
+        session, data.name, data.display_name, data.members, allow_unproven=data.allow_unproven
+    )
+    return group_view(made)
+
+
+async def update_trust_group(session: AsyncSession, group: str, data: UpdateTrustGroup) -> TrustGroupView:
+    updated = await groups.update_group(
+        session, group, display_name=data.display_name, members=data.members, allow_unproven=data.allow_unproven
+    )
+    return group_view(updated)
+
+
+async def delete_trust_group(session: AsyncSession, group: str) -> TrustGroupView:
+    return group_view(await groups.delete_group(session, group))

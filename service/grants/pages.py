@@ -21,8 +21,11 @@ from urllib.parse import urlsplit
 from litestar import Request, Response, get, post
 from litestar.params import Parameter
 
+from service.branding.store import ShownBrand
 from service.connections.catalog import describe_scope
-from service.db.base import FLOW_ID
+from service.connections.reconnect import HealthView, NotReconnectable, health_of, start_reconnect
+from service.connections.status_words import status_label, status_reason
+from service.db.base import CONNECTION_ID, FLOW_ID
 from service.db.unit import unit_of_work
 from service.flows.models import Flow
 from service.flows.pages import page, status_page
@@ -83,11 +86,11 @@ async def grant_page(
     offer = await services.grants.offer(flow)
     if offer is None:
         return None
-    response = _grant_page(flow, identity, offer)
+    response = _grant_page(flow, identity, offer, await services.brands.for_client(flow.server_client_id))
     if offer.wider and offer.can_separate:
         # *Connect separately* POSTs to the connect route, which answers with a redirect to the
         # provider: allow exactly that origin as a form target, as the connect page does.
-        endpoint = (await services.connect.connect_page(flow)).provider.authorization_endpoint
+        endpoint = (await services.connections.provider(str(flow.provider))).authorization_endpoint
         parts = urlsplit(endpoint)
         headers = dict(response.headers)
         headers["Referrer-Policy"] = "same-origin"
@@ -107,7 +110,7 @@ def _default_messages(conn: OfferedConnection) -> set[str]:
     }
 
 
-def _grant_page(flow: Flow, identity: BrowserIdentity, offer: GrantOffer) -> Response[Any]:
+def _grant_page(flow: Flow, identity: BrowserIdentity, offer: GrantOffer, brand: ShownBrand | None) -> Response[Any]:
     conn = offer.connection
     held = offer.authorization
     wider: dict[str, Any] = {"wider": False}
@@ -142,6 +145,8 @@ def _grant_page(flow: Flow, identity: BrowserIdentity, offer: GrantOffer) -> Res
         me_link=me_path(flow.subject_iss),
         **wider,
         **party_context(offer.party),
+        # Shown beside the facts above, never in their place (base.html, docs/security.md).
+        client_brand=brand,
     )
 
 
@@ -182,6 +187,7 @@ def _answered(flow: Flow, party: AskingParty) -> Response[Any]:
         outcome=flow.status,
         client=party.client,
         party=party_sentence(party),
+        group=party.group,
         me_link=me_path(flow.subject_iss),
         flow_id=FLOW_ID.format(flow.id),
     )
@@ -192,16 +198,22 @@ def _when(value: datetime | None) -> str | None:
     return None if value is None else format_when(value)
 
 
-def _entry_view(entry: ConnectionEntry) -> dict[str, Any]:
+def _entry_view(entry: ConnectionEntry, health: HealthView | None) -> dict[str, Any]:
     def words(scopes: list[str]) -> list[dict[str, str]]:
         return [{"name": s, "words": describe_scope(s, entry.scope_descriptions)} for s in scopes]
 
+    state = health.health if health is not None else "healthy"
     return {
         "id": entry.id,
         "provider": entry.provider,
         "account": entry.account,
         "scopes": words(entry.scopes),
         "status": entry.status,
+        "health": state,
+        "health_label": status_label(state),
+        "health_reason": status_reason(state, health.reason if health else None, isolate(entry.provider)),
+        # Offered where a person's action helps: a broken connection, or one about to stop.
+        "reconnect": health is not None and health.reconnectable and state in {"expiring", "needs_reauthorization"},
         "is_api_key": entry.is_api_key,
         "connected": _when(entry.created_at),
         "last_used": _when(entry.last_used_at),
@@ -260,13 +272,16 @@ async def own_page(
     if row is None:
         return await _choose_issuer(services)
     entries = await services.grants.overview(iss=row.iss, sub=row.sub)
+    ids = {e.id: CONNECTION_ID.parse(e.id) for e in entries}
+    async with services.connections.read_sessions() as session:
+        health = await health_of(session, [cid for cid in ids.values() if cid is not None])
     identity = _identity(row)
     issuer = await services.issuers.resolve(row.iss)
     return page(
         "me.html",
         signed_in_as=row.sub,
         issuer=issuer.display_name if issuer is not None else row.iss,
-        connections=[_entry_view(e) for e in entries],
+        connections=[_entry_view(e, health.get(cid) if (cid := ids[e.id]) else None) for e in entries],
         csrf_token=identity.csrf_token,
         back=me_path(row.iss),
     )
@@ -329,6 +344,39 @@ async def disconnect(request: Req, connection_ref: str, services: GrantPageDeps)
     return redirect(me_path(identity.iss))
 
 
+@post(
+    "/me/connections/{connection_ref:str}/reconnect",
+    operation_id="ownPageReconnect",
+    tags=["browser"],
+    status_code=303,
+    summary="Reconnect an account in place: opens its connect page (same connection, same services' access)",
+    description="Starts (or reuses) the reconnect flow of one of the signed-in person's connections, for a "
+    "service that may use it, and sends the browser to that flow's page; the provider must answer for the "
+    "same account there.",
+)
+async def reconnect(request: Req, connection_ref: str, services: GrantPageDeps) -> Response[Any]:
+    identity = await _checked_me_post(request, services)
+    if isinstance(identity, Response):
+        return identity
+    try:
+        started = await start_reconnect(
+            services.connections.read_sessions, services.flows, connection_ref, subject=(identity.iss, identity.sub)
+        )
+    except NotReconnectable:
+        return page(
+            "signin_problem.html",
+            409,
+            heading=_("This account cannot be reconnected here"),
+            text=_(
+                "No service may use this account now, so there is nothing to reconnect it for. "
+                "The next service that needs it will ask you to connect it."
+            ),
+        )
+    if started is None:
+        return _not_yours()
+    return redirect(started.url)
+
+
 def _not_yours() -> Response[Any]:
     # The same answer for an unknown id, another person's, and one already revoked.
     return page(
@@ -339,4 +387,4 @@ def _not_yours() -> Response[Any]:
     )
 
 
-ROUTES = [answer_grant, own_page, revoke_grant, disconnect]
+ROUTES = [answer_grant, own_page, revoke_grant, disconnect, reconnect]

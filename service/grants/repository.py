@@ -1,3 +1,4 @@
+# size: every statement on grants and trust groups, each written against the one grantee rule below
 """SQL for grants and trust groups. Repositories never commit; services own the transaction.
 
 The rule every statement here follows: a server client's *grantees* are the client itself and the
@@ -50,14 +51,6 @@ def granted_lateral(*, connection: str, client: str) -> str:
         f"make_interval(secs => {TOUCH_SECONDS})), false) AS touch_due "
         f"FROM grants g LEFT JOIN LATERAL unnest(g.scopes) AS s ON true WHERE {where}) AS gr"
     )
-
-
-# Positional, for ``service.db.direct``: $1 connection id, $2 server client id.
-TOUCH = (
-    "UPDATE grants g SET last_used_at = now() WHERE "
-    + FOR_CLIENT.format(connection="$1", client="$2")
-    + f" AND (g.last_used_at IS NULL OR g.last_used_at < now() - make_interval(secs => {TOUCH_SECONDS}))"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,8 +310,9 @@ async def asking_party(session: AsyncSession, client_id: uuid.UUID) -> AskingPar
 
 
 @dataclass(frozen=True, slots=True)
-class OfferedConnection:
-    """An active connection of the flow's subject that could serve the flow without the provider."""
+class ConnectionSummary:
+    """A connection as the person's own pages name it: its provider (and that provider's name for a
+    person), the account and the scopes it holds."""
 
     id: uuid.UUID
     provider: str
@@ -326,6 +320,12 @@ class OfferedConnection:
     account_id: str
     account_login: str | None
     scopes: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedConnection(ConnectionSummary):
+    """An active connection of the flow's subject that could serve the flow without the provider."""
+
     fields: dict[str, Any]
     scope_descriptions: dict[str, Any]
     key_label: str
@@ -467,13 +467,7 @@ async def get_grant(session: AsyncSession, grant_id: uuid.UUID) -> GrantRow | No
 
 
 @dataclass(frozen=True, slots=True)
-class SubjectConnection:
-    id: uuid.UUID
-    provider: str
-    provider_display: str
-    account_id: str
-    account_login: str | None
-    scopes: list[str]
+class SubjectConnection(ConnectionSummary):
     status: str
     token_type: str
     created_at: datetime

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.connections.catalog import CATALOG
 from service.connections.providers import get_provider
+from service.connections.schemas import connection_result
 from service.connections.service import ConnectionService
 from service.crypto.vault import Vault
 from service.db.base import CONNECTION_ID, FLOW_ID
@@ -157,20 +158,12 @@ class ConnectionEntry:
     scope_descriptions: dict[str, Any]
 
 
-def connection_result(offered: repo.OfferedConnection, kind: str, scopes: Sequence[str]) -> dict[str, Any]:
+def grant_result(offered: repo.OfferedConnection, kind: str, scopes: Sequence[str]) -> dict[str, Any]:
     """The result a grant gives the MCP server: the shape a connect (or an API-key form) gives, with
     the scopes this client may use — never the token."""
-    result: dict[str, Any] = {
-        "connection_id": CONNECTION_ID.format(offered.id),
-        "provider": offered.provider,
-        "account_id": offered.account_id,
-    }
     if kind == "api_key":
-        result["fields"] = offered.fields
-    else:
-        result["account_login"] = offered.account_login
-        result["scopes"] = sorted(set(scopes))
-    return result
+        return connection_result(offered, fields=offered.fields)
+    return connection_result(offered, scopes=sorted(set(scopes)))
 
 
 class GrantService:
@@ -272,7 +265,7 @@ class GrantService:
                     Transition(
                         FlowStatus.COMPLETED,
                         Actor.BROWSER,
-                        result=connection_result(offer.connection, flow.kind, scopes),
+                        result=grant_result(offer.connection, flow.kind, scopes),
                         connection_id=offer.connection.id,
                         detail={"grant_id": GRANT_ID.format(given.grant_id), "choice": choice},
                     ),

@@ -1,3 +1,4 @@
+# size: a sign-in issuer whole: its declaration, its row and the directory resolving it (metadata and keys cached)
 """Trusted OIDC identity providers ("issuers") as data, with cached discovery metadata.
 
 An issuer row says where elicitd sends a browser to prove who it is. Endpoints are either given
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,6 +30,7 @@ from service.errors import ConfigurationError, ElicitdError, InvalidRequest
 from service.http import make_http_client, read_json
 from service.identity import sessions as browser_sessions
 from service.identity.models import Issuer
+from service.oauth_client import MetadataFailed, fetch_metadata
 from service.text import display_text_problem
 from service.urls import url_problem
 
@@ -41,6 +43,16 @@ JWKS_TTL_SECONDS = 3600.0
 JWKS_REFRESH_MIN_SECONDS = 30.0
 HTTP_TIMEOUT_SECONDS = 10.0
 DEFAULT_SCOPES = ("openid",)
+
+
+# What a failed discovery says (``service.oauth_client.MetadataFailed.reason``): never the issuer's text.
+_DISCOVERY_FAILED = {
+    "unreachable": "The sign-in service's metadata could not be fetched.",
+    "http_status": "The sign-in service's metadata answered HTTP {status}.",
+    "not_json": "The sign-in service's metadata is not JSON.",
+    "not_object": "The sign-in service's metadata names another issuer.",
+    "issuer_mismatch": "The sign-in service's metadata names another issuer.",
+}
 
 
 class IssuerUnavailable(ElicitdError):
@@ -208,6 +220,32 @@ def issuer_public_view(row: Issuer) -> dict[str, Any]:
     }
 
 
+def check_config_table(
+    entry: Any, where: str, allowed: Collection[str], *, secrets: Sequence[str] = ("client_secret",)
+) -> None:
+    """Refuse a config file entry that is not a table, holds a secret itself (secrets stay in the
+    environment), or has a key not ``allowed``; the ``[[issuers]]`` and ``[operator_signin]``
+    tables are checked alike."""
+    if not isinstance(entry, dict):
+        raise ConfigurationError(f"{where} must be a table")
+    if any(key in entry for key in secrets):
+        raise ConfigurationError(f"{where}: put the secret in an environment variable (client_secret_env)")
+    unknown = set(entry) - set(allowed)
+    if unknown:
+        raise ConfigurationError(f"{where}: unknown keys {sorted(unknown)}")
+
+
+def env_secret(entry: Mapping[str, Any], key: str, env: Mapping[str, str], where: str) -> str | None:
+    """The secret in the environment variable ``entry[key]`` names (None when it names none); a named
+    variable that is unset or empty is refused rather than read as "no secret"."""
+    if (var := entry.get(key)) is None:
+        return None
+    secret = env.get(str(var))
+    if not secret:
+        raise ConfigurationError(f"{where}: environment variable {var} is not set")
+    return secret
+
+
 async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any, env: Mapping[str, str]) -> int:
     """The ``issuers:`` section of the config file: a list of tables, one per issuer.
 
@@ -235,23 +273,9 @@ async def apply_config_section(session: AsyncSession, vault: Vault, entries: Any
     }
     for index, entry in enumerate(entries):
         where = f"config file: issuers[{index}]"
-        if not isinstance(entry, dict):
-            raise ConfigurationError(f"{where} must be a table")
-        if "client_secret" in entry or "introspection_client_secret" in entry:
-            raise ConfigurationError(f"{where}: put the secret in an environment variable (client_secret_env)")
-        unknown = set(entry) - allowed
-        if unknown:
-            raise ConfigurationError(f"{where}: unknown keys {sorted(unknown)}")
-        secret = None
-        if (var := entry.get("client_secret_env")) is not None:
-            secret = env.get(str(var))
-            if not secret:
-                raise ConfigurationError(f"{where}: environment variable {var} is not set")
-        introspection_secret = None
-        if (var := entry.get("introspection_client_secret_env")) is not None:
-            introspection_secret = env.get(str(var))
-            if not introspection_secret:
-                raise ConfigurationError(f"{where}: environment variable {var} is not set")
+        check_config_table(entry, where, allowed, secrets=("client_secret", "introspection_client_secret"))
+        secret = env_secret(entry, "client_secret_env", env, where)
+        introspection_secret = env_secret(entry, "introspection_client_secret_env", env, where)
         try:
             config = IssuerConfig(
                 issuer=str(entry["issuer"]),
@@ -340,27 +364,23 @@ class IssuerDirectory:
         return self._resolved(row, metadata if metadata is not None else await self._rediscover(row))
 
     def _resolved(self, row: Issuer, metadata: dict[str, Any]) -> ResolvedIssuer:
-        secret = None
-        if row.client_secret_enc is not None and row.client_secret_key_id is not None:
-            try:
-                secret = self._vault.decrypt_text(
-                    row.client_secret_key_id, row.client_secret_enc, owner=str(row.id), purpose=SECRET_PURPOSE
-                )
-            except SealError as exc:
-                raise ConfigurationError("The issuer's client secret cannot be decrypted with the key ring.") from exc
-        introspection_secret = None
-        if row.introspection_secret_enc is not None and row.introspection_secret_key_id is not None:
-            try:
-                introspection_secret = self._vault.decrypt_text(
-                    row.introspection_secret_key_id,
-                    row.introspection_secret_enc,
-                    owner=str(row.id),
-                    purpose=INTROSPECTION_SECRET_PURPOSE,
-                )
-            except SealError as exc:
-                raise ConfigurationError(
-                    "The issuer's introspection secret cannot be decrypted with the key ring."
-                ) from exc
+        try:
+            secret = self._vault.open_stored(
+                row.client_secret_key_id, row.client_secret_enc, owner=str(row.id), purpose=SECRET_PURPOSE
+            )
+        except SealError as exc:
+            raise ConfigurationError("The issuer's client secret cannot be decrypted with the key ring.") from exc
+        try:
+            introspection_secret = self._vault.open_stored(
+                row.introspection_secret_key_id,
+                row.introspection_secret_enc,
+                owner=str(row.id),
+                purpose=INTROSPECTION_SECRET_PURPOSE,
+            )
+        except SealError as exc:
+            raise ConfigurationError(
+                "The issuer's introspection secret cannot be decrypted with the key ring."
+            ) from exc
         introspection = row.introspection_endpoint or metadata.get("introspection_endpoint")
         endpoints = {}
         for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
@@ -432,21 +452,9 @@ class IssuerDirectory:
         """Fetch OIDC discovery metadata; its ``issuer`` must equal ours exactly (OIDC Discovery §4.3)."""
         url = issuer.rstrip("/") + "/.well-known/openid-configuration"
         try:
-            # httpx's timeouts are per step; an issuer dripping its answer byte by byte would pass
-            # each of them, so the whole call has one deadline too.
-            async with asyncio.timeout(HTTP_TIMEOUT_SECONDS):
-                response = await self.http.get(url, headers={"Accept": "application/json"})
-        except (httpx.HTTPError, TimeoutError) as exc:
-            raise IssuerUnavailable("The sign-in service's metadata could not be fetched.") from exc
-        if response.status_code != 200:
-            raise IssuerUnavailable(f"The sign-in service's metadata answered HTTP {response.status_code}.")
-        try:
-            metadata = read_json(response)
-        except ValueError as exc:
-            raise IssuerUnavailable("The sign-in service's metadata is not JSON.") from exc
-        if not isinstance(metadata, dict) or metadata.get("issuer") != issuer:
-            raise IssuerUnavailable("The sign-in service's metadata names another issuer.")
-        return metadata
+            return await fetch_metadata(self.http, url, issuer=issuer, timeout=HTTP_TIMEOUT_SECONDS)
+        except MetadataFailed as failed:
+            raise IssuerUnavailable(_DISCOVERY_FAILED[failed.reason].format(status=failed.status)) from failed
 
     async def jwks(self, issuer: ResolvedIssuer, *, refresh: bool = False) -> dict[str, Any]:
         """The issuer's signing keys; ``refresh`` refetches (rate-limited) after an unknown ``kid``."""

@@ -40,6 +40,22 @@ class AuthenticatedClient:
     resource_uris: tuple[str, ...] = ()
 
 
+def authenticated_client(row: ServerClient) -> AuthenticatedClient:
+    """The client a request acts for, from its row: the key check, the diagnosis and a reconnect all
+    judge with this one, so they never disagree on which providers and issuers it may use."""
+    return AuthenticatedClient(
+        id=row.id,
+        name=row.name,
+        display_name=row.display_name,
+        allowed_providers=tuple(row.allowed_providers or ()),
+        trusted_issuers=tuple(row.trusted_issuers or ()),
+        flows_per_minute=row.flows_per_minute,
+        pending_per_subject=row.pending_per_subject,
+        subject_proof=row.subject_proof,
+        resource_uris=tuple(row.resource_uris or ()),
+    )
+
+
 def new_api_key() -> tuple[str, bytes, str]:
     """Return ``(key shown once, hash to store, display prefix)``."""
     prefix = secrets.token_hex(4)
@@ -119,17 +135,7 @@ class ApiKeyAuthenticator:
         if row is None:
             self._cache.pop(digest, None)
             raise Unauthenticated()
-        client = AuthenticatedClient(
-            id=row.id,
-            name=row.name,
-            display_name=row.display_name,
-            allowed_providers=tuple(row.allowed_providers or ()),
-            trusted_issuers=tuple(row.trusted_issuers or ()),
-            flows_per_minute=row.flows_per_minute,
-            pending_per_subject=row.pending_per_subject,
-            subject_proof=row.subject_proof,
-            resource_uris=tuple(row.resource_uris or ()),
-        )
+        client = authenticated_client(row)
         if self._ttl > 0:
             if len(self._cache) > 10_000:
                 self._cache.clear()

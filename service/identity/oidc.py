@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import hmac
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -55,12 +56,22 @@ class InvalidIdToken(LoginFailed):
 class VerifiedLogin:
     iss: str
     sub: str
+    # Every claim of the verified ID token (the console reads its role claim, name and auth_time).
+    claims: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 def authorization_url(
-    issuer: ResolvedIssuer, *, redirect_uri: str, state: str, nonce: str, code_verifier: str, prompt: str | None = None
+    issuer: ResolvedIssuer,
+    *,
+    redirect_uri: str,
+    state: str,
+    nonce: str,
+    code_verifier: str,
+    prompt: str | None = None,
+    max_age: int | None = None,
 ) -> str:
-    """The issuer's authorization endpoint with an RFC 6749 §4.1.1 request, PKCE S256 and a nonce."""
+    """The issuer's authorization endpoint with an RFC 6749 §4.1.1 request, PKCE S256 and a nonce
+    (and OIDC's ``max_age`` when a sign-in must be that recent)."""
     from authlib.oauth2.rfc6749.parameters import prepare_grant_uri
     from authlib.oauth2.rfc7636 import create_s256_code_challenge
 
@@ -73,6 +84,7 @@ def authorization_url(
         state=state,
         nonce=nonce,
         prompt=prompt or None,
+        max_age=None if max_age is None else str(max_age),
         code_challenge=create_s256_code_challenge(code_verifier),
         code_challenge_method="S256",
     )
@@ -141,7 +153,7 @@ async def verify_id_token(
     sub = claims["sub"]
     if not isinstance(sub, str) or not sub or len(sub) > 255:
         raise InvalidIdToken("The identity token names no valid user.")
-    return VerifiedLogin(iss=issuer.issuer, sub=sub)
+    return VerifiedLogin(iss=issuer.issuer, sub=sub, claims=dict(claims))
 
 
 async def decode_signed(directory: IssuerDirectory, issuer: ResolvedIssuer, token: str) -> jwt.Token:

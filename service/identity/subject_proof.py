@@ -198,6 +198,62 @@ def _unverified_claims(token: str) -> dict[str, Any] | None:
     return claims
 
 
+async def verified_access_jwt(
+    issuers: IssuerDirectory, token: str, *, issuer: str, now: float
+) -> tuple[ResolvedIssuer, dict[str, Any]]:
+    """The issuer and claims of an RFC 9068 JWT access token that ``issuer`` signed: the checks a
+    subject token's JWT passes (signature, ``typ``, ``iss``, ``sub``, ``exp``, ``nbf``), for the
+    other bearer tokens elicitd accepts from an issuer (the admin MCP server's operators). Its
+    audience is the caller's to check. Refusals are ``SubjectTokenInvalid`` with a fixed reason."""
+    token = token.strip()
+    unverified = _unverified_claims(token) if token and len(token) <= MAX_TOKEN_LENGTH and token.isascii() else None
+    if unverified is None:
+        raise refused("malformed")
+    return await _checked_jwt(issuers, token, unverified, issuer, int(now))
+
+
+async def _checked_jwt(
+    issuers: IssuerDirectory, token: str, unverified: dict[str, Any], issuer: str | None, now: int
+) -> tuple[ResolvedIssuer, dict[str, Any]]:
+    # joserfc is loaded by the first subject token, not by every process (see service.identity.oidc).
+    from joserfc import jwt
+    from joserfc.errors import ExpiredTokenError, JoseError
+
+    claimed = unverified.get("iss")
+    if not isinstance(claimed, str) or not claimed:
+        raise refused("claims")
+    if issuer is not None and claimed != issuer:
+        raise refused("other_issuer")
+    resolved = await issuers.resolve(claimed)
+    if resolved is None:
+        raise refused("unknown_issuer")
+    try:
+        decoded = await decode_signed(issuers, resolved, token)
+    except (JoseError, ValueError):
+        raise refused("signature") from None
+    typ = decoded.header.get("typ")
+    if not isinstance(typ, str) or typ.lower() not in ACCESS_TOKEN_TYPES:
+        raise refused("token_type")
+    claims = decoded.claims
+    # Time first: the registry reports a future ``nbf`` as it reports a malformed ``aud``.
+    if _past(claims.get("exp"), now) or _future(claims.get("nbf"), now):
+        raise refused("expired")
+    registry = jwt.JWTClaimsRegistry(
+        now=now,
+        leeway=LEEWAY_SECONDS,
+        iss={"essential": True, "value": resolved.issuer},
+        sub={"essential": True},
+        exp={"essential": True},
+    )
+    try:
+        registry.validate(claims)
+    except ExpiredTokenError:
+        raise refused("expired") from None
+    except (JoseError, ValueError):
+        raise refused("claims") from None
+    return resolved, claims
+
+
 class SubjectProver:
     """Verifies subject tokens for the API (``prove``) and the token exchange (``verify``)."""
 
@@ -283,43 +339,7 @@ class SubjectProver:
 
     # ---- JWTs ------------------------------------------------------------------------------------
     async def _verify_jwt(self, token: str, unverified: dict[str, Any], issuer: str | None) -> ProvenSubject:
-        # joserfc is loaded by the first subject token, not by every process (see service.identity.oidc).
-        from joserfc import jwt
-        from joserfc.errors import ExpiredTokenError, JoseError
-
-        claimed = unverified.get("iss")
-        if not isinstance(claimed, str) or not claimed:
-            raise refused("claims")
-        if issuer is not None and claimed != issuer:
-            raise refused("other_issuer")
-        resolved = await self._issuers.resolve(claimed)
-        if resolved is None:
-            raise refused("unknown_issuer")
-        try:
-            decoded = await decode_signed(self._issuers, resolved, token)
-        except (JoseError, ValueError):
-            raise refused("signature") from None
-        typ = decoded.header.get("typ")
-        if not isinstance(typ, str) or typ.lower() not in ACCESS_TOKEN_TYPES:
-            raise refused("token_type")
-        claims = decoded.claims
-        now = int(self._clock.time())
-        # Time first: the registry reports a future ``nbf`` as it reports a malformed ``aud``.
-        if _past(claims.get("exp"), now) or _future(claims.get("nbf"), now):
-            raise refused("expired")
-        registry = jwt.JWTClaimsRegistry(
-            now=now,
-            leeway=LEEWAY_SECONDS,
-            iss={"essential": True, "value": resolved.issuer},
-            sub={"essential": True},
-            exp={"essential": True},
-        )
-        try:
-            registry.validate(claims)
-        except ExpiredTokenError:
-            raise refused("expired") from None
-        except (JoseError, ValueError):
-            raise refused("claims") from None
+        resolved, claims = await _checked_jwt(self._issuers, token, unverified, issuer, int(self._clock.time()))
         return self._proven(resolved, claims)
 
     @staticmethod

@@ -35,8 +35,10 @@ from urllib.parse import parse_qsl, unquote_plus
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.clock import Clock, SystemClock
+from service.connections.errors import InsufficientScope
 from service.connections.providers import get_provider
-from service.connections.service import ConnectionService, InsufficientScope, TokenResponse
+from service.connections.schemas import TokenResponse
+from service.connections.service import ConnectionService
 from service.db.base import CLIENT_ID
 from service.errors import ElicitdError, Forbidden, NotConnected, ReauthorizationRequired
 from service.identity.keys import ApiKeyAuthenticator, AuthenticatedClient

@@ -12,6 +12,7 @@ refresh path calls ``record_refresh(provider, outcome)`` with outcome one of
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Annotated, Protocol
 
 from litestar import Response, get
@@ -20,10 +21,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
-from service.flows.repository import FlowFields
+from service.clock import Clock, SystemClock
 from service.signals.bus import WaiterHub
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
     from service.observability.stalls import StallMonitor
@@ -32,8 +35,36 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 _COMPLETION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600, 86400)
 
 
+class FinishedFlow(Protocol):
+    """What ``flow_finished`` reads of a flow (``service.flows.repository.FlowFields`` has it all):
+    declared here, so metrics depend on no domain's model."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def completed_at(self) -> datetime | None: ...
+
+
+# How long a replica serves the connection counts it last counted (``ELICITD_METRICS_CONNECTION_COUNT_SECONDS``).
+CONNECTION_COUNT_SECONDS = 30.0
+_COUNT_CONNECTIONS = text("SELECT provider, health, count(*) FROM connections GROUP BY provider, health ORDER BY 1, 2")
+
+
 class Metrics:
-    def __init__(self, hub: WaiterHub) -> None:
+    def __init__(
+        self, hub: WaiterHub, *, clock: Clock | None = None, connection_count_seconds: float = CONNECTION_COUNT_SECONDS
+    ) -> None:
+        self.clock = clock or SystemClock()
+        # Counting connections reads every row (about 65 ms at 100,000: docs/operating.md): a
+        # replica counts at most once per this many seconds, one scrape at a time, and scrapes in
+        # between serve the last count. Prometheus scrapes every 15-60 s, often from two servers.
+        self.connection_count_seconds = connection_count_seconds
+        self._counted_until: float | None = None
+        self._counting = asyncio.Lock()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self._request_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
@@ -84,10 +115,23 @@ class Metrics:
             ["provider", "outcome"],
             registry=r,
         )
+        self.probes = Counter(
+            "elicitd_connection_probes",
+            "Health probes of connections by provider and outcome (ok, needs_reauthorization, refreshed, unknown, "
+            "skipped).",
+            ["provider", "outcome"],
+            registry=r,
+        )
         self.rate_limited = Counter(
             "elicitd_rate_limited", "Requests refused by a per-client quota.", ["quota"], registry=r
         )
-        # Read from the database at each scrape (all replicas'); no subject or account labels.
+        self.overloaded = Counter(
+            "elicitd_overloaded",
+            "Requests refused 503 overloaded: the replica was at ELICITD_MAX_IN_FLIGHT short requests.",
+            registry=r,
+        )
+        # Counted in the database (all replicas'), at most once a window (``count_connections``);
+        # no subject or account labels.
         self.connections = Gauge(
             "elicitd_connections",
             "Connections by provider and health (healthy, expiring, needs_reauthorization, revoked).",
@@ -101,8 +145,24 @@ class Metrics:
         for provider, health, count in counts:
             self.connections.labels(provider=provider, health=health).set(count)
 
+    async def count_connections(self, read_sessions: async_sessionmaker[AsyncSession]) -> None:
+        """Count connections into the gauge unless this replica counted within the window (single
+        flight: scrapes arriving during a count wait for it instead of counting again)."""
+        if self._fresh():
+            return
+        async with self._counting:
+            if self._fresh():
+                return
+            async with read_sessions() as session:
+                rows = (await session.execute(_COUNT_CONNECTIONS)).all()
+            self.connection_counts([(row[0], row[1], int(row[2])) for row in rows])
+            self._counted_until = self.clock.monotonic() + self.connection_count_seconds
+
+    def _fresh(self) -> bool:
+        return self._counted_until is not None and self.clock.monotonic() < self._counted_until
+
     # ---- hooks for other modules -----------------------------------------------------------------
-    def flow_finished(self, flow: FlowFields) -> None:
+    def flow_finished(self, flow: FinishedFlow) -> None:
         """A ``FlowService`` listener: runs after the transition committed."""
         key = (flow.kind, flow.status)
         children = self._flow_children.get(key)
@@ -118,6 +178,9 @@ class Metrics:
 
     def record_refresh(self, provider: str, outcome: str) -> None:
         self.refreshes.labels(provider=provider, outcome=outcome).inc()
+
+    def record_probe(self, provider: str, outcome: str) -> None:
+        self.probes.labels(provider=provider, outcome=outcome).inc()
 
     def webhook_outcome(self, outcome: str) -> None:
         self.webhook_deliveries.labels(outcome=outcome).inc()
@@ -176,10 +239,7 @@ async def metrics_endpoint(services: MetricsDeps) -> Response[bytes]:
                 text("SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL AND abandoned_at IS NULL")
             )
         ).scalar_one()
-        counts = await session.execute(
-            text("SELECT provider, health, count(*) FROM connections GROUP BY provider, health ORDER BY 1, 2")
-        )
-        metrics.connection_counts([(row[0], row[1], int(row[2])) for row in counts])
     metrics.webhook_backlog.set(backlog)
+    await metrics.count_connections(services.read_sessions)
     stalls.publish_max()
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

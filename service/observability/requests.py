@@ -13,14 +13,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable
-from typing import Any, Protocol
-
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from typing import TYPE_CHECKING, Any, Protocol
 
 from service.logs import log_fields
 from service.observability.context import close_request, open_request
 from service.observability.metrics import Metrics
 from service.observability.tracing import Tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 logger = logging.getLogger("elicitd.requests")
 
@@ -71,11 +72,26 @@ class _Capture:
         await self.send(message)
 
 
+class _Traced:
+    """What a request's span needs, taken once when tracing is on: a process with it off never
+    imports OpenTelemetry's tracing API, and no request imports anything."""
+
+    __slots__ = ("error", "kind", "tracer")
+
+    def __init__(self, tracer: Tracer) -> None:
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        self.tracer = tracer
+        self.kind = SpanKind.SERVER
+        self.error = Status(StatusCode.ERROR)  # immutable: one for every failed request's span
+
+
 class RequestObserver:
     def __init__(self, app: ASGIApp, *, metrics: Metrics, tracing: Tracing) -> None:
         self.app = app
         self.metrics = metrics
         self.tracing = tracing
+        self._traced = _Traced(tracing.tracer) if tracing.tracer is not None else None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -87,9 +103,10 @@ class RequestObserver:
 
         fields, context_token = open_request()
         span = None
-        if self.tracing.tracer is not None:
-            span = self.tracing.tracer.start_span(
-                f"HTTP {method}", kind=SpanKind.SERVER, attributes={"http.request.method": method}
+        traced = self._traced
+        if traced is not None:
+            span = traced.tracer.start_span(
+                f"HTTP {method}", kind=traced.kind, attributes={"http.request.method": method}
             )
         scope[_DEFERRED] = None
         try:
@@ -109,13 +126,13 @@ class RequestObserver:
             seconds = time.perf_counter() - started
             if route != "/metrics":
                 self.metrics.request(method, route, status, seconds)
-            if span is not None:
+            if traced is not None and span is not None:
                 # The span's name uses the template too, so trace backends group by route.
                 span.update_name(f"{method} {route}")
                 span.set_attribute("http.route", route)
                 span.set_attribute("http.response.status_code", status)
                 if status >= 500:
-                    span.set_status(Status(StatusCode.ERROR))
+                    span.set_status(traced.error)
                 span.end()
             close_request(context_token)
             log_fields(

@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-from typing import Any
+import functools
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from service.kind_context import OpenKind
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any, open_kind: OpenKind) -> None:
     payments = subparsers.add_parser("payments", help="payment flows")
     payments_sub = payments.add_subparsers(dest="payments_command", required=True)
     reconcile = payments_sub.add_parser("reconcile", help="ask the payment provider about unsettled checkouts")
@@ -21,21 +25,20 @@ def register(subparsers: Any) -> None:
     )
     reconcile.add_argument("--limit", type=int, default=500)
     reconcile.add_argument("--json", action="store_true")
-    reconcile.set_defaults(func=cmd_reconcile)
+    reconcile.set_defaults(func=functools.partial(cmd_reconcile, open_kind=open_kind))
 
 
-async def _reconcile(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from service.services import open_services
-    from service.settings import Settings
+async def _reconcile(args: argparse.Namespace, open_kind: OpenKind) -> list[dict[str, Any]]:
+    from service.payments.plugin import PaymentKindServices
 
     # The services are started, so completions wake MCP servers waiting on other replicas.
-    async with open_services(Settings.from_env().with_(background_tasks=False)) as services:
-        actions = await services.payments.reconcile(older_than_seconds=args.older_than, limit=args.limit)
+    async with open_kind("payment", PaymentKindServices) as kind:
+        actions = await kind.payments.reconcile(older_than_seconds=args.older_than, limit=args.limit)
     return [dataclasses.asdict(a) for a in actions]
 
 
-def cmd_reconcile(args: argparse.Namespace) -> None:
+def cmd_reconcile(args: argparse.Namespace, *, open_kind: OpenKind) -> None:
     from service.cli_output import print_table
 
-    rows = asyncio.run(_reconcile(args))
+    rows = asyncio.run(_reconcile(args, open_kind))
     print_table(rows, ["flow_id", "session_id", "provider_status", "outcome"], as_json=args.json)

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 class PaymentServices(Protocol):
-    """The parts of the container the payment pages read."""
+    """The parts of the kind's services the payment pages read."""
 
     @property
     def flows(self) -> FlowService: ...
@@ -25,16 +25,18 @@ class PaymentServices(Protocol):
     def payments(self) -> PaymentService: ...
 
 
-# The ``services`` dependency as PaymentServices: the container, read through what this domain uses.
+# The ``services`` dependency as PaymentServices: what the kind's plugin built,
+# read through what its handlers use.
 PaymentDeps = Annotated[PaymentServices, Dependency(skip_validation=True)]
 
 
 class PaymentWebhookServices(Protocol):
-    """The part of the container the provider's webhook reads."""
+    """The part of the kind's services the provider's webhook reads."""
 
     @property
     def payments(self) -> PaymentService: ...
 
 
-# The ``services`` dependency as PaymentWebhookServices: the container, read through what this domain uses.
+# The ``services`` dependency as PaymentWebhookServices: what the kind's plugin built,
+# read through what its handlers use.
 PaymentWebhookDeps = Annotated[PaymentWebhookServices, Dependency(skip_validation=True)]

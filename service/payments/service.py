@@ -33,6 +33,7 @@ from service.payments.provider import (
     CheckoutRequest,
     CheckoutSession,
     PaymentProvider,
+    PaymentProviderError,
     ProviderEvent,
     Settlement,
     settlement_of,
@@ -375,7 +376,24 @@ class PaymentService:
         provider = self._provider()
         async with self.flows.sessions() as session:
             rows = await repo.unsettled(session, older_than_seconds=older_than_seconds, limit=limit)
-        return [await self._reconcile(provider, flow_id, session_id) for flow_id, session_id in rows]
+        actions = []
+        for flow_id, session_id in rows:
+            try:
+                actions.append(await self._reconcile(provider, flow_id, session_id))
+            except PaymentProviderError:
+                # One checkout the provider cannot answer for (unknown to this account, or the
+                # provider failing for it) must not stop the others: it stays unsettled here, is
+                # reported, and is asked about again on the next run.
+                logger.warning("payment reconcile failed for one checkout", extra={"flow_id": FLOW_ID.format(flow_id)})
+                actions.append(
+                    ReconcileAction(
+                        flow_id=FLOW_ID.format(flow_id),
+                        session_id=session_id,
+                        provider_status="unknown",
+                        outcome="provider_error",
+                    )
+                )
+        return actions
 
     async def reconcile_one(self, flow_id: uuid.UUID) -> ReconcileAction | None:
         """Reconcile one payment now (an operator asking), whatever its age. None when the flow has

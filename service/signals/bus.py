@@ -92,14 +92,17 @@ class Waiter:
         self._woken = False
         self._future: asyncio.Future[bool] | None = None
 
-    # The waiter is its own context manager (``with hub.register(flow_id) as waiter``): no
-    # generator-based context manager kept alive per parked request.
+    def close(self) -> None:
+        """No longer registered: wake-ups for the flow pass this waiter by. Closing twice is harmless."""
+        self._hub._remove(self)
+
+    # Registered by ``WaiterHub.register`` already; ``with hub.register(flow_id) as waiter`` closes
+    # it on the way out, with no generator-based context manager kept alive per parked request.
     def __enter__(self) -> Waiter:
-        self._hub._add(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._hub._remove(self)
+        self.close()
 
     async def wait(self, timeout: float) -> bool:
         """True when woken (something may have changed), False on timeout."""
@@ -216,8 +219,11 @@ class WaiterHub:
 
     # ---- waiters ---------------------------------------------------------------------------------
     def register(self, flow_id: uuid.UUID) -> Waiter:
-        """``with hub.register(flow_id) as waiter``: registered on entry, removed on exit."""
-        return Waiter(self, flow_id)
+        """A waiter registered now, until its ``close()`` (or the end of ``with hub.register(…) as
+        waiter``): a change published from here on wakes it, so a read after this cannot miss one."""
+        waiter = Waiter(self, flow_id)
+        self._add(waiter)
+        return waiter
 
     def _add(self, waiter: Waiter) -> None:
         group = self._waiters.get(waiter.flow_id)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from litestar import Request, Response
@@ -75,7 +75,11 @@ def session_cookie(settings: Settings, request: Request[Any, Any, Any]) -> str |
     return value if value is not None and TOKEN.fullmatch(value) else None
 
 
-def make_cookie(settings: Settings, base: str, value: str, max_age: int) -> Cookie:
+def make_cookie(
+    settings: Settings, base: str, value: str, max_age: int, *, samesite: Literal["lax", "strict"] = "lax"
+) -> Cookie:
+    """Every session and sign-in cookie elicitd sets (the console's too): ``__Host-`` under TLS,
+    ``HttpOnly``, ``Secure`` when the settings say so."""
     return Cookie(
         key=store.cookie_name(settings, base),
         value=value,
@@ -83,7 +87,7 @@ def make_cookie(settings: Settings, base: str, value: str, max_age: int) -> Cook
         path="/",
         secure=settings.secure_cookies,
         httponly=True,
-        samesite="lax",
+        samesite=samesite,
     )
 
 

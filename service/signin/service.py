@@ -45,6 +45,52 @@ class IssuerMismatch(LoginFailed):
     title = N_("Sign-in answered by the wrong service")
 
 
+async def start_attempt(
+    sessions: async_sessionmaker[AsyncSession],
+    vault: Vault,
+    issuer: ResolvedIssuer,
+    *,
+    binding: str,
+    return_to: str,
+    redirect_uri: str,
+    prompt: str | None = None,
+    max_age: int | None = None,
+) -> str:
+    """Store a new single-use login attempt for this browser (``binding``), in a unit of its own, and
+    say where to send the browser; the end users' and the console's sign-ins both start here."""
+    state, nonce, verifier = store.new_token(), store.new_token(), secrets.token_urlsafe(64)
+    async with unit_of_work(sessions) as session:
+        await store.create_login_attempt(
+            session,
+            vault,
+            state=state,
+            browser_binding=binding,
+            issuer_id=issuer.id,
+            code_verifier=verifier,
+            nonce=nonce,
+            return_to=return_to,
+        )
+    return authorization_url(
+        issuer,
+        redirect_uri=redirect_uri,
+        state=state,
+        nonce=nonce,
+        code_verifier=verifier,
+        prompt=prompt,
+        max_age=max_age,
+    )
+
+
+def check_answer_issuer(issuer: ResolvedIssuer, answer: Mapping[str, str]) -> None:
+    """RFC 9207: the response must come from the issuer the browser was sent to — checked before the
+    code goes anywhere, so a mix-up attacker never sees it redeemed at the wrong token endpoint."""
+    returned_iss = answer.get("iss")
+    if returned_iss is not None and returned_iss != issuer.issuer:
+        raise IssuerMismatch(N_("The sign-in answer did not come from the expected service."))
+    if returned_iss is None and issuer.iss_parameter_supported:
+        raise IssuerMismatch(N_("The sign-in answer did not say which service sent it."))
+
+
 @dataclass(frozen=True, slots=True)
 class LoginRedirect:
     """Where to send the browser, and the pre-login cookie that ties the attempt to it."""
@@ -140,20 +186,14 @@ class LoginService:
                 return LoginRedirect(url=url, binding=binding)
         self.throttle.admit(address)
         binding = binding or store.new_token()
-        state, nonce, verifier = store.new_token(), store.new_token(), secrets.token_urlsafe(64)
-        async with unit_of_work(self._sessions) as session:
-            await store.create_login_attempt(
-                session,
-                self._vault,
-                state=state,
-                browser_binding=binding,
-                issuer_id=issuer.id,
-                code_verifier=verifier,
-                nonce=nonce,
-                return_to=return_to,
-            )
-        url = authorization_url(
-            issuer, redirect_uri=self.redirect_uri, state=state, nonce=nonce, code_verifier=verifier, prompt=prompt
+        url = await start_attempt(
+            self._sessions,
+            self._vault,
+            issuer,
+            binding=binding,
+            return_to=return_to,
+            redirect_uri=self.redirect_uri,
+            prompt=prompt,
         )
         return LoginRedirect(url=url, binding=binding)
 
@@ -181,13 +221,7 @@ class LoginService:
         issuer = await self.issuers.resolve_id(attempt.issuer_id)
         if issuer is None:
             raise LoginFailed(N_("This sign-in service is no longer trusted here."))
-        # RFC 9207: the response must come from the issuer we sent the browser to — checked before the
-        # code goes anywhere, so a mix-up attacker never sees it redeemed at the wrong token endpoint.
-        returned_iss = answer.get("iss")
-        if returned_iss is not None and returned_iss != issuer.issuer:
-            raise IssuerMismatch(N_("The sign-in answer did not come from the expected service."))
-        if returned_iss is None and issuer.iss_parameter_supported:
-            raise IssuerMismatch(N_("The sign-in answer did not say which service sent it."))
+        check_answer_issuer(issuer, answer)
         if answer.get("error") is not None:
             return NotSignedIn(return_to=attempt.return_to)
         code = answer.get("code")

@@ -13,11 +13,12 @@ import pytest
 from sqlalchemy import text
 
 from service.admin.tokens import ADMIN_TOKEN_ID, Role, create_token, parse_lifetime
-from service.connections import oauth as provider_oauth
+from service.payments.plugin import PaymentKindServices
 from service.settings import Settings
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
+from tests.support.factories import plant_connection, store_connection, token_set
 from tests.support.oauth_server import OAuthServer
-from tests.support.providers import register_issuer, register_provider, store_connection
+from tests.support.providers import register_issuer, register_provider
 from tests.support.stripe_double import API_KEY, WEBHOOK_SECRET, StripeDouble
 
 # A closed loopback port: deliveries to it fail fast and never leave the machine.
@@ -77,7 +78,7 @@ async def _close_opened_payments(elicitd: RunningApp, stripe_double: StripeDoubl
             continue  # another module's double
         if found["status"] == "open":
             stripe_double.expire(session_id)
-        await elicitd.state.payments.reconcile_one(flow_id)
+        await elicitd.state.kind("payment", PaymentKindServices).payments.reconcile_one(flow_id)
 
 
 async def make_provider(
@@ -98,28 +99,30 @@ async def make_connection(
     refresh_token: str | None = None,
     with_refresh: bool = True,
 ) -> str:
-    """A connection stored by ``ConnectionService.store_authorization`` (vault-sealed tokens). Without
-    explicit tokens they are minted by the OAuth server for the provider's client, so refresh and
-    revocation work against it for real."""
+    """A connection of a new subject (``tests/support/factories.py``). Without explicit tokens they
+    are minted by the OAuth server for the provider's client, so refresh and revocation work
+    against it for real."""
     sub = f"u{uuid.uuid4().hex[:10]}"
     if access_token is None:
-        minted = server.mint(sub, client_id=PROVIDER_CLIENT, scope="files:read")
-        access_token, refresh_token = minted["access_token"], minted.get("refresh_token")
-    tokens = provider_oauth.TokenSet(
-        access_token=access_token,
-        refresh_token=refresh_token if with_refresh else None,
-        token_type="Bearer",
-        expires_in=3600,
-        scope="files:read",
-        raw={},
-    )
+        connection, _ = await plant_connection(
+            app,
+            server,
+            provider,
+            iss=server.issuer,
+            sub=sub,
+            login=sub,
+            client_id=PROVIDER_CLIENT,
+            with_refresh=with_refresh,
+        )
+        return connection
+    tokens = token_set(access_token, refresh_token if with_refresh else None)
     return await store_connection(
         app,
         provider,
         tokens,
         iss=server.issuer,
         sub=sub,
-        account_id=f"acct-{sub}",
+        account_id=server.account_id(sub),
         account_login=sub,
         requested=["files:read"],
     )
@@ -139,7 +142,7 @@ async def make_payment(app: RunningApp, server: OAuthServer) -> str:
     flow_ref = str(response.json()["flow"]["id"])
     flow = await app.state.flows.read(uuid.UUID(flow_ref[3:]))
     assert flow is not None
-    assert await app.state.payments.checkout_url(flow)
+    assert await app.state.kind("payment", PaymentKindServices).payments.checkout_url(flow)
     return flow_ref
 
 

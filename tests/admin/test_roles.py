@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from service.admin import endpoints
+from service.branding import store as brands
 from service.grants.groups import create_group
 from service.grants.operators import give_grant
 from service.identity.issuers import IssuerConfig, upsert_issuer
@@ -88,6 +90,14 @@ class World:
     async def payment(self) -> str:
         return await make_payment(self.app, self.oauth)
 
+    async def reconnectable(self) -> str:
+        """A connection a server client holds a grant on (so a reconnect flow can be started)."""
+        connection, client = (await self.grantable()).split("|")
+        async with self.app.state.sessions() as session:
+            await give_grant(session, self.app.state.vault, connection, client, ["files:read"])
+            await session.commit()
+        return connection
+
     async def grantable(self) -> str:
         """A connection and a server client that may be given it: ``cn_…|sc_…``."""
         return f"{await self.connection()}|{await self.client()}"
@@ -105,6 +115,34 @@ class World:
             await session.commit()
         return made.name
 
+    async def endpoint(self) -> str:
+        client = await self.client()
+        async with self.app.state.sessions() as session:
+            made = await endpoints.create(
+                session, self.app.state.vault, client, endpoints.CreateEndpoint(url=DEAD_HOOK)
+            )
+            await session.commit()
+        return made.endpoint.id
+
+    async def disabled_endpoint(self) -> str:
+        endpoint = await self.endpoint()
+        async with self.app.state.sessions() as session:
+            await endpoints.disable(session, endpoint)
+            await session.commit()
+        return endpoint
+
+    async def branded_client(self) -> str:
+        return await self._branded(server_client=await self.client())
+
+    async def branded_group(self) -> str:
+        return await self._branded(trust_group=await self.group())
+
+    async def _branded(self, **owner: str) -> str:
+        async with self.app.state.sessions() as session:
+            await brands.set_brand(session, await brands.owner_of(session, **owner), brands.BrandInput(tagline="Acme"))
+            await session.commit()
+        return next(iter(owner.values()))
+
 
 Setup = Callable[[World], Awaitable[str]]
 
@@ -117,6 +155,7 @@ class Route:
     ok: int
     setup: Setup | None = None
     body: Callable[[str | None], Any] | None = None
+    query: dict[str, str] | None = None
 
     def path(self, target: str | None) -> str:
         """``{x}`` (and ``{y}``) filled from the setup's target (``x|y`` for two)."""
@@ -141,12 +180,33 @@ ROUTES = [
     Route("POST", "/server-clients/{x}/keys/rotate", "admin", 200, World.client, body=lambda _: {"grace_seconds": 60}),
     Route("PUT", "/server-clients/{x}/webhook", "admin", 200, World.client, body=lambda _: {"url": DEAD_HOOK}),
     Route("POST", "/server-clients/{x}/webhook/rotate-secret", "admin", 200, World.hooked),
+    Route("GET", "/server-clients/{x}/webhook-endpoints", "viewer", 200, World.client),
+    Route(
+        "POST", "/server-clients/{x}/webhook-endpoints", "admin", 201, World.client, body=lambda _: {"url": DEAD_HOOK}
+    ),
+    Route("GET", "/webhook-endpoints/{x}", "viewer", 200, World.endpoint),
+    Route("PATCH", "/webhook-endpoints/{x}", "admin", 200, World.endpoint, body=lambda _: {"events": ["flow.failed"]}),
+    Route("DELETE", "/webhook-endpoints/{x}", "admin", 204, World.endpoint),
+    Route(
+        "POST",
+        "/webhook-endpoints/{x}/rotate-secret",
+        "admin",
+        200,
+        World.endpoint,
+        body=lambda _: {"grace_seconds": 60},
+    ),
+    Route("POST", "/webhook-endpoints/{x}/enable", "admin", 200, World.disabled_endpoint),
+    Route("POST", "/webhook-endpoints/{x}/disable", "admin", 200, World.endpoint),
+    Route("GET", "/webhook-endpoints/{x}/attempts", "viewer", 200, World.endpoint),
     Route("GET", "/webhooks", "viewer", 200),
     Route("GET", "/webhooks/{x}", "viewer", 200, World.delivery),
     Route("POST", "/webhooks/{x}/replay", "operator", 200, World.delivery),
     Route("GET", "/stats", "viewer", 200),
     Route("GET", "/audit", "admin", 200),
+    Route("GET", "/audit/verify", "admin", 200),
+    Route("GET", "/audit/export", "admin", 200, query={"since": "2999-01-01T00:00:00Z"}),
     Route("GET", "/whoami", "viewer", 200),
+    Route("GET", "/subjects", "viewer", 200, query={"iss": "https://id.example.com", "sub": "someone"}),
     Route("GET", "/providers", "viewer", 200),
     Route(
         "POST",
@@ -185,6 +245,7 @@ ROUTES = [
     Route("GET", "/connections/{x}", "viewer", 200, World.connection),
     Route("POST", "/connections/{x}/revoke", "operator", 200, World.connection),
     Route("POST", "/connections/{x}/refresh", "operator", 200, World.connection),
+    Route("POST", "/connections/{x}/reconnect-link", "operator", 200, World.reconnectable),
     Route("GET", "/payments", "viewer", 200),
     Route("GET", "/payments/{x}", "viewer", 200, World.payment),
     Route("POST", "/payments/{x}/reconcile", "operator", 200, World.payment),
@@ -205,6 +266,12 @@ ROUTES = [
     Route("GET", "/trust-groups/{x}", "viewer", 200, World.group),
     Route("PATCH", "/trust-groups/{x}", "admin", 200, World.group, body=lambda _: {"display_name": "Renamed"}),
     Route("DELETE", "/trust-groups/{x}", "admin", 200, World.group),
+    Route("GET", "/server-clients/{x}/brand", "viewer", 200, World.branded_client),
+    Route("PUT", "/server-clients/{x}/brand", "admin", 200, World.client, body=lambda _: {"accent": "#0b57d0"}),
+    Route("DELETE", "/server-clients/{x}/brand", "admin", 200, World.branded_client),
+    Route("GET", "/trust-groups/{x}/brand", "viewer", 200, World.branded_group),
+    Route("PUT", "/trust-groups/{x}/brand", "admin", 200, World.group, body=lambda _: {"tagline": "Example Corp"}),
+    Route("DELETE", "/trust-groups/{x}/brand", "admin", 200, World.branded_group),
 ]
 
 
@@ -221,6 +288,8 @@ async def _call(
         kwargs["json"] = route.body(target)
     elif route.method in {"POST", "PUT", "PATCH"}:
         kwargs["json"] = {}
+    if route.query is not None:
+        kwargs["params"] = route.query
     async with admin_http(app, token) as http:
         headers = {"Authorization": raw_header} if raw_header is not None else {}
         response = await http.request(route.method, route.path(target), headers=headers, **kwargs)

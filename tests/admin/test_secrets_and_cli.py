@@ -85,6 +85,9 @@ async def test_no_secret_in_any_admin_response(elicitd: RunningApp, tokens: dict
 
     await until(attempt_recorded, what="a delivery attempt recorded")
     assert delivery is not None
+    async with admin_http(elicitd, admin) as http:  # the webhook's endpoint (0018), with its attempt
+        listed = await http.get(f"/admin/v1/server-clients/{client.public_id}/webhook-endpoints")
+    endpoint = listed.json()["items"][0]["id"]
     calls = [
         ("GET", "/admin/v1/flows", None),
         ("GET", f"/admin/v1/flows/{flow_id}", None),
@@ -96,7 +99,13 @@ async def test_no_secret_in_any_admin_response(elicitd: RunningApp, tokens: dict
         ("GET", f"/admin/v1/webhooks/evt_{delivery.hex}", None),
         ("GET", "/admin/v1/stats", None),
         ("GET", "/admin/v1/audit?limit=500", None),
+        ("GET", "/admin/v1/audit/verify", None),
+        ("GET", "/admin/v1/audit/export", None),  # every row, for a SIEM: the whole log, nothing secret
         ("GET", "/admin/v1/whoami", None),
+        ("GET", f"/admin/v1/server-clients/{client.public_id}/webhook-endpoints", None),
+        ("GET", f"/admin/v1/webhook-endpoints/{endpoint}", None),
+        ("GET", f"/admin/v1/webhook-endpoints/{endpoint}/attempts", None),
+        ("PATCH", f"/admin/v1/webhook-endpoints/{endpoint}", {"events": ["flow.completed"]}),
         ("POST", f"/admin/v1/server-clients/{client.public_id}/disable", None),
     ]
     forbidden = [

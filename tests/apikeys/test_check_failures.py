@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.apikeys.plugin import ApiKeyKindServices
 from service.apikeys.providers import ApiKeyProvider, parse_config
 from service.apikeys.service import EntryRejected
 from tests.support.apps import RunningApp
@@ -21,13 +22,17 @@ async def test_a_failing_check_is_a_form_message(elicitd: RunningApp, behavior: 
     with hostile(default=behavior) as server:
         for url in (server.url + "/me", server.tls_url + "/me"):
             with pytest.raises(EntryRejected) as rejected:
-                await elicitd.state.apikeys.live_check(provider(url), "sk_live_x", {})
+                await elicitd.state.kind("api_key", ApiKeyKindServices).apikeys.live_check(
+                    provider(url), "sk_live_x", {}
+                )
             assert rejected.value.reason == "check_unavailable"
 
 
 async def test_an_unreachable_check_is_a_form_message(elicitd: RunningApp) -> None:
     with pytest.raises(EntryRejected) as rejected:
-        await elicitd.state.apikeys.live_check(provider(f"http://127.0.0.1:{closed_port()}/me"), "sk_live_x", {})
+        await elicitd.state.kind("api_key", ApiKeyKindServices).apikeys.live_check(
+            provider(f"http://127.0.0.1:{closed_port()}/me"), "sk_live_x", {}
+        )
     assert rejected.value.reason == "check_unavailable"
 
 
@@ -35,4 +40,6 @@ async def test_an_unreachable_check_is_a_form_message(elicitd: RunningApp) -> No
 async def test_any_2xx_body_is_accepted_without_being_parsed(elicitd: RunningApp, behavior: Behavior) -> None:
     """Only the status decides (2xx valid, 401/403 refused): the body is never parsed."""
     with hostile(default=behavior) as server:
-        await elicitd.state.apikeys.live_check(provider(server.url + "/me"), "sk_live_x", {})
+        await elicitd.state.kind("api_key", ApiKeyKindServices).apikeys.live_check(
+            provider(server.url + "/me"), "sk_live_x", {}
+        )

@@ -15,7 +15,7 @@ from playwright.async_api import Page
 from sqlalchemy import text
 
 from service.settings import Settings
-from tests.support import providers
+from tests.support import factories, providers
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 from tests.support.browser import (  # noqa: F401 (fixtures and hook are found by name)
     browser_context,
@@ -24,8 +24,9 @@ from tests.support.browser import (  # noqa: F401 (fixtures and hook are found b
     login_at_issuer,
     pytest_runtest_makereport,
 )
+from tests.support.factories import grant_connection
 from tests.support.oauth_server import OAuthServer
-from tests.support.providers import grant_connection, register_issuer
+from tests.support.providers import register_issuer
 
 PROVIDER_CLIENT_ID = "elicitd-files"
 PROVIDER_SECRET = "files-client-secret-for-tests"
@@ -194,7 +195,7 @@ async def plant_connection(
     """A connection made of tokens the provider really issued (``mint``), stored by the service,
     and (``granted_to``) granted to a server client for its scopes, as a connect flow would."""
     user = provider_user or sub
-    connection, minted = await providers.plant_connection(
+    connection, minted = await factories.plant_connection(
         env.app,
         env.oauth,
         env.provider,

@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError
 
 from elicitd_client.client import ElicitdClient
 from service.connections import oauth
-from service.connections.service import REFRESH_CLAIM_SECONDS, REFRESH_WAIT_SECONDS
+from service.connections.refresh import REFRESH_CLAIM_SECONDS, REFRESH_WAIT_SECONDS
 from service.db.engine import LOCK_TIMEOUT_MS, STATEMENT_TIMEOUT_MS
 from service.db.errors import DbError, classify, is_transient
 from service.http import TIMEOUT_SECONDS

@@ -22,9 +22,8 @@ from sqlalchemy import text
 from service.admin import clients
 from service.admin.connections import show_connection
 from service.connections import authorizations as authz
-from service.connections import oauth
+from service.connections.errors import AccountMismatch
 from service.connections.refresher import Refresher, RefreshSettings
-from service.connections.service import AccountMismatch
 from service.db.base import CONNECTION_ID
 from service.db.unit import unit_of_work
 from service.errors import InvalidRequest
@@ -44,6 +43,7 @@ from tests.connections.conftest import (
 )
 from tests.support.apps import ServerClientHandle, new_server_client
 from tests.support.browser import login_at_issuer
+from tests.support.factories import token_set
 
 
 def refresher(env: Env) -> Refresher:
@@ -241,51 +241,29 @@ async def test_reconnect_in_place_recovers_the_same_authorization(env: Env, clie
     service = env.app.state.connections
     provider = await service.provider(env.provider)
 
-    def tokens(login: str) -> oauth.TokenSet:
+    async def reconnect_as(login: str) -> Any:
+        """The reconnect callback's store of ``login``'s fresh tokens, in place."""
         minted = env.oauth.mint(login, client_id="elicitd-files", scope="files:read")
-        return oauth.TokenSet(
-            access_token=minted["access_token"],
-            refresh_token=minted["refresh_token"],
-            token_type="Bearer",
-            expires_in=3600,
-            scope="files:read",
-            raw=minted,
-        )
-
-    other = new_sub("other")
-    try:
         async with unit_of_work(env.app.state.sessions) as session:
-            await service.store_authorization(
+            return await service.store_authorization(
                 session,
                 iss=env.iss,
                 sub=sub,
                 provider=provider,
-                tokens=tokens(other),
-                account_id=env.oauth.account_id(other),
-                account_login=other,
+                tokens=token_set(minted["access_token"], minted["refresh_token"], raw=minted),
+                account_id=env.oauth.account_id(login),
+                account_login=login,
                 requested=["files:read"],
                 reconnect=connection_id,
                 in_place=connection_id,
             )
-        raise AssertionError("another account was accepted")
-    except AccountMismatch:
-        pass
+
+    with pytest.raises(AccountMismatch):  # another account is refused
+        await reconnect_as(new_sub("other"))
     (row,) = await connection_rows(env.app, sub)
     assert (row["id"], row["health"]) == (connection_id, "needs_reauthorization")
 
-    async with unit_of_work(env.app.state.sessions) as session:
-        done = await service.store_authorization(
-            session,
-            iss=env.iss,
-            sub=sub,
-            provider=provider,
-            tokens=tokens(sub),
-            account_id=env.oauth.account_id(sub),
-            account_login=sub,
-            requested=["files:read"],
-            reconnect=connection_id,
-            in_place=connection_id,
-        )
+    done = await reconnect_as(sub)
     assert (done.connection.id, done.authorization.id) == (connection_id, connection_id)
     assert done.told == [client.id]
     (row,) = await connection_rows(env.app, sub)

@@ -15,14 +15,15 @@ import pytest
 from service.connections import oauth
 from service.connections.discovery import DiscoveryFailed, MetadataCache
 from service.connections.models import Provider
-from service.connections.providers import ProviderSpec, ResolvedProvider, resolve, upsert_provider
+from service.connections.providers import ProviderSpec, ResolvedProvider, resolve
 from service.crypto.vault import Vault
 from service.http import make_http_client
 from service.identity import sessions as store
-from service.identity.issuers import IssuerConfig, upsert_issuer
+from service.identity.issuers import IssuerConfig
 from service.settings import KeyRing, Settings
 from tests.support.apps import RunningApp, new_server_client, running_app
 from tests.support.hostile import FAILURES, Answer, Behavior, HostileServer, closed_port, hostile
+from tests.support.providers import signed_in_for
 
 TIMEOUT = 1.0
 ROUTES: dict[str, Behavior] = {
@@ -179,31 +180,24 @@ async def connect_until_callback(app: RunningApp, server: HostileServer, token_e
     calls ``token_endpoint``. The issuer is never called (the session is made directly)."""
     iss, sub = f"{server.url}/id-{uuid.uuid4().hex[:6]}", f"u-{uuid.uuid4().hex[:8]}"
     name = f"acme-{uuid.uuid4().hex[:6]}"
-    async with app.state.sessions() as session:
-        issuer_id = await upsert_issuer(
-            session,
-            app.state.vault,
-            IssuerConfig(
-                issuer=iss,
-                client_id="elicitd",
-                authorization_endpoint=server.url + "/authorize",
-                token_endpoint=server.url + "/token",
-                jwks_uri=server.url + "/jwks",
-            ),
-        )
-        await upsert_provider(
-            session,
-            ProviderSpec(
-                name=name,
-                client_id="c",
-                client_secret="s",
-                authorization_endpoint=server.url + "/authorize",
-                token_endpoint=token_endpoint,
-            ),
-            app.state.vault,
-        )
-        cookie = await store.create_browser_session(session, issuer_id=issuer_id, iss=iss, sub=sub, lifetime=600)
-        await session.commit()
+    cookie = await signed_in_for(
+        app,
+        IssuerConfig(
+            issuer=iss,
+            client_id="elicitd",
+            authorization_endpoint=server.url + "/authorize",
+            token_endpoint=server.url + "/token",
+            jwks_uri=server.url + "/jwks",
+        ),
+        ProviderSpec(
+            name=name,
+            client_id="c",
+            client_secret="s",
+            authorization_endpoint=server.url + "/authorize",
+            token_endpoint=token_endpoint,
+        ),
+        sub,
+    )
     client = await new_server_client(app)
     async with app.http(client.api_key) as api:
         created = await api.post(

@@ -24,11 +24,13 @@ from service.connections.providers import (
     get_provider,
     public_view,
     resolve,
+    spec_from_mapping,
     spec_values,
     upsert_provider,
 )
 from service.crypto.vault import Vault
 from service.errors import ConfigurationError
+from service.identity.issuers import IssuerDirectory, IssuerUnavailable
 from service.settings import Settings
 from tests.conftest import TEST_KEYS
 from tests.connections.conftest import Env
@@ -37,13 +39,66 @@ from tests.support.oauth_server import OAuthServer
 VAULT = Vault(TEST_KEYS)
 
 
-@pytest.mark.parametrize("key", [k for k, e in CATALOG.items() if not e.needs_issuer and k != "oauth2"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        k
+        for k, e in CATALOG.items()
+        if not e.needs_issuer and k != "oauth2" and e.auth_mode != "api_key" and not e.parameters
+    ],
+)
 def test_catalog_entries_need_only_client_id_and_secret(key: str) -> None:
     values = spec_values(ProviderSpec(name=key, client_id="id", client_secret="s3cret"), VAULT)
     assert values["catalog"] == key
     assert values["display_name"] == CATALOG[key].display_name
     assert values["authorization_endpoint"] or values["issuer"]
     assert values["client_secret_enc"] is not None and b"s3cret" not in values["client_secret_enc"]
+
+
+@pytest.mark.parametrize("key", [k for k, e in CATALOG.items() if e.parameters and e.auth_mode != "api_key"])
+def test_a_templated_entry_needs_its_parameters_and_fills_every_endpoint(key: str) -> None:
+    entry = CATALOG[key]
+    given = {name: p.example or p.default or "" for name, p in entry.parameters.items()}
+    values = spec_values(ProviderSpec(name=key, client_id="id", client_secret="s", parameters=given), VAULT)
+    for field in ("issuer", "authorization_endpoint", "token_endpoint", "revocation_endpoint", "account_endpoint"):
+        assert "{" not in (values[field] or ""), field
+    required = [name for name, p in entry.parameters.items() if p.default is None]
+    in_issuer = [name for name in required if entry.issuer and "{" + name + "}" in entry.issuer]
+    if in_issuer:
+        # An issuer's metadata is discovered for the provider: the operator gives its parameters.
+        with pytest.raises(ConfigurationError, match=f"parameter '{in_issuer[0]}' is required"):
+            spec_values(ProviderSpec(name=key, client_id="id", client_secret="s"), VAULT)
+    elif required:
+        # Left to each connection: the endpoints keep the placeholders (``with_parameters``).
+        left = spec_values(ProviderSpec(name=key, client_id="id", client_secret="s"), VAULT)
+        assert "{" + required[0] + "}" in left["authorization_endpoint"] + left["token_endpoint"]
+    with pytest.raises(ConfigurationError, match="does not match its pattern"):
+        spec_values(
+            ProviderSpec(name=key, client_id="id", client_secret="s", parameters={**given, next(iter(given)): "a/b"}),
+            VAULT,
+        )
+
+
+def test_zendesk_is_made_for_one_subdomain() -> None:
+    spec = ProviderSpec(name="zendesk", client_id="id", client_secret="s", parameters={"subdomain": "acme"})
+    values = spec_values(spec, VAULT)
+    assert values["token_endpoint"] == "https://acme.zendesk.com/oauth/tokens"
+    assert values["account_endpoint"] == "https://acme.zendesk.com/api/v2/users/me.json"
+    with pytest.raises(ConfigurationError, match="unknown parameters shop"):
+        spec_values(ProviderSpec(name="zendesk", client_id="id", client_secret="s", parameters={"shop": "x"}), VAULT)
+
+
+def test_the_config_file_gives_an_entrys_parameters() -> None:
+    spec = spec_from_mapping(
+        "zendesk", {"client_id": "zd", "client_secret_env": "ZD", "parameters": {"subdomain": "acme"}}, {"ZD": "s"}
+    )
+    assert spec.parameters == {"subdomain": "acme"}
+    assert spec_values(spec, VAULT)["authorization_endpoint"] == "https://acme.zendesk.com/oauth/authorizations/new"
+
+
+def test_an_api_key_service_is_not_an_oauth_provider() -> None:
+    with pytest.raises(ConfigurationError, match="'openai' is an API key service"):
+        spec_values(ProviderSpec(name="openai", client_id="id", client_secret="s"), VAULT)
 
 
 def test_catalog_has_the_well_known_providers() -> None:
@@ -109,6 +164,23 @@ async def test_discovery_fills_endpoints_and_checks_the_issuer(env: Env, oauth: 
     with pytest.raises(DiscoveryFailed):
         # The document at this URL names another issuer: refused, not used.
         await MetadataCache().get(oauth.issuer + "/other", discovery_url=oauth.discovery_url)
+
+
+async def test_one_metadata_fetch_checks_the_issuer_for_providers_and_issuers(env: Env, oauth: OAuthServer) -> None:
+    """Providers and sign-in issuers fetch metadata through one function: the same document is
+    taken for a provider configured with a final ``/`` (as providers always were), and refused for
+    a sign-in issuer, whose ``issuer`` must match to the letter (OIDC Discovery §4.3)."""
+    slashed = oauth.issuer + "/"
+    document = await MetadataCache().get(slashed, discovery_url=oauth.discovery_url)
+    assert document["issuer"] == oauth.issuer
+    directory = IssuerDirectory(env.app.state.sessions, env.app.state.vault)
+    try:
+        assert (await directory.discover(oauth.issuer))["issuer"] == oauth.issuer
+        with pytest.raises(IssuerUnavailable) as refused:
+            await directory.discover(slashed)
+        assert refused.value.detail == "The sign-in service's metadata names another issuer."
+    finally:
+        await directory.close()
 
 
 async def test_config_file_section(env: Env) -> None:

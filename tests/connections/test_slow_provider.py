@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import event, text
 from sqlalchemy.pool import QueuePool
 
-from service.connections.service import REFRESH_WAIT_SECONDS
+from service.connections.refresh import REFRESH_WAIT_SECONDS
 from service.errors import ServiceUnavailable
 from service.services import build_services
 from service.settings import Settings
@@ -275,10 +275,10 @@ async def test_two_replicas_refreshing_one_connection_make_one_provider_call(
     for watch in watches:
         out = watch.overlapping(lo, hi)
         assert all(c.end - c.start < HELD_FOR_THE_CALL_SECONDS for c in out), [(c.holder, c.end - c.start) for c in out]
-        looks = [c for c in out if c.holder == "ConnectionService._refresh_flight"]
+        looks = [c for c in out if c.holder == "Refreshes._flight"]
         assert all(a.end <= b.start for a, b in itertools.pairwise(looks)), looks
     holders = {c.holder for watch in watches for c in watch.overlapping(lo, hi)}
-    assert "ConnectionService._refresh_flight" in holders  # the loser did look meanwhile
+    assert "Refreshes._flight" in holders  # the loser did look meanwhile
     busy = [sum(samples) / len(samples) for samples in sleeping]
     assert all(share < 0.5 for share in busy), busy
     print(f"\ntwo replicas: 1 provider call for 10 requests; share of time a connection was out: {busy}")

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from service.consent.plugin import ConsentKindServices
 from service.errors import ConfigurationError
 from service.services import build_services
 from service.settings import Settings
@@ -121,6 +122,6 @@ async def test_jwks_publishes_public_keys_only(app: RunningApp) -> None:
     [key] = response.json()["keys"]
     assert key["kty"] == "EC" and key["crv"] == "P-256" and key["alg"] == "ES256" and key["use"] == "sig"
     assert "d" not in key
-    signer = app.state.consent.signer
+    signer = app.state.kind("consent", ConsentKindServices).consent.signer
     assert signer is not None
     assert key["kid"] == signer.key_id

@@ -27,8 +27,7 @@ import httpx
 import pytest
 
 from service.admin.tokens import Role, create_token, parse_lifetime
-from service.db.migrate import upgrade_async
-from service.settings import Settings, normalize_database_url
+from service.settings import Settings
 from tests.support import backends
 from tests.support.apps import new_server_client, running_app
 from tests.support.stripe_double import API_KEY, WEBHOOK_SECRET, StripeDouble
@@ -66,10 +65,11 @@ def live(make_settings: Callable[..., Settings], backend: backends.Backends) -> 
         )
 
         async def serve() -> None:
-            database = await backends.create_database(backend.server_url)
             try:
-                await upgrade_async(normalize_database_url(database))
-                async with running_app(settings.with_(database_url=normalize_database_url(database))) as app:
+                async with (
+                    backends.migrated_database(backend.server_url) as database,
+                    running_app(settings.with_(database_url=database)) as app,
+                ):
                     client = await new_server_client(app)
                     async with app.state.sessions() as session:
                         token = await create_token(
@@ -84,8 +84,6 @@ def live(make_settings: Callable[..., Settings], backend: backends.Backends) -> 
                 found.append(exc)
                 started.set()
                 raise
-            finally:
-                await backends.drop_database(backend.server_url, database)
 
         thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
         thread.start()

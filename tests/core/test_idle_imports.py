@@ -3,8 +3,8 @@ page or a traced request needs is imported by the first of them.
 
 The probe builds the app as ``elicitd serve`` and the benchmark do (settings from ``ELICITD_*``,
 ``build_services``, ``create_app``), runs its startup (database pool, Redis subscription), then
-reports which of these modules are loaded. Each was imported by every process before: together
-~21 MB of an idle server's RSS (bench/README.md).
+reports which of these modules are loaded. Most were imported by every process before: together
+~26 MB of an idle server's RSS (bench/README.md); the last few never were, and stay that way.
 """
 
 from __future__ import annotations
@@ -29,6 +29,15 @@ NOT_LOADED_WHEN_IDLE = (
     "babel",  # the pages' catalogues and locale data, loaded by the first page (service/i18n.py)
     "authlib",  # OAuth client code: the first sign-in, connection or introspection
     "joserfc",  # JOSE: the first subject token, ID token or (with a signing key) startup
+    "PIL",  # Pillow: the first logo upload (service/branding/images.py)
+    "opentelemetry.sdk",  # tracing's SDK only with ELICITD_OTEL_ENABLED; redis-py's metrics import (service/__init__.py)
+    "opentelemetry.sdk.trace",
+    "opentelemetry.sdk.metrics",
+    "psutil",  # the metrics SDK's resource detection (test extras only)
+    "stripe",  # the Stripe provider: built by the payments plugin when Stripe is configured
+    "mcp",  # the admin MCP server's SDK
+    "playwright",  # screenshots and browser tests
+    "jsonschema",  # the catalog lint: an operator's provider files (ELICITD_PROVIDERS_DIR)
 )
 
 _PROBE = """
@@ -85,3 +94,18 @@ def test_idle_server_leaves_heavy_modules_unloaded(make_settings: Callable[..., 
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stderr.strip().splitlines()[-1])
     assert report == {"started": "lifespan.startup.complete", "loaded": []}
+
+
+def test_the_metrics_sdk_is_hidden_from_redis_py_alone() -> None:
+    """redis-py loads without OpenTelemetry's metrics SDK (service/__init__.py), and the SDK is
+    then importable as usual: the hiding lasts for that one module, and its finder is gone."""
+    probe = (
+        "import sys, service, redis.asyncio\n"
+        "print(sorted(n for n in ('opentelemetry.sdk.metrics', 'psutil') if n in sys.modules))\n"
+        "import opentelemetry.sdk.metrics\n"
+        "print(opentelemetry.sdk.metrics.MeterProvider.__name__)\n"
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'service'])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[]", "MeterProvider", "[]"]

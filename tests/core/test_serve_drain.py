@@ -22,6 +22,7 @@ from service.serving import drain_seconds
 from service.settings import KeyRing
 from tests.support import backends
 from tests.support.apps import free_port
+from tests.support.live import external_flow, until_ready
 
 MAX_WAIT = 10
 
@@ -59,26 +60,8 @@ async def test_sigterm_answers_the_long_poll_cuts_the_stream_and_ends_in_time(
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if (await http.get("/readyz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert server.poll() is None and time.monotonic() < deadline, "elicitd serve did not become ready"
-                await asyncio.sleep(0.2)
-            made = await http.post(
-                "/v1/flows",
-                headers=auth,
-                json={
-                    "subject": {"iss": "https://id.example.com", "sub": "drain"},
-                    "kind": "external",
-                    "url": "https://app.example.com/s",
-                },
-            )
-            assert made.status_code == 201, made.text
-            flow = made.json()["flow"]["id"]
+            await until_ready(http, what="elicitd serve", alive=lambda: server.poll() is None)
+            flow = await external_flow(http, auth, "drain")
 
             async def stream() -> tuple[bytes, float]:
                 received = b""

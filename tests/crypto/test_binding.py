@@ -15,14 +15,13 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import text
 
-from service.connections.service import ACCESS_TOKEN, REFRESH_TOKEN, token_binding
+from service.connections.sealing import ACCESS_TOKEN, REFRESH_TOKEN, token_binding
 from service.crypto.aead import SealError
 from service.crypto.columns import CONNECTION_BINDING, ENCRYPTED_COLUMNS
 from service.crypto.vault import Vault
 from service.db.base import CONNECTION_ID
-from service.db.migrate import upgrade_async
 from service.rotation import rotate
-from service.settings import KeyRing, Settings, normalize_database_url
+from service.settings import KeyRing, Settings
 from tests.connections.conftest import Env, get_token, new_sub, plant_connection, register_provider
 from tests.support import backends
 from tests.support.apps import new_server_client, running_app
@@ -30,6 +29,22 @@ from tests.support.oauth_server import OAuthServer
 from tests.support.providers import register_issuer
 
 RING = KeyRing.parse("bind1:" + "C" * 43, name="binding keys")
+
+
+def test_an_optional_secret_is_absent_unless_both_columns_are_set() -> None:
+    """Every optional secret column pair (a token, a provider's or issuer's client secret) is read
+    through ``Vault.open_stored``: nothing stored unless both the key id and the value are, and a
+    value that does not open is an error, never taken for "no secret"."""
+    vault = Vault(RING)
+    kid, blob = vault.encrypt("s3cret", owner="cn_1", purpose=ACCESS_TOKEN, bound=("a", "b"))
+    assert vault.open_stored(kid, blob, owner="cn_1", purpose=ACCESS_TOKEN, bound=("a", "b")) == "s3cret"
+    assert vault.open_stored(None, blob, owner="cn_1", purpose=ACCESS_TOKEN, bound=("a", "b")) is None
+    assert vault.open_stored("", blob, owner="cn_1", purpose=ACCESS_TOKEN, bound=("a", "b")) is None
+    assert vault.open_stored(kid, None, owner="cn_1", purpose=ACCESS_TOKEN, bound=("a", "b")) is None
+    with pytest.raises(SealError):
+        vault.open_stored(kid, blob, owner="cn_2", purpose=ACCESS_TOKEN, bound=("a", "b"))
+    with pytest.raises(SealError):
+        vault.open_stored(kid, blob, owner="cn_1", purpose=REFRESH_TOKEN, bound=("a", "b"))
 
 
 def test_the_declared_binding_is_the_writers() -> None:
@@ -88,16 +103,14 @@ async def env(
     make_settings: Callable[..., Settings], oauth: OAuthServer, backend: backends.Backends
 ) -> AsyncIterator[Env]:
     """A database of its own: rotation rewrites rows, which must not touch other tests' data."""
-    url = await backends.create_database(backend.server_url)
-    await upgrade_async(normalize_database_url(url))
-    try:
-        async with running_app(make_settings(database_url=normalize_database_url(url), keys=RING)) as app:
-            await register_issuer(app, oauth)
-            name = f"bind-{uuid.uuid4().hex[:6]}"
-            await register_provider(app, oauth, name)
-            yield Env(app=app, oauth=oauth, provider=name)
-    finally:
-        await backends.drop_database(backend.server_url, url)
+    async with (
+        backends.migrated_database(backend.server_url) as url,
+        running_app(make_settings(database_url=url, keys=RING)) as app,
+    ):
+        await register_issuer(app, oauth)
+        name = f"bind-{uuid.uuid4().hex[:6]}"
+        await register_provider(app, oauth, name)
+        yield Env(app=app, oauth=oauth, provider=name)
 
 
 async def _move(env: Env, connection: str, **values: str) -> None:

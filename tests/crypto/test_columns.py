@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import service
 from service.connections.providers import CLIENT_SECRET
-from service.connections.service import ACCESS_TOKEN, PKCE_VERIFIER, REFRESH_TOKEN
+from service.connections.sealing import ACCESS_TOKEN, PKCE_VERIFIER, REFRESH_TOKEN
 from service.crypto.columns import ENCRYPTED_COLUMNS, EncryptedColumn
 from service.db.base import CLIENT_ID, CONNECTION_ID, Base
 from service.identity.issuers import INTROSPECTION_SECRET_PURPOSE, SECRET_PURPOSE
@@ -62,6 +62,8 @@ def test_every_vault_column_is_declared_once() -> None:
         "oauth_states.verifier_enc",
         "providers.client_secret_enc",
         "server_clients.webhook_secret_enc",
+        "webhook_endpoints.previous_secret_enc",
+        "webhook_endpoints.secret_enc",
     ]
 
 
@@ -86,6 +88,8 @@ def test_purposes_are_the_writers() -> None:
         "connections.access_token_enc": ACCESS_TOKEN,
         "connections.refresh_token_enc": REFRESH_TOKEN,
         "oauth_states.verifier_enc": PKCE_VERIFIER,
+        "webhook_endpoints.secret_enc": WEBHOOK_SECRET_PURPOSE,
+        "webhook_endpoints.previous_secret_enc": WEBHOOK_SECRET_PURPOSE,
     }
 
 
@@ -110,6 +114,9 @@ PYTHON_OWNER: dict[str, tuple[object, Callable[[], str]]] = {
     "connections.access_token_enc": (UUID_ID, lambda: CONNECTION_ID.format(UUID_ID)),
     "connections.refresh_token_enc": (UUID_ID, lambda: CONNECTION_ID.format(UUID_ID)),
     "oauth_states.verifier_enc": (UUID_ID, lambda: str(UUID_ID)),
+    # An endpoint's secrets are sealed for its server client (``service.admin.endpoints``).
+    "webhook_endpoints.secret_enc": (UUID_ID, lambda: CLIENT_ID.format(UUID_ID)),
+    "webhook_endpoints.previous_secret_enc": (UUID_ID, lambda: CLIENT_ID.format(UUID_ID)),
 }
 
 
@@ -118,8 +125,10 @@ async def test_owner_sql_gives_the_writers_owner(engine: AsyncEngine, column: En
     """Rotation recomputes the owner in SQL; it must be byte-for-byte what the writer sealed with."""
     value, owner = PYTHON_OWNER[column.label]
     sql_type = {uuid.UUID: "uuid", bytes: "bytea", str: "text"}[type(value)]
+    # An owner computed from another column of the row (an endpoint's server client) reads it there.
+    owner_column = "server_client_id" if "server_client_id" in column.owner_sql else column.id_column
     statement = text(
-        f"SELECT {column.owner_sql} FROM (SELECT CAST(:v AS {sql_type}) AS {column.id_column}) AS {column.table}"
+        f"SELECT {column.owner_sql} FROM (SELECT CAST(:v AS {sql_type}) AS {owner_column}) AS {column.table}"
     )
     async with engine.connect() as connection:
         assert (await connection.execute(statement, {"v": value})).scalar_one() == owner()

@@ -26,22 +26,23 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.admin import endpoints
 from service.admin.clients import rotate_webhook_secret, set_webhook
+from service.apikeys.plugin import ApiKeyKindServices
 from service.apikeys.providers import get_api_key_provider, upsert_api_key_provider
-from service.connections import oauth as provider_oauth
 from service.connections.providers import ProviderSpec, upsert_provider
 from service.crypto.columns import ENCRYPTED_COLUMNS, EncryptedColumn
 from service.crypto.vault import Vault
 from service.db.base import FLOW_ID
 from service.db.engine import make_engine, make_sessionmaker
-from service.db.migrate import upgrade_async
 from service.flows.models import Flow
 from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.rotation import GRANTS_LABEL
-from service.settings import KeyRing, Settings, normalize_database_url
+from service.settings import KeyRing, Settings
 from tests.connections.conftest import PROVIDER_CLIENT_ID, grant, register_provider
 from tests.support import backends
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
+from tests.support.factories import plant_connection
 from tests.support.oauth_server import OAuthServer
 from tests.support.waiting import until
 
@@ -62,13 +63,8 @@ def oauth() -> Iterator[OAuthServer]:
 @pytest.fixture
 async def fresh_database(backend: backends.Backends) -> AsyncIterator[str]:
     """A database of its own: rotation rewrites every row, which must not touch other tests' data."""
-    url = await backends.create_database(backend.server_url)
-    sa_url = normalize_database_url(url)
-    await upgrade_async(sa_url)
-    try:
-        yield sa_url
-    finally:
-        await backends.drop_database(backend.server_url, url)
+    async with backends.migrated_database(backend.server_url) as url:
+        yield url
 
 
 # ---- reading every registered column ------------------------------------------------------------
@@ -125,6 +121,8 @@ class World:
     refresh: dict[str, str] = field(default_factory=dict)  # connection ref -> refresh token
     conn_sub: dict[str, str] = field(default_factory=dict)  # connection ref -> sub
     webhook: dict[str, str] = field(default_factory=dict)  # client public id -> webhook secret
+    # client public id -> its legacy endpoint's id (which holds the same secret, migration 0018)
+    legacy_endpoint: dict[str, str] = field(default_factory=dict)
     planted: set[str] = field(default_factory=set)  # secrets the test itself chose
     keys: set[str] = field(default_factory=set)  # connection refs holding an API key (on the connection row)
 
@@ -140,31 +138,9 @@ class World:
 
 async def mint_connection(app: RunningApp, oauth: OAuthServer, world: World, sub: str, expires_in: int = 3600) -> str:
     """Tokens the provider really issued, stored by the connection service (as a callback does)."""
-    minted = oauth.mint(sub, client_id=PROVIDER_CLIENT_ID, scope="files:read")
-    tokens = provider_oauth.TokenSet(
-        access_token=minted["access_token"],
-        refresh_token=minted["refresh_token"],
-        token_type="Bearer",
-        expires_in=expires_in,
-        scope="files:read",
-        raw=minted,
+    ref, minted = await plant_connection(
+        app, oauth, PROVIDER, iss=oauth.issuer, sub=sub, login=sub, client_id=PROVIDER_CLIENT_ID, expires_in=expires_in
     )
-    service = app.state.connections
-    async with app.state.sessions() as session:
-        provider = await service.provider(PROVIDER)
-        done = await service.store_authorization(
-            session,
-            iss=oauth.issuer,
-            sub=sub,
-            provider=provider,
-            tokens=tokens,
-            account_id=oauth.account_id(sub),
-            account_login=sub,
-            requested=["files:read"],
-            reconnect=None,
-        )
-        await session.commit()
-    ref = str(done.result["connection_id"])
     await grant(app, ref, world.client, ["files:read"])  # as the connect flow that stored it would
     world.subs[sub] = PROVIDER
     world.conn_sub[ref] = sub
@@ -233,7 +209,7 @@ async def api_key_connection(app: RunningApp, oauth: OAuthServer, world: World, 
         flow = await session.get(Flow, flow_id)
         provider = await get_api_key_provider(session, API_KEY_PROVIDER)
     assert flow is not None and provider is not None
-    assert await app.state.apikeys.store(flow, provider, key, {}) is not None
+    assert await app.state.kind("api_key", ApiKeyKindServices).apikeys.store(flow, provider, key, {}) is not None
     async with app.http(world.client.api_key) as api:
         token = await api.get(f"/v1/connections/{API_KEY_PROVIDER}/token", params={"iss": oauth.issuer, "sub": sub})
     assert token.status_code == 200, token.text
@@ -298,6 +274,16 @@ async def fill_vault(app: RunningApp, oauth: OAuthServer, *, connections: int) -
         assert shown.webhook_secret is not None
         world.clients.append(handle)
         world.webhook[handle.public_id] = shown.webhook_secret
+        async with app.state.sessions() as session:  # a second endpoint, its secret rotated in grace
+            made = await endpoints.create(
+                session, app.state.vault, handle.public_id, endpoints.CreateEndpoint(url="http://127.0.0.1:9/other")
+            )
+            rotation = endpoints.RotateEndpointSecret(grace_seconds=3600)
+            rotated = await endpoints.rotate_secret(session, app.state.vault, made.endpoint.id, rotation, 0.0)
+            await session.commit()
+        world.planted |= {made.secret, rotated.secret}
+        legacy = next(e for e in (await _endpoints_of(app, handle.public_id)) if e.legacy)
+        world.legacy_endpoint[handle.public_id] = str(uuid.UUID(legacy.id[3:]))
     for _ in range(4):  # complete connects: login attempts, OAuth states, connections
         await connect_over_http(app, oauth, world, f"web-{uuid.uuid4().hex[:8]}")
     async with httpx.AsyncClient(base_url=app.url) as http:  # two logins left half-way: pending attempts
@@ -321,6 +307,11 @@ async def fill_vault(app: RunningApp, oauth: OAuthServer, *, connections: int) -
     return world
 
 
+async def _endpoints_of(app: RunningApp, public_id: str) -> list[endpoints.EndpointView]:
+    async with app.state.sessions() as session:
+        return (await endpoints.list_endpoints(session, public_id)).items
+
+
 def expected_cells(world: World, plain: dict[Cell, str]) -> dict[Cell, str]:
     """What the test knows each connection and webhook cell holds (the rest: the snapshot)."""
     known = dict(plain)
@@ -330,6 +321,7 @@ def expected_cells(world: World, plain: dict[Cell, str]) -> dict[Cell, str]:
         known[("authorizations.refresh_token_enc", str(uuid.UUID(ref[3:])))] = token
     for public_id, secret in world.webhook.items():
         known[("server_clients.webhook_secret_enc", str(uuid.UUID(public_id[3:])))] = secret
+        known[("webhook_endpoints.secret_enc", world.legacy_endpoint[public_id])] = secret
     return known
 
 
@@ -496,6 +488,8 @@ async def test_rotate_cli_while_serving(
                 1 for ref, secret in world.webhook.items() if secret != original_webhooks[ref]
             )
         }
+        # The legacy endpoint mirrors the old columns (migration 0018's trigger): the same rows again.
+        rewritten["webhook_endpoints.secret_enc"] = rewritten["server_clients.webhook_secret_enc"]
         for c in ENCRYPTED_COLUMNS:
             old_rows = sum(1 for cell in before if cell[0] == c.label)
             app_rows = rewritten.get(c.label, 0)

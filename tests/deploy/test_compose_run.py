@@ -19,7 +19,6 @@ import json
 import os
 import secrets
 import socket
-import time
 from pathlib import Path
 
 import httpx
@@ -27,6 +26,7 @@ import pytest
 
 from service.settings import KeyRing
 from tests.support import containers
+from tests.support.live import external_flow, until_ready
 from tests.support.packaging import ROOT
 
 STANDINS = ROOT / "tests" / "support" / "compose"
@@ -95,17 +95,14 @@ async def test_compose_migrates_serves_and_stops_with_podman_compose(tmp_path: P
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
 
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{PORT}", timeout=10) as http:
-            deadline = time.monotonic() + 180
-            while True:
-                try:
-                    ready = await http.get("/readyz")
-                    # Redis may come up after elicitd (all start at once): it subscribes when it can.
-                    if ready.status_code == 200 and ready.json()["wakeups"] == "redis":
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "compose's elicitd did not become ready"
-                await asyncio.sleep(1)
+            # Redis may come up after elicitd (all start at once): it subscribes when it can.
+            ready = await until_ready(
+                http,
+                what="compose's elicitd",
+                timeout=180,
+                pause=1,
+                wanted=lambda ready: bool(ready.json()["wakeups"] == "redis"),
+            )
             assert (ready.json()["schema"], ready.json()["wakeups"]) == ("current", "redis")
             migrate = await asyncio.to_thread(
                 containers.run,
@@ -124,17 +121,8 @@ async def test_compose_migrates_serves_and_stops_with_podman_compose(tmp_path: P
             assert created.returncode == 0, created.stderr[-2000:]
             key = _api_key(created.stdout)
             auth = {"Authorization": f"Bearer {key}"}
-            made = await http.post(
-                "/v1/flows",
-                headers=auth,
-                json={
-                    "subject": {"iss": "https://id.example.com", "sub": "compose"},
-                    "kind": "external",
-                    "url": "https://app.example.com/step",
-                },
-            )
-            assert made.status_code == 201, made.text
-            read = await http.get(f"/v1/flows/{made.json()['flow']['id']}", headers=auth)
+            flow = await external_flow(http, auth, "compose")
+            read = await http.get(f"/v1/flows/{flow}", headers=auth)
             assert (read.status_code, read.json()["flow"]["status"]) == (200, "pending")
 
         stopped = await asyncio.to_thread(

@@ -30,6 +30,7 @@ from service.services import BACKGROUND_STOP_SECONDS, SHUTDOWN_SECONDS
 from service.settings import KeyRing
 from tests.support import backends, containers
 from tests.support.apps import free_port
+from tests.support.live import external_flow, until_ready
 
 BASE = containers.BASE
 UID = 10001
@@ -155,29 +156,10 @@ async def test_the_image_builds_runs_as_non_root_and_stops_on_sigterm(
         )
         assert started.returncode == 0, started.stderr
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=MAX_WAIT + 10) as http:
-            deadline = time.monotonic() + 90
-            while True:
-                try:
-                    ready = await http.get("/readyz")
-                    if ready.status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the container did not become ready"
-                await asyncio.sleep(0.3)
+            ready = await until_ready(http, what="the container", timeout=90, pause=0.3)
             assert ready.json()["schema"] == "current" and ready.json()["wakeups"] == "redis"
             auth = {"Authorization": f"Bearer {key}"}
-            made = await http.post(
-                "/v1/flows",
-                headers=auth,
-                json={
-                    "subject": {"iss": "https://id.example.com", "sub": "image"},
-                    "kind": "external",
-                    "url": "https://app.example.com/step",
-                },
-            )
-            assert made.status_code == 201, made.text
-            flow = made.json()["flow"]["id"]
+            flow = await external_flow(http, auth, "image")
             read = await http.get(f"/v1/flows/{flow}", headers=auth)
             assert (read.status_code, read.json()["flow"]["status"]) == (200, "pending")
 

@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -24,6 +23,7 @@ from service.db.migrate import migrations_dir
 from service.settings import KeyRing
 from tests.support import backends
 from tests.support.apps import free_port
+from tests.support.live import until_ready
 from tests.support.packaging import ROOT, fresh_venv, project_wheel
 
 
@@ -107,15 +107,7 @@ async def test_a_non_editable_install_migrates_serves_and_answers_the_contract(
         )
         base = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(base_url=base, timeout=10) as http:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if (await http.get("/readyz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert server.poll() is None and time.monotonic() < deadline, "elicitd serve did not become ready"
-                await asyncio.sleep(0.2)
+            await until_ready(http, what="elicitd serve", alive=lambda: server.poll() is None)
             auth = {"Authorization": f"Bearer {key}"}
             subject = {"iss": "https://id.example.com", "sub": "contract"}
             made = await http.post(

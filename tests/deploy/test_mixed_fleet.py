@@ -45,6 +45,10 @@ def marked() -> dict[str, str]:
     return dict(rows)
 
 
+# How many commits on each side of a migration are tried for a release that starts: a change made
+# over several commits leaves some that do not (after 0018's, the first ten fail at import). A
+# commit that does not start ends in a second or two, so trying more costs little.
+SEARCHED = 40
 SAFE = sorted(revision for revision, verdict in marked().items() if verdict == "safe")
 
 
@@ -62,11 +66,30 @@ def _git(*args: str) -> str:
 
 
 def _introduced(revision: str) -> str:
-    """The commit that added ``revision``'s script, wherever the chain lived then."""
+    """The commit that added ``revision``'s script, wherever the chain lived then — or, when its
+    predecessor's script landed after it (two migrations written side by side), the first commit
+    that holds both: before it the chain did not reach ``revision``."""
     patterns = [f"service/migrations/versions/{revision}_*.py", f"migrations/versions/{revision}_*.py"]
     commits = _git("log", "--diff-filter=A", "--format=%H", "--", *patterns).split()
     assert commits, f"no commit adds migration {revision} (a shallow clone?)"
+    before = _served_before(revision)
+    if _has(commits[-1], before):
+        return commits[-1]
+    for commit in _git("rev-list", "--first-parent", "--reverse", f"{commits[-1]}..HEAD").split():
+        if _has(commit, before):
+            return commit
     return commits[-1]
+
+
+def _served_before(revision: str) -> str:
+    """The newest migration below ``revision`` that some release served without it: migrations
+    marked ``—`` were released together with the next one, so the previous release had neither."""
+    verdicts = marked()
+    before = f"{int(revision) - 1:04d}"
+    while verdicts.get(before) == "—":
+        before = f"{int(before) - 1:04d}"
+    # The first release's migrations are all ``—`` too; below them no release served anything.
+    return before if before in verdicts else f"{int(revision) - 1:04d}"
 
 
 def _has(commit: str, revision: str) -> bool:
@@ -78,9 +101,9 @@ def _previous_releases(introduced: str, revision: str) -> list[str]:
     """The commits before ``introduced`` that hold the chain one short of ``revision``, newest
     first: the previous release is the newest of them whose code starts (a commit may hold half
     of a change that its successor completed)."""
-    before = f"{int(revision) - 1:04d}"
+    before = _served_before(revision)
     found = []
-    for commit in _git("rev-list", "--first-parent", "--max-count=10", f"{introduced}^").split():
+    for commit in _git("rev-list", "--first-parent", f"--max-count={SEARCHED}", f"{introduced}^").split():
         if not _has(commit, before):
             break
         found.append(commit)
@@ -92,7 +115,7 @@ def _releases_of(introduced: str, revision: str) -> list[str]:
     this release is the first of them whose code starts."""
     after = f"{int(revision) + 1:04d}"
     found = []
-    for commit in _git("rev-list", "--first-parent", "--reverse", f"{introduced}^..HEAD").split()[:10]:
+    for commit in _git("rev-list", "--first-parent", "--reverse", f"{introduced}^..HEAD").split()[:SEARCHED]:
         if _has(commit, after):
             break
         found.append(commit)

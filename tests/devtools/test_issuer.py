@@ -183,7 +183,7 @@ async def test_mint_gives_an_access_token_for_an_audience(dev_tools: DevTools, h
     assert claims is not None
     keys = KeySet.import_key_set((await http.get(f"{iss}/jwks")).json())
     assert jwt.decode(minted.json()["access_token"], keys, algorithms=["ES256"]).header["typ"] == "at+jwt"
-    assert (claims["iss"], claims["sub"]) == (iss, "alice")
+    assert (claims["iss"], claims["sub"], claims["preferred_username"]) == (iss, "alice", "alice")
     assert dev_tools.issuer.verify_access_token(minted.json()["access_token"], "http://127.0.0.1:9001/mcp") is None
     no_audience = await http.post(f"{iss}/mint", json={"sub": "alice"})
     assert (no_audience.status_code, no_audience.json()["error"]) == (400, "invalid_request")

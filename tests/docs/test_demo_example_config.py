@@ -156,7 +156,8 @@ def test_the_example_config_runs_as_the_readme_shows(tmp_path: Path) -> None:
                 server.terminate()
                 server.wait(10)
                 server_log.close()
-        assert answer.returncode == 0, answer.stdout + answer.stderr
+        server_said = (tmp_path / "example-server.log").read_text(errors="replace")
+        assert answer.returncode == 0, answer.stdout + answer.stderr + "\nexample server:\n" + server_said
         lines = answer.stdout.splitlines()
         assert lines[0].startswith(f"Opening {instance.url}/f/fl_")
         assert "browser: Connected" in lines

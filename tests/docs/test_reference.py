@@ -28,7 +28,8 @@ def _snippets(text: str) -> list[str]:
     lines: list[str] = []
     for block in re.findall(r"^```(?:sh|bash|shell)\n(.*?)^```", text, re.S | re.M):
         for line in block.replace("\\\n", " ").splitlines():
-            lines.append(line.split(" #", 1)[0].strip())
+            # The command itself: a comment, a redirection (`> audit.jsonl`) or a pipe is the shell's.
+            lines.append(re.split(r"\s(?:#|>|\|)\s", f"{line} ", maxsplit=1)[0].strip())
     return spans + lines
 
 

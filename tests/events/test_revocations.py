@@ -8,40 +8,15 @@ from collections.abc import Callable
 
 from sqlalchemy import text
 
-from service.connections.providers import ProviderSpec, upsert_provider
-from service.db.base import CONNECTION_ID, uuid7
+from service.db.base import CONNECTION_ID
 from service.grants.models import GRANT_ID
 from service.settings import Settings
 from tests.events.test_stream import FAST, reading
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
+from tests.support.factories import connection_granted_to, offline_provider
 from tests.support.waiting import until
 
 ISS = "https://id.example.com"
-
-
-async def connection_granted_to(
-    app: RunningApp, provider: str, sub: str, account: str, *clients: ServerClientHandle
-) -> uuid.UUID:
-    """A connection of ``sub`` (rows as a completed connect leaves them) granted to ``clients``."""
-    connection_id = uuid7()
-    async with app.state.sessions() as session:
-        await session.execute(
-            text(
-                "INSERT INTO connections (id, subject_iss, subject_sub, provider, account_id, scopes) "
-                "VALUES (:id, :iss, :sub, :provider, :account, '{files:read}')"
-            ),
-            {"id": connection_id, "iss": ISS, "sub": sub, "provider": provider, "account": account},
-        )
-        for client in clients:
-            await session.execute(
-                text(
-                    "INSERT INTO grants (id, connection_id, server_client_id, scopes, origin) "
-                    "VALUES (:id, :connection, :client, '{files:read}', 'admin')"
-                ),
-                {"id": uuid7(), "connection": connection_id, "client": client.id},
-            )
-        await session.commit()
-    return connection_id
 
 
 async def grant_of(app: RunningApp, connection_id: uuid.UUID, client: ServerClientHandle) -> uuid.UUID:
@@ -55,26 +30,11 @@ async def grant_of(app: RunningApp, connection_id: uuid.UUID, client: ServerClie
 
 async def test_revocations_reach_the_granted_clients_only(make_settings: Callable[..., Settings]) -> None:
     async with running_app(make_settings(extra=FAST)) as app:
-        provider = f"files-{uuid.uuid4().hex[:8]}"
-        async with app.state.sessions() as session:
-            await upsert_provider(
-                session,
-                ProviderSpec(
-                    name=provider,
-                    catalog="oauth2",
-                    display_name="Files",
-                    authorization_endpoint="https://files.example.com/authorize",
-                    token_endpoint="https://files.example.com/token",
-                    client_id="elicitd",
-                    client_secret="secret",
-                ),
-                app.state.vault,
-            )
-            await session.commit()
+        provider = await offline_provider(app)
         one, two, stranger = [await new_server_client(app) for _ in range(3)]
         sub = f"u{uuid.uuid4().hex[:8]}"
-        first = await connection_granted_to(app, provider, sub, "work", one, two)
-        second = await connection_granted_to(app, provider, sub, "home", one)
+        first = await connection_granted_to(app, provider, ISS, sub, "work", one, two)
+        second = await connection_granted_to(app, provider, ISS, sub, "home", one)
         async with reading(app, one) as to_one, reading(app, two) as to_two, reading(app, stranger) as to_stranger:
             # The subject takes back one client's access on /me: only that grantee hears of it.
             grant = await grant_of(app, first, two)
@@ -123,25 +83,10 @@ async def test_connection_revoked_reaches_only_the_grants_still_live(make_settin
     and hears nothing of the connection afterwards; the client still holding a grant hears
     ``connection.revoked``."""
     async with running_app(make_settings(extra=FAST)) as app:
-        provider = f"files-{uuid.uuid4().hex[:8]}"
-        async with app.state.sessions() as session:
-            await upsert_provider(
-                session,
-                ProviderSpec(
-                    name=provider,
-                    catalog="oauth2",
-                    display_name="Files",
-                    authorization_endpoint="https://files.example.com/authorize",
-                    token_endpoint="https://files.example.com/token",
-                    client_id="elicitd",
-                    client_secret="secret",
-                ),
-                app.state.vault,
-            )
-            await session.commit()
+        provider = await offline_provider(app)
         live, ended = [await new_server_client(app) for _ in range(2)]
         sub = f"u{uuid.uuid4().hex[:8]}"
-        connection = await connection_granted_to(app, provider, sub, "work", live, ended)
+        connection = await connection_granted_to(app, provider, ISS, sub, "work", live, ended)
         async with reading(app, live) as to_live, reading(app, ended) as to_ended:
             grant = await grant_of(app, connection, ended)
             assert await app.state.grants.revoke_for_subject(GRANT_ID.format(grant), iss=ISS, sub=sub) is True

@@ -17,15 +17,15 @@ import httpx
 from sqlalchemy import text
 from standardwebhooks import Webhook
 
-from service.connections.providers import ProviderSpec, upsert_provider
 from service.grants.models import GRANT_ID
 from service.identity.keys import add_key, hash_key
 from service.settings import Settings
 from tests.admin.conftest import hooked_client
-from tests.events.test_revocations import ISS, connection_granted_to, grant_of
+from tests.events.test_revocations import ISS, grant_of
 from tests.events.test_stream import FAST, finish, flow_ids, reading
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client, running_app
 from tests.support.clock import ManualClock
+from tests.support.factories import connection_granted_to, offline_provider
 from tests.support.waiting import until
 
 CACHE_SECONDS = 5.0
@@ -130,25 +130,10 @@ async def test_a_client_that_must_prove_the_subject_reads_events_without_whose_t
 ) -> None:
     async with running_app(make_settings(extra=FAST)) as app:
         client, secret = await hooked_client(app)
-        provider = f"files-{uuid.uuid4().hex[:8]}"
-        async with app.state.sessions() as session:
-            await upsert_provider(
-                session,
-                ProviderSpec(
-                    name=provider,
-                    catalog="oauth2",
-                    display_name="Files",
-                    authorization_endpoint="https://files.example.com/authorize",
-                    token_endpoint="https://files.example.com/token",
-                    client_id="elicitd",
-                    client_secret="secret",
-                ),
-                app.state.vault,
-            )
-            await session.commit()
+        provider = await offline_provider(app)
         sub = f"u{uuid.uuid4().hex[:8]}"
         done = await finish(app, client, 2)
-        connection = await connection_granted_to(app, provider, sub, "work", client)
+        connection = await connection_granted_to(app, provider, ISS, sub, "work", client)
         grant = await grant_of(app, connection, client)
         assert await app.state.grants.revoke_for_subject(GRANT_ID.format(grant), iss=ISS, sub=sub) is True
         async with reading(app, client, last_event_id=0) as loose:

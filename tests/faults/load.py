@@ -162,16 +162,17 @@ def unexpected(answers: Sequence[Answer]) -> list[str]:
         if a.ok:
             continue
         problem = a.op != "page"
+        # At ELICITD_MAX_IN_FLIGHT requests waiting on the dependency, the next is refused at once
+        # with 503 overloaded (service/admission.py), problem+json on every surface, pages included.
+        codes = ("unavailable", "overloaded") if problem else ("overloaded",)
         well_formed = (
             a.status == 503
             and a.retry_after is not None
             and a.retry_after.isdigit()
             and int(a.retry_after) >= 1
             and (
-                a.content_type.startswith("application/problem+json")
-                and json.loads(a.body).get("code") == "unavailable"
-                if problem
-                else a.content_type.startswith("text/html") and b"Try again in a moment" in a.body
+                (a.content_type.startswith("application/problem+json") and json.loads(a.body).get("code") in codes)
+                or (not problem and a.content_type.startswith("text/html") and b"Try again in a moment" in a.body)
             )
         )
         if not well_formed:

@@ -9,6 +9,7 @@ figures in docs/operating.md come from a 20 s run of the same test).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
@@ -220,7 +221,10 @@ async def test_postgres_crash_under_load_answers_503_and_loses_nothing_acknowled
 async def test_postgres_paused_briefly_only_slows_requests_down(
     postgres: PrivatePostgres, make_fault_settings: Callable[..., Settings]
 ) -> None:
-    """A 3 s SIGSTOP is shorter than every bound: requests wait and then succeed, none fails.
+    """A 3 s SIGSTOP is shorter than every timeout: requests wait and then succeed. The only
+    refusals are the admission bound's (``ELICITD_MAX_IN_FLIGHT``): once that many wait on the
+    paused database, the next is answered ``503 overloaded`` with ``Retry-After`` at once, without
+    waiting for PostgreSQL — nothing times out and nothing is lost.
 
     (How fast the backlog drains afterwards is the machine's business, not the fault's: the
     figures record it.)"""
@@ -236,7 +240,8 @@ async def test_postgres_paused_briefly_only_slows_requests_down(
     outcome = await under_load(make_fault_settings(), paused, fault_seconds=pause)
     record("postgres paused 3 s under load", outcome.figures())
     assert outcome.errors.unhandled == []
-    assert outcome.failed == []
+    refused = [(a.status, a.retry_after, json.loads(a.body).get("code"), a.seconds < 0.5) for a in outcome.failed]
+    assert refused == [(503, "1", "overloaded", True)] * len(outcome.failed)
     assert outcome.lost == []
 
 

@@ -23,6 +23,7 @@ from litestar._asgi.asgi_router import ASGIRouter
 from litestar.handlers import HTTPRouteHandler
 from sqlalchemy import text
 
+from service.admission import Admission
 from service.app import create_app
 from service.errors import ConfigurationError
 from service.flows.hot import HotFlowRoutes
@@ -421,11 +422,14 @@ def test_building_the_app_fails_if_the_routes_get_what_the_layer_would_skip(
 ) -> None:
     services = build_services(make_settings())
     app = create_app(services)  # builds: nothing to skip today
-    assert isinstance(app.asgi_handler, RequestObserver)
+    # Admission control is outermost (service.admission), then the observer.
+    assert isinstance(app.asgi_handler, Admission)
+    observer = app.asgi_handler._app
+    assert isinstance(observer, RequestObserver)
     # The Host check sits between the observer and both paths (service.hosts).
-    assert isinstance(app.asgi_handler.app, HostCheck)
-    assert isinstance(app.asgi_handler.app._app, HotFlowRoutes)
-    handler = app.asgi_handler.app._app._app
+    assert isinstance(observer.app, HostCheck)
+    assert isinstance(observer.app._app, HotFlowRoutes)
+    handler = observer.app._app._app
 
     async def hook(*_: Any) -> None:
         return None
@@ -442,7 +446,7 @@ def test_building_the_app_fails_if_the_routes_get_what_the_layer_would_skip(
     with pytest.raises(RuntimeError, match="POST /v1/flows/resolve has guards"):
         create_app(services)
     # Without the layer, Litestar serves the routes with whatever they have.
-    plain = create_app(build_services(make_settings(hot_routes=False))).asgi_handler
+    plain = create_app(build_services(make_settings(hot_routes=False, max_in_flight=0))).asgi_handler
     assert isinstance(plain, RequestObserver)
     assert isinstance(plain.app, HostCheck)
     assert not isinstance(plain.app._app, HotFlowRoutes)

@@ -56,14 +56,17 @@ async def test_kind_without_a_page_says_so(make_settings: Callable[..., Settings
     from service.flows import repository
 
     def without_payment_page(services: Services) -> Services:
-        kinds = {name: replace(p, page=None) if name == "payment" else p for name, p in services.kinds.items()}
+        kinds = {
+            n: replace(k, plugin=replace(k.plugin, page=None)) if n == "payment" else k
+            for n, k in services.kinds.items()
+        }
         return replace(services, kinds=kinds)
 
     async with running_app(make_settings(), customize=without_payment_page) as app:
         server_client = await new_server_client(app)
         flow_id = uuid7()
         async with app.state.sessions() as session:
-            await repository.insert_pending(
+            await repository.FlowStatements.insert_pending(
                 session,
                 {
                     "id": flow_id,

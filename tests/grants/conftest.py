@@ -28,8 +28,9 @@ from tests.support.browser import (  # noqa: F401 (fixtures and hook are found b
     pytest_runtest_makereport,
     save_screenshot,
 )
+from tests.support.factories import plant_connection
 from tests.support.oauth_server import OAuthServer
-from tests.support.providers import plant_connection, register_issuer, register_provider
+from tests.support.providers import register_issuer, register_provider
 
 PROVIDER_CLIENT_ID = "elicitd-acme"
 PROVIDER_SECRET = "acme-client-secret-for-tests"

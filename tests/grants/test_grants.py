@@ -12,10 +12,11 @@ import uuid
 
 from sqlalchemy import text
 
+from service.connect.plugin import ConnectKindServices
 from service.db.base import CONNECTION_ID
 from tests.grants.conftest import Story, create_connect_flow, new_sub, plant, token
 from tests.support.apps import ServerClientHandle, new_server_client
-from tests.support.providers import grant_connection
+from tests.support.factories import grant_connection
 
 
 async def grant_to(story: Story, connection: str, client: ServerClientHandle, scopes: list[str]) -> None:
@@ -138,7 +139,7 @@ async def test_more_scopes_ask_the_provider_for_the_askers_own_never_for_what_ot
     assert asked["flow"]["scopes"] == ["files:write"]  # only what B asked for
     flow = await story.app.state.flows.read(uuid.UUID(asked["flow"]["id"][3:]))
     assert flow is not None
-    assert await story.app.state.connect.kept_scopes(flow) == []
+    assert await story.app.state.kind("oauth_connect", ConnectKindServices).connect.kept_scopes(flow) == []
     wider = await create_connect_flow(story, a, alice, scopes=["files:write"])
     assert wider["flow"]["scopes"] == ["files:read", "files:write"]
 

@@ -32,7 +32,8 @@ from tests.grants.conftest import (
 )
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
 from tests.support.browser import login_at_issuer
-from tests.support.providers import grant_connection, register_provider
+from tests.support.factories import grant_connection, store_connection, token_set
+from tests.support.providers import register_provider
 
 pytestmark = pytest.mark.browser
 
@@ -208,17 +209,7 @@ async def test_a_provider_without_default_scopes_tells_an_ungranted_server_nothi
     a, b = await new_server_client(story.app), await new_server_client(story.app)
     alice = new_sub("alice")
     minted = story.acme.mint(f"{alice}@acme", client_id="elicitd-acme", scope="files:read")
-    from service.connections import oauth as provider_oauth
-    from tests.support.providers import store_connection
-
-    tokens = provider_oauth.TokenSet(
-        access_token=minted["access_token"],
-        refresh_token=minted["refresh_token"],
-        token_type="Bearer",
-        expires_in=3600,
-        scope="",
-        raw=minted,
-    )
+    tokens = token_set(minted["access_token"], minted["refresh_token"], scope="", raw=minted)
     connection = await store_connection(
         story.app,
         name,

@@ -156,7 +156,8 @@ async def test_the_command_groups_clients_and_grants_audited(story: Story) -> No
     assert code == 0 and revoked["revoked_by"] == "admin", err
     assert [(await token(story, c, alice)).status_code for c in (files, mail)] == [404, 404]
 
-    code, _, err = await run_cli(story, "groups", "create", f"x-{uuid.uuid4().hex[:6]}", "--member", "nobody-at-all")
+    refused_name = f"x-{uuid.uuid4().hex[:6]}"
+    code, _, err = await run_cli(story, "groups", "create", refused_name, "--member", "nobody-at-all")
     assert code != 0 and "nobody-at-all" in err and "Traceback" not in err
 
     # Members without subject proof need --allow-unproven, and the allowance stays while one remains.
@@ -184,3 +185,20 @@ async def test_the_command_groups_clients_and_grants_audited(story: Story) -> No
             )
         ).all()
     assert [tuple(row) for row in audit] == [("cliGiveGrant", f"connection_id={connection},grantee={made['id']}")]
+
+    # The rows read as the admin CLI's do: the status the admin API would have answered, and a
+    # refused command is audited as refused.
+    async with story.app.state.sessions() as session:
+        rows = (
+            await session.execute(
+                text(
+                    "SELECT operation, status, detail FROM admin_audit_log WHERE actor = 'cli' "
+                    "AND target IN (:given, :refused) ORDER BY at"
+                ),
+                {"given": f"connection_id={connection},grantee={made['id']}", "refused": refused_name},
+            )
+        ).all()
+    assert [tuple(row) for row in rows] == [
+        ("cliGiveGrant", 200, {"result": "ok"}),
+        ("cliCreateTrustGroup", 400, {"result": "error", "code": "unknown_server_client"}),
+    ]

@@ -14,7 +14,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from service import i18n
-from service.connections.catalog import describe_scope
+from service.apikeys.catalog import definition_from_entry
+from service.apikeys.providers import parse_config
+from service.connections.catalog import describe_scope, load_catalog
+from service.connections.status_words import status_label, status_reason
 from service.domains import display_url_host
 from service.i18n import Language, _
 from service.templating import LazyJinjaEngine
@@ -30,6 +33,7 @@ PROVIDER_HOST = display_url_host("https://xn--80ak6aa92e.com/oauth/authorize")  
 ACCOUNT = "alice@example.com"
 # Plain words from the built-in catalog (translated) and one an operator wrote (shown as written).
 DESCRIPTIONS = {"files:read": "See and download your Google Drive files", "files:write": "Change and delete files"}
+ZENDESK = {"read": "See your tickets, users and help center"}  # the built-in entry's words
 
 
 def _scopes(*names: str) -> list[dict[str, str]]:
@@ -53,10 +57,40 @@ def _api_key_provider() -> SimpleNamespace:
     return SimpleNamespace(display_name=PROVIDER, config=config)
 
 
+def _catalog_api_key_provider() -> SimpleNamespace:
+    """An API-key form as the catalog makes it (Twilio's entry): its labels reach the page through
+    the catalogues, so in Arabic they are Arabic."""
+    entry = load_catalog()["twilio"]
+    return SimpleNamespace(
+        display_name=entry.display_name, config=parse_config(definition_from_entry(entry), name="twilio")
+    )
+
+
+def _connect_base() -> dict[str, Any]:
+    """The connect page of a provider reached at an address of the account's own (Zendesk's
+    subdomain), for its parameter step."""
+    return {
+        "flow_id": FLOW,
+        "client": CLIENT,
+        "scopes": [{"name": "read", "words": describe_scope("read", ZENDESK)}],
+        "message": _("Connect your %(provider)s account to continue.", provider="Zendesk"),
+        "signed_in_as": "alice",
+        "reconnect": False,
+        "csrf_token": "t",
+        "continue_action": f"/connect/{FLOW}/continue",
+        "decline_action": f"/connect/{FLOW}/decline",
+        "kept_scopes": [],
+        "party": CLIENT,
+        "group": None,
+        "members": [],
+    }
+
+
 def contexts() -> dict[str, tuple[str, Callable[[], dict[str, Any]]]]:
     """Page name → (template, its context); built inside ``i18n.speaking`` so Python-side words
     (headings, errors) are in the page's language too."""
     provider = _api_key_provider()
+    twilio = _catalog_api_key_provider()
     grant_base: dict[str, Any] = {
         "flow_id": FLOW,
         "client": CLIENT,
@@ -99,6 +133,36 @@ def contexts() -> dict[str, tuple[str, Callable[[], dict[str, Any]]]]:
                 ),
                 "group": "Example Corp",
                 "members": [CLIENT, "Acme Calendar", RTL_CLIENT],
+            },
+        ),
+        "connect_parameters": (
+            "connect.html",
+            lambda: {
+                **_connect_base(),
+                "provider": "Zendesk",
+                "provider_host": None,
+                "parameter_fields": [
+                    {
+                        "name": "subdomain",
+                        "label": _(load_catalog()["zendesk"].parameters["subdomain"].title),
+                        "example": "acme",
+                        "value": "acme.zendesk.com/x",
+                        "error": _("This is not in the expected form: use only what the example shows."),
+                    }
+                ],
+                "parameter_prefix": "param_",
+                "parameter_problem": True,
+            },
+        ),
+        "connect_parameters_check": (
+            "connect.html",
+            lambda: {
+                **_connect_base(),
+                "provider": "Zendesk",
+                "provider_host": "acme.zendesk.com",
+                "parameter_values": {"subdomain": "acme"},
+                "parameter_prefix": "param_",
+                "change_link": f"/f/{FLOW}",
             },
         ),
         "connect_done": (
@@ -159,6 +223,19 @@ def contexts() -> dict[str, tuple[str, Callable[[], dict[str, Any]]]]:
                 "values": {"region": "eu"},
             },
         ),
+        "api_key_catalog": (
+            "api_key.html",
+            lambda: {
+                "flow_id": FLOW,
+                "client": CLIENT,
+                "provider": twilio,
+                "config": twilio.config,
+                "csrf_token": "t",
+                "action": f"/f/{FLOW}/api-key",
+                "error": None,
+                "values": {},
+            },
+        ),
         "api_key_done": ("api_key_done.html", lambda: {"flow_id": FLOW, "client": CLIENT, "provider": provider}),
         "consent": (
             "consent.html",
@@ -210,6 +287,12 @@ def contexts() -> dict[str, tuple[str, Callable[[], dict[str, Any]]]]:
                         "account": "alice",
                         "scopes": _scopes("files:read", "files:write", "profile"),
                         "status": "needs_reauthorization",
+                        "health": "needs_reauthorization",
+                        "health_label": status_label("needs_reauthorization"),
+                        "health_reason": status_reason(
+                            "needs_reauthorization", "invalid_grant", i18n.isolate(PROVIDER)
+                        ),
+                        "reconnect": True,
                         "is_api_key": False,
                         "connected": i18n.format_when(_MOMENT),
                         "last_used": None,

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from service.db.base import FLOW_ID, uuid7
 from service.flows import repository as repo
 from service.flows.models import Flow
-from service.flows.plugins import KindPlugin
+from service.flows.plugins import KindPlugin, MountedKind
 from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.services import Services
 from service.settings import Settings
@@ -69,7 +69,8 @@ async def test_action(request: Request[Any, Any, Any], flow_ref: str, services: 
 def with_test_page(services: Services) -> Services:
     """The services with ``whoami_page`` as the page of ``TEST_KIND`` flows."""
     kinds = dict(services.kinds)
-    kinds[TEST_KIND] = KindPlugin(name=TEST_KIND, handler=kinds[TEST_KIND].handler, page=whoami_page)
+    plugin = KindPlugin(name=TEST_KIND, handler=kinds[TEST_KIND].plugin.handler, page=whoami_page)
+    kinds[TEST_KIND] = MountedKind(plugin, services)
     return dataclasses.replace(services, kinds=kinds)
 
 
@@ -97,7 +98,7 @@ async def client(identity_app: RunningApp) -> ServerClientHandle:
 
 async def make_flow(app: RunningApp, client: ServerClientHandle, *, iss: str, sub: str, kind: str = TEST_KIND) -> Flow:
     async with app.state.flows.unit_of_work() as uow:
-        flow = await repo.insert_pending(
+        flow = await repo.FlowStatements.insert_pending(
             uow.session,
             {
                 "id": uuid7(),

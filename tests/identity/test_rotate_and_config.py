@@ -19,11 +19,10 @@ from service.crypto.aead import SealError
 from service.crypto.columns import ENCRYPTED_COLUMNS
 from service.crypto.vault import Vault
 from service.db.engine import make_engine, make_sessionmaker
-from service.db.migrate import upgrade_async
 from service.errors import ConfigurationError
 from service.identity.issuers import SECRET_PURPOSE, IssuerConfig, IssuerDirectory, upsert_issuer
 from service.rotation import GRANTS_LABEL, rotate
-from service.settings import KeyRing, normalize_database_url
+from service.settings import KeyRing
 from tests.support import backends
 from tests.support.oauth_server import OAuthServer
 
@@ -34,21 +33,18 @@ NEW = KeyRing.generate_entry("new1")
 @pytest.fixture
 async def own_database(backend: backends.Backends) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
     """A database of its own: rotation rewrites every row, which must not touch other tests' data."""
-    url = await backends.create_database(backend.server_url)
-    sa_url = normalize_database_url(url)
-    await upgrade_async(sa_url)
     from service.settings import Settings
 
-    engine = make_engine(
-        Settings(
-            database_url=sa_url, redis_url=None, public_url="http://127.0.0.1:1", keys=KeyRing.parse(OLD, name="k")
+    async with backends.migrated_database(backend.server_url) as url:
+        engine = make_engine(
+            Settings(
+                database_url=url, redis_url=None, public_url="http://127.0.0.1:1", keys=KeyRing.parse(OLD, name="k")
+            )
         )
-    )
-    try:
-        yield make_sessionmaker(engine)
-    finally:
-        await engine.dispose()
-        await backends.drop_database(backend.server_url, url)
+        try:
+            yield make_sessionmaker(engine)
+        finally:
+            await engine.dispose()
 
 
 async def _secret_rows(sessions: async_sessionmaker[AsyncSession]) -> dict[uuid.UUID, tuple[str, bytes]]:

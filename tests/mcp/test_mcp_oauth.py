@@ -10,13 +10,20 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from mcp import MCPError, UrlElicitationRequiredError
+from mcp import Client, MCPError, UrlElicitationRequiredError
 from mcp.client import ClientRequestContext
 from mcp.client.session import ElicitationFnT
-from mcp_types import ElicitCompleteNotification, ElicitRequestParams, ElicitRequestURLParams, ElicitResult
+from mcp_types import (
+    CallToolResult,
+    ElicitCompleteNotification,
+    ElicitRequestParams,
+    ElicitRequestURLParams,
+    ElicitResult,
+)
 from playwright.async_api import Page
 
 from elicitd_client import ElicitdClient, NotConnected, Subject
@@ -98,6 +105,31 @@ async def files_server(env: OAuthEnv, client: ServerClientHandle, **options: Any
         yield server
 
 
+@dataclass
+class FirstCall:
+    """A new person's first ``list_files``, its browser part (connect, sign-in) done."""
+
+    sub: str
+    user: BrowserUser
+    mcp: Client
+    result: CallToolResult
+
+
+@contextlib.asynccontextmanager
+async def first_files_call(
+    env: OAuthEnv, client: ServerClientHandle, page: Page, mode: Mode
+) -> AsyncIterator[FirstCall]:
+    sub, token = new_user(env)
+    user = BrowserUser(page, env, sub)
+    async with (
+        files_server(env, client) as server,
+        mcp_client(server.url, token, mode=mode, elicitation_callback=user.callback()) as mcp,
+    ):
+        result = await mcp.call_tool("list_files", {})
+        await user.settle()
+        yield FirstCall(sub, user, mcp, result)
+
+
 @pytest.fixture
 async def client(oauth_env: OAuthEnv) -> ServerClientHandle:
     return await new_server_client(oauth_env.app, display_name="Example Files Assistant")
@@ -121,14 +153,8 @@ def new_user(env: OAuthEnv) -> tuple[str, str]:
 async def test_connect_then_use_then_no_more_elicitation(
     oauth_env: OAuthEnv, client: ServerClientHandle, browser_page: Page, mode: Mode
 ) -> None:
-    sub, token = new_user(oauth_env)
-    user = BrowserUser(browser_page, oauth_env, sub)
-    async with (
-        files_server(oauth_env, client) as server,
-        mcp_client(server.url, token, mode=mode, elicitation_callback=user.callback()) as mcp,
-    ):
-        first = await mcp.call_tool("list_files", {})
-        await user.settle()
+    async with first_files_call(oauth_env, client, browser_page, mode) as call:
+        sub, user, mcp, first = call.sub, call.user, call.mcp, call.result
         assert first.is_error is False, first.content
         assert text_of(first) == FILES
         assert len(user.seen) == 1 and user.seen[0].startswith(oauth_env.app.url + "/f/fl_")

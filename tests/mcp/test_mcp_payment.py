@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from mcp_types import ElicitResult
 
+from service.payments.plugin import PaymentKindServices
 from service.settings import Settings
 from tests.client.flaky_server import flaky_server
 from tests.consent.helpers import kinds_app
@@ -53,7 +54,7 @@ async def test_paid_tool_runs_after_the_payment(
     async def pay(flow_ref: str) -> None:
         flow = await pay_app.state.flows.read(uuid.UUID(flow_ref[3:]))
         assert flow is not None
-        await pay_app.state.payments.checkout_url(flow)  # what the Pay button does
+        await pay_app.state.kind("payment", PaymentKindServices).payments.checkout_url(flow)  # what the Pay button does
         paid = stripe_double.pay(stripe_double.session_for(flow_ref)["id"])
         delivered = await stripe_double.deliver(pay_app.url, stripe_double.event("checkout.session.completed", paid))
         assert delivered.status_code == 200, delivered.text

@@ -226,6 +226,7 @@ def test_the_redactor_takes_credentials_after_a_scheme_not_words() -> None:
     """``Bearer``/``Basic``/``Token`` followed by a credential loses it; followed by prose, nothing."""
     prose = [
         "refresh failed (the token vault) for connection 7",
+        "Providers, OAuth states and connections (the token vault).",
         "Token expired, asking again",
         "Basic information about the provider",
         "The Bearer Authentication scheme",

@@ -241,6 +241,9 @@ async def test_tracing_records_one_span_per_request(make_settings: Callable[...,
         spans = memory.get_finished_spans()
     names = [s.name for s in spans]
     assert names == ["POST /v1/flows", "GET /healthz"]
+    from opentelemetry.trace import SpanKind, StatusCode
+
+    assert [(s.kind, s.status.status_code) for s in spans] == [(SpanKind.SERVER, StatusCode.UNSET)] * 2
     attributes = spans[0].attributes
     assert attributes is not None
     assert attributes["http.response.status_code"] == 201
@@ -270,7 +273,10 @@ def test_metric_names_match_the_reference() -> None:
         "elicitd_webhook_backlog",
         "elicitd_webhook_deliveries_total",
         "elicitd_token_refreshes_total",
+        "elicitd_connection_probes_total",
+        "elicitd_connections",
         "elicitd_rate_limited_total",
+        "elicitd_overloaded_total",
         "elicitd_event_loop_stall_seconds",
         "elicitd_event_loop_stall_max_seconds",
         "elicitd_event_loop_blocked_seconds",

@@ -295,7 +295,7 @@ async def insert_flow(session: AsyncSession, client_id: uuid.UUID, iss: str, kin
     """A pending flow, written straight to the database (creating 1,021 through the API is not
     what this test is about)."""
     external = kind == "external"
-    flow = await flow_repo.insert_pending(
+    flow = await flow_repo.FlowStatements.insert_pending(
         session,
         {
             "id": uuid7(),

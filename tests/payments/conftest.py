@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from service.flows.models import Flow
+from service.payments.plugin import PaymentKindServices
 from service.settings import Settings
 from tests.consent.helpers import create_flow, kinds_app, new_sub
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
@@ -71,7 +72,7 @@ class Payments:
         return found
 
     async def checkout(self, flow_ref: str) -> dict[str, Any]:
-        url = await self.app.state.payments.checkout_url(await self.flow(flow_ref))
+        url = await self.app.state.kind("payment", PaymentKindServices).payments.checkout_url(await self.flow(flow_ref))
         session = self.double.session_for(flow_ref)
         assert url == session["url"]
         return session

@@ -9,12 +9,15 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from service.clock import SystemClock
 from service.flows.schemas import Subject
+from service.payments.plugin import PaymentKindServices
 from tests.conftest import TEST_KEYS
 from tests.consent.helpers import create_flow, flow_row, new_sub, transitions
 from tests.payments.conftest import Payments
@@ -78,11 +81,13 @@ async def test_checkout_is_created_once_however_often_pay_is_pressed(
     created = await payments.create()
     flow = await payments.flow(created["flow"]["id"])
     clock = SteppingClock()
-    app.state.payments.clock = clock
+    app.state.kind("payment", PaymentKindServices).payments.clock = clock
     try:
-        urls = await asyncio.gather(*(app.state.payments.checkout_url(flow) for _ in range(5)))
+        urls = await asyncio.gather(
+            *(app.state.kind("payment", PaymentKindServices).payments.checkout_url(flow) for _ in range(5))
+        )
     finally:
-        app.state.payments.clock = SystemClock()
+        app.state.kind("payment", PaymentKindServices).payments.clock = SystemClock()
     assert clock.readings >= 2  # the presses did read the clock, each a second apart
     session = stripe_double.session_for(created["flow"]["id"])
     assert set(urls) == {session["url"]}
@@ -140,7 +145,10 @@ async def test_reconcile_settles_checkouts_whose_webhook_never_came(
         )
     assert answer.json()["outcome"] == "declined"
 
-    actions = {a.flow_id: a.outcome for a in await app.state.payments.reconcile(older_than_seconds=0)}
+    actions = {
+        a.flow_id: a.outcome
+        for a in await app.state.kind("payment", PaymentKindServices).payments.reconcile(older_than_seconds=0)
+    }
     assert actions[paid_flow["flow"]["id"]] == "completed"
     assert actions[expired_flow["flow"]["id"]] == "expired"
     assert actions[open_flow["flow"]["id"]] == "open"
@@ -151,9 +159,38 @@ async def test_reconcile_settles_checkouts_whose_webhook_never_came(
     assert (await flow_row(app, flow_ref))["status"] == "declined"
     assert (await payment_row(app, flow_ref))["status"] == "expired"
     # Nothing left to do for those; a second run touches only the one still open.
-    again = {a.flow_id: a.outcome for a in await app.state.payments.reconcile(older_than_seconds=0)}
+    again = {
+        a.flow_id: a.outcome
+        for a in await app.state.kind("payment", PaymentKindServices).payments.reconcile(older_than_seconds=0)
+    }
     assert paid_flow["flow"]["id"] not in again and open_flow["flow"]["id"] in again
     assert len(await transitions(app, paid_flow["flow"]["id"])) == 1
+
+
+async def test_a_checkout_the_provider_cannot_answer_for_does_not_stop_the_reconcile(
+    app: RunningApp, payments: Payments, stripe_double: StripeDouble
+) -> None:
+    """A checkout the provider does not know (another account's, a test-mode one) is reported as
+    ``provider_error`` and left unsettled; the payments after it are still settled. Before, the
+    provider's error ended the whole run, so one such row stopped every reconcile."""
+    unknown_flow = await payments.create()
+    await payments.checkout(unknown_flow["flow"]["id"])
+    async with app.state.sessions() as session:
+        await session.execute(
+            text("UPDATE payments SET session_id = :s WHERE flow_id = :f"),
+            {"s": f"cs_unknown_{uuid.uuid4().hex}", "f": uuid.UUID(unknown_flow["flow"]["id"][3:])},
+        )
+        await session.commit()
+    paid_flow = await payments.create()
+    paid = await payments.checkout(paid_flow["flow"]["id"])
+    stripe_double.pay(paid["id"])
+
+    service = app.state.kind("payment", PaymentKindServices).payments
+    actions = {a.flow_id: (a.outcome, a.provider_status) for a in await service.reconcile(older_than_seconds=0)}
+    assert actions[unknown_flow["flow"]["id"]] == ("provider_error", "unknown")
+    assert actions[paid_flow["flow"]["id"]] == ("completed", "complete/paid")
+    assert (await flow_row(app, unknown_flow["flow"]["id"]))["status"] == "pending"
+    assert (await flow_row(app, paid_flow["flow"]["id"]))["status"] == "completed"
 
 
 async def test_money_arriving_for_a_finished_flow_is_marked_paid_late(

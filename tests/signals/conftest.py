@@ -8,17 +8,14 @@ from typing import Any
 
 import pytest
 
-from service.db.migrate import upgrade_async
 from service.settings import Settings, normalize_database_url
 from tests.support import backends
 
 
 @pytest.fixture(scope="module")
 async def signals_database(backend: backends.Backends) -> AsyncIterator[str]:
-    url = await backends.create_database(backend.server_url)
-    await upgrade_async(normalize_database_url(url))
-    yield url
-    await backends.drop_database(backend.server_url, url)
+    async with backends.migrated_database(backend.server_url) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

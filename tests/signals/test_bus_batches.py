@@ -46,7 +46,7 @@ async def test_a_batch_of_250_is_three_messages_and_wakes_all_250(backend: backe
     try:
         await until(lambda: a.healthy and b.healthy, what="both hubs subscribed")
         ids = [uuid.uuid4() for _ in range(250)]
-        waiters = [b.register(flow_id).__enter__() for flow_id in ids]
+        waiters = [b.register(flow_id) for flow_id in ids]
         waits = [asyncio.create_task(w.wait(20)) for w in waiters]
         received = b.received
         await a.publish(ids)
@@ -65,8 +65,24 @@ async def test_a_batch_of_250_is_three_messages_and_wakes_all_250(backend: backe
             assert await waiter.wait(10) is True
     finally:
         for w in waiters:
-            w.__exit__(None, None, None)
+            w.close()
         await a.stop()
         await b.stop()
         await spy.aclose()  # type: ignore[no-untyped-call]
         await listener.aclose()
+
+
+def test_a_waiter_is_registered_until_it_is_closed() -> None:
+    """``register`` registers at once (a wake-up between it and the caller's read is not missed);
+    ``close()`` unregisters, once or twice, leaving the flow's other waiters alone."""
+    hub = _hub("redis://127.0.0.1:1/0", "elicitd:test:unused")
+    flow_id = uuid.uuid4()
+    first = hub.register(flow_id)
+    second = hub.register(flow_id)
+    assert (hub.waiter_count, hub.waiters_on(flow_id)) == (2, 2)
+    first.close()
+    first.close()
+    assert (hub.waiter_count, hub.waiters_on(flow_id)) == (1, 1)
+    with second:
+        pass
+    assert (hub.waiter_count, hub.waiters_on(flow_id)) == (0, 0)

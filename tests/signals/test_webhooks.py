@@ -143,7 +143,7 @@ async def test_delivery_only_after_the_transition_commits(make_settings: Callabl
         client, _ = await with_webhook(app, receiver.url)
         flow_id = await create_flow(app, client)
         async with app.state.sessions() as session:
-            moved = await repo.transition(
+            moved = await repo.FlowStatements.transition(
                 session, uuid.UUID(flow_id[3:]), Transition(FlowStatus.COMPLETED, Actor.API, result={"x": 1})
             )
             assert moved is not None
@@ -158,7 +158,7 @@ async def test_delivery_only_after_the_transition_commits(make_settings: Callabl
         await until(lambda: len(receiver.ok()) == 1, timeout=30, what="the committed event delivered")
         rolled_back = await create_flow(app, client)
         async with app.state.sessions() as session:
-            moved = await repo.transition(
+            moved = await repo.FlowStatements.transition(
                 session,
                 uuid.UUID(rolled_back[3:]),
                 Transition(FlowStatus.FAILED, Actor.API, error_code="boom"),

@@ -78,6 +78,8 @@ class TokenRequest:
     error: str | None
     started_at: float
     finished_at: float | None
+    # The request's Host header: which of the server's names it was sent to.
+    host: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,6 +464,14 @@ class OAuthServer:
             body["status"] = status
         self._control("POST", "/fail-next-refresh", body)
 
+    def fail_next_api(self, status: int = 500, *, count: int = 1, retry_after: int | None = None) -> None:
+        """Make the next ``count`` resource API calls (``/userinfo``, ``/api/me``, ``/api/files``)
+        answer ``status`` (with ``Retry-After`` when given), whatever their token."""
+        body: dict[str, Any] = {"status": status, "count": count}
+        if retry_after is not None:
+            body["retry_after"] = retry_after
+        self._control("POST", "/fail-next-api", body)
+
     def fail_next_authorize(
         self, error: str = "server_error", *, description: str | None = None, count: int = 1
     ) -> None:
@@ -515,6 +525,7 @@ class OAuthServer:
         iss: str | None = None,
         typ: str | None = "at+jwt",
         expires: bool = True,
+        claims: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Issue tokens directly (not counted as a token call), e.g. a signed ID token for ``sub``.
 
@@ -523,10 +534,11 @@ class OAuthServer:
         ``/introspect``), ``ttl`` overrides its lifetime (negative: already expired), and ``iss``
         puts another issuer's URL in the JWT while this server signs it (a forgery). ``typ`` is the
         JWT header's ``typ`` (None leaves it out), and ``expires=False`` makes a token with no
-        ``exp`` at all, in the JWT or the introspection answer."""
+        ``exp`` at all, in the JWT or the introspection answer. ``claims`` adds claims to a JWT access
+        token (an operator's ``groups``, say); the registered ones (``iss``, ``sub``, ``aud`` …) win."""
         body: dict[str, Any] = {"sub": sub, "client_id": client_id, "scope": scope, "nonce": nonce, "format": format}
         body.update(typ=typ, expires=expires)
-        optional = {"audience": audience, "resource": resource, "ttl": ttl, "iss": iss}
+        optional = {"audience": audience, "resource": resource, "ttl": ttl, "iss": iss, "claims": claims}
         body.update({key: value for key, value in optional.items() if value is not None})
         result: dict[str, Any] = self._control("POST", "/mint", body)
         return result

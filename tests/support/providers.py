@@ -1,18 +1,16 @@
-"""A real OAuth server made known to an elicitd instance — as the users' issuer, as a provider to
-connect — and connections planted of tokens that server really issued.
+"""A real OAuth server made known to an elicitd instance: as the users' issuer, as a provider to
+connect. Connections of that server's tokens are planted by ``tests/support/factories.py``.
 
-Each goes through the domain's own code (``upsert_issuer``, ``upsert_provider``,
-``ConnectionService.store_authorization``), so a planted row is sealed, counted and announced
-exactly as one a connect flow stores.
+Each goes through the domain's own code (``upsert_issuer``, ``upsert_provider``), so a row is
+sealed and cached exactly as one an operator saves.
 """
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
-from service.connections import oauth as provider_oauth
 from service.connections.providers import ProviderSpec, upsert_provider
+from service.identity import sessions as store
 from service.identity.issuers import IssuerConfig, upsert_issuer
 from tests.support.apps import RunningApp
 from tests.support.oauth_server import OAuthServer
@@ -64,99 +62,14 @@ async def register_provider(
     server.register_client(client_id, secret, redirect_uris=redirect_uris)
 
 
-async def store_connection(
-    app: RunningApp,
-    provider: str,
-    tokens: provider_oauth.TokenSet,
-    *,
-    iss: str,
-    sub: str,
-    account_id: str,
-    account_login: str,
-    requested: list[str],
-    connected_by: uuid.UUID | None = None,
-) -> str:
-    """The connection ``store_authorization`` makes of ``tokens``, granted to nobody (recorded as
-    connected by ``connected_by``, as a connect flow of that client records it); its ``cn_`` id."""
-    service = app.state.connections
+async def signed_in_for(app: RunningApp, issuer: IssuerConfig, provider: ProviderSpec, sub: str) -> str:
+    """``issuer`` and ``provider`` saved, and ``sub`` signed in at that issuer with no login round
+    (the browser session made directly): the session cookie's value."""
     async with app.state.sessions() as session:
-        resolved = await service.provider(provider)
-        done = await service.store_authorization(
-            session,
-            iss=iss,
-            sub=sub,
-            provider=resolved,
-            tokens=tokens,
-            account_id=account_id,
-            account_login=account_login,
-            requested=requested,
-            reconnect=None,
-            connected_by=connected_by,
+        issuer_id = await upsert_issuer(session, app.state.vault, issuer)
+        await upsert_provider(session, provider, app.state.vault)
+        cookie = await store.create_browser_session(
+            session, issuer_id=issuer_id, iss=issuer.issuer, sub=sub, lifetime=600
         )
         await session.commit()
-    return str(done.result["connection_id"])
-
-
-async def plant_connection(
-    app: RunningApp,
-    server: OAuthServer,
-    provider: str,
-    *,
-    iss: str,
-    sub: str,
-    login: str,
-    client_id: str,
-    scope: str = "files:read",
-    expires_in: int = 3600,
-    connected_by: uuid.UUID | None = None,
-) -> tuple[str, dict[str, Any]]:
-    """A connection of ``sub`` (at ``iss``) to ``login``'s account at ``server``, of tokens the
-    server really issued (``mint``) to ``client_id``; the connection's id and the minted tokens."""
-    minted = server.mint(login, client_id=client_id, scope=scope)
-    tokens = provider_oauth.TokenSet(
-        access_token=minted["access_token"],
-        refresh_token=minted["refresh_token"],
-        token_type="Bearer",
-        expires_in=expires_in,
-        scope=scope,
-        raw=minted,
-    )
-    connection = await store_connection(
-        app,
-        provider,
-        tokens,
-        iss=iss,
-        sub=sub,
-        account_id=server.account_id(login),
-        account_login=login,
-        requested=scope.split(),
-        connected_by=connected_by,
-    )
-    return connection, minted
-
-
-async def grant_connection(app: RunningApp, connection_ref: str, client_id: uuid.UUID, scopes: list[str]) -> None:
-    """A grant of ``client_id`` (or its trust group) on the connection, as a completed flow leaves
-    one: pointing at the authorization holding exactly ``scopes`` when there is one, else at the
-    newest active one (a grant narrower than its token, which the token endpoint refuses)."""
-    from service.db.base import CONNECTION_ID
-    from service.grants import repository as grants_repo
-
-    connection_id = CONNECTION_ID.parse(connection_ref)
-    assert connection_id is not None
-    async with app.state.sessions() as session:
-        held = await grants_repo.active_authorizations(session, connection_id)
-        exact = [a for a in held if a.scopes == frozenset(scopes)]
-        chosen = exact[0] if exact else (max(held, key=lambda a: a.id) if held else None)
-        grantee = await grants_repo.grantee_of(session, client_id)
-        made = await grants_repo.give(
-            session,
-            vault=app.state.vault,
-            connection_id=connection_id,
-            authorization_id=chosen.id if chosen is not None else None,
-            grantee=grantee,
-            scopes=scopes,
-            origin="flow",
-        )
-        assert made is not None
-        await session.commit()
+    return cookie

@@ -29,7 +29,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { createHash, createHmac, timingSafeEqual } from "node:crypto";
 
 import type { ElicitdClient, Flow, InputRequiredWire, Resolution, Subject, Token } from "./client.js";
-import { ElicitdError, ElicitdUnavailable, InvalidRequestState, RateLimited } from "./errors.js";
+import { ElicitdError, ElicitdUnavailable, InvalidRequestState, RateLimited, ReauthorizationRequired } from "./errors.js";
 import { type Form, type FormSchema, type InputResult, type Json, asking, form as buildForm, read } from "./forms.js";
 
 // The SDK is a peer dependency: only types are imported at compile time, and the error classes are
@@ -266,7 +266,19 @@ export class Elicitd {
     if (options.account !== undefined) tokenOptions.account = options.account;
     const proof = ctx.http?.authInfo?.token;
     if (proof) tokenOptions.subjectToken = proof;
-    return this.readable(wanted, () => this.client.token(options.provider, this.subjectOf(ctx), tokenOptions));
+    const ask = () => this.client.token(options.provider, this.subjectOf(ctx), tokenOptions);
+    // The provider may have dropped the grant since it was last checked: then the same oauth_connect
+    // flow again, which elicitd makes a reconnect of that very connection, and the token once more.
+    const reconnecting = wanted.kind === "oauth_connect";
+    const first = await this.readable(wanted, () =>
+      ask().catch((error: unknown) => {
+        if (reconnecting && error instanceof ReauthorizationRequired) return undefined;
+        throw error;
+      }),
+    );
+    if (first !== undefined) return first;
+    await this.obtain(ctx, wanted);
+    return this.readable(wanted, ask);
   }
 
   /** The API key the user typed for `provider` on elicitd's page (URL mode). */

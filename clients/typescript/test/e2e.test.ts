@@ -120,6 +120,41 @@ describe("with elicitd, the test OAuth server and a browser", { skip: env === un
     });
   }
 
+  test("requireToken reconnects by itself when the provider dropped the grant (2026-07-28)", async () => {
+    const control = async (path: string, body: unknown) => {
+      const response = await fetch(`${e.issuer}/__control/${path}`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      assert.ok(response.ok, path);
+    };
+    const user = `ts${randomUUID().slice(0, 8)}`;
+    const seen: string[] = [];
+    // Tokens of 30 s are due at once (the token endpoint refreshes within 60 s of expiry).
+    await control("config", { access_token_ttl: 30 });
+    const client = await connect(url, await userToken(e, user), "2026-07-28", async (params) => {
+      seen.push(String(params["url"]));
+      await openInBrowser(e, String(params["url"]), user);
+      return { action: "accept" };
+    });
+    try {
+      assert.equal(textOf(await client.callTool({ name: "list_files", arguments: {} })), FILES);
+      const proof = await userToken(e, user);
+      const before = await api.token(e.provider, { iss: e.issuer, sub: user }, { scopes: ["files:read"], subjectToken: proof });
+      await control("fail-next-refresh", { error: "invalid_grant" });
+      // The next token call refreshes, the provider refuses: 409 reauthorization_required, and the
+      // helper starts the reconnect instead of failing the call.
+      assert.equal(textOf(await client.callTool({ name: "list_files", arguments: {} })), FILES);
+      assert.equal(seen.length, 2);
+      const after = await api.token(e.provider, { iss: e.issuer, sub: user }, { scopes: ["files:read"], subjectToken: proof });
+      assert.equal(after.connection_id, before.connection_id);
+    } finally {
+      await client.close();
+      await control("config", { access_token_ttl: 3600 });
+    }
+  });
+
   test("2025-11-25 with -32042: the event stream's completion becomes notifications/elicitation/complete", async () => {
     const user = `ts${randomUUID().slice(0, 8)}`;
     const completed: string[] = [];

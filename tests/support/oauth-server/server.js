@@ -56,8 +56,43 @@ function defaultConfig() {
     require_registered_clients: false,
     // undefined = the real issuer; null = omit `iss` (old servers); any string = mix-up attack.
     authorization_response_iss: undefined,
+    // A named provider quirk family (PROFILES below); null = RFC 6749 to the letter.
+    profile: null,
+    // A real provider's paths answered as this server's own ({"/oauth/v2/token": "token"}), so a
+    // catalog entry works unchanged but for its host.
+    routes: null,
+    // Where the account endpoint puts the account id and login (dotted paths), as the provider does.
+    account_paths: null,
+    // An API-key service's check (the `key_check` route): {header, accepted: [values], required:
+    // {header: value}}; 200 when the header carries an accepted value and the required ones, else 401.
+    key_check: null,
+    // The accounts_server profile's accounts-server on the callback; null = this server as
+    // http://localhost:<port> (another host name for the same process).
+    accounts_server: null,
   };
 }
+
+// Quirk families a real provider has, each switched on by `profile` (tests/connections/test_quirks.py):
+//   client_key      the client id arrives as client_key, scopes comma-separated (TikTok)
+//   comma_scopes    scopes comma-separated in the request and the answer (Strava, Slack)
+//   nested_token    Slack's oauth.v2.access answer: ok, authed_user, team; errors as 200 {ok:false}
+//   callback_params the callback carries realmId (QuickBooks)
+//   json_body       the token request is a JSON object (Square); the answer names merchant_id
+//   instance_url    the token answer names instance_url and the identity URL id (Salesforce)
+//   audience        authorize needs audience=api.atlassian.com and prompt=consent (Atlassian)
+//   expiring_refresh the token answer says refresh_token_expires_in (GitHub Apps)
+//   shop_hmac       the callback carries shop, host, timestamp and an HMAC-SHA256 of them keyed with
+//                   the client's registered secret; comma scopes; associated_user (Shopify)
+//   form_answer     the token answer is form-encoded unless the request accepts JSON (GitHub)
+//   pkce_refused    a code_challenge is refused at authorize, a code_verifier at the token endpoint
+//   accounts_server the callback names the data centre's token server: location and accounts-server (Zoho)
+//   user_token      Slack's token acting as the person: scopes arrive as user_scope, the code's answer
+//                   nests the token in authed_user (nothing at the top), a refresh answers flat
+const PROFILES = ['accounts_server', 'user_token', 'shop_hmac', 'form_answer', 'client_key', 'comma_scopes', 'nested_token', 'callback_params', 'json_body', 'instance_url',
+  'audience', 'expiring_refresh', 'pkce_refused'];
+const profileIs = (name) => state.config.profile === name;
+const commaScopes = () => profileIs('client_key') || profileIs('comma_scopes') || profileIs('nested_token')
+  || profileIs('shop_hmac') || profileIs('user_token');
 
 function freshState() {
   return {
@@ -69,6 +104,7 @@ function freshState() {
     planted: { access_token: [], refresh_token: [], code: [] },
     failNextRefresh: [],
     failNextAuthorize: [],
+    failNextApi: [],
     stats: freshStats(),
     tokenRequests: [],
     revocations: [],
@@ -303,7 +339,10 @@ ${message ? `<p id="login-error" role="alert">${escapeHtml(message)}</p>` : ''}
 function handleAuthorize(req, res, url) {
   state.stats.authorize_calls += 1;
   const q = url.searchParams;
-  const clientId = q.get('client_id');
+  if (profileIs('client_key') && q.get('client_id')) {
+    return errorPage(res, 400, 'Invalid request', 'this provider takes client_key, not client_id');
+  }
+  const clientId = profileIs('client_key') ? q.get('client_key') : q.get('client_id');
   const redirectUri = q.get('redirect_uri');
   // Errors about the client or the redirect URI must not redirect (RFC 6749 §4.1.2.1): the
   // redirect target is exactly what cannot be trusted yet.
@@ -328,9 +367,19 @@ function handleAuthorize(req, res, url) {
   }));
   if (q.get('response_type') !== 'code') return fail('unsupported_response_type', 'only response_type=code');
   const challenge = q.get('code_challenge');
-  if (!challenge) return fail('invalid_request', 'PKCE is required: code_challenge missing');
-  if (q.get('code_challenge_method') !== 'S256') return fail('invalid_request', 'code_challenge_method must be S256');
-  if (!/^[A-Za-z0-9_-]{43}$/.test(challenge)) return fail('invalid_request', 'code_challenge is not a S256 value');
+  if (profileIs('pkce_refused')) {
+    if (challenge) return fail('invalid_request', 'this provider does not support PKCE');
+  } else {
+    if (!challenge) return fail('invalid_request', 'PKCE is required: code_challenge missing');
+    if (q.get('code_challenge_method') !== 'S256') return fail('invalid_request', 'code_challenge_method must be S256');
+    if (!/^[A-Za-z0-9_-]{43}$/.test(challenge)) return fail('invalid_request', 'code_challenge is not a S256 value');
+  }
+  if (profileIs('audience') && (q.get('audience') !== 'api.atlassian.com' || q.get('prompt') !== 'consent')) {
+    return fail('invalid_request', 'audience=api.atlassian.com and prompt=consent are required');
+  }
+  if (profileIs('user_token') && q.get('scope')) return fail('invalid_scope', 'a user token is asked with user_scope');
+  const rawScope = (profileIs('user_token') ? q.get('user_scope') : q.get('scope')) || '';
+  if (commaScopes() && rawScope.includes(' ')) return fail('invalid_scope', 'scopes are separated by commas here');
   const forced = state.failNextAuthorize.shift();
   if (forced) return fail(forced.error, forced.error_description);
   if ((q.get('prompt') || '').split(' ').includes('none')) return fail('login_required', 'no session at this server');
@@ -339,7 +388,7 @@ function handleAuthorize(req, res, url) {
     id: crypto.randomBytes(16).toString('base64url'),
     client_id: clientId,
     redirect_uri: redirectUri,
-    scope: q.get('scope') || '',
+    scope: commaScopes() ? rawScope.split(',').filter(Boolean).join(' ') : rawScope,
     state: stateParam,
     nonce: q.get('nonce') || undefined,
     code_challenge: challenge,
@@ -383,7 +432,19 @@ async function handleLogin(req, res) {
     used: false,
     family: null,
   });
-  return redirect(res, authorizationResponse(request.redirect_uri, { code, state: request.state }), 303);
+  const extra = profileIs('callback_params') ? { realmId: `9130${accountId(username).slice(-8)}` } : {};
+  if (profileIs('accounts_server')) {
+    extra.location = 'eu';
+    extra['accounts-server'] = state.config.accounts_server || issuer.replace('127.0.0.1', 'localhost');
+  }
+  if (profileIs('shop_hmac')) {
+    const signed = { code, state: request.state, shop: 'acme-store.myshopify.com', host: 'YWNtZQ', timestamp: String(Math.floor(at)) };
+    const client = state.clients.get(request.client_id);
+    const message = Object.keys(signed).sort().map((k) => `${k}=${signed[k]}`).join('&');
+    const mac = crypto.createHmac('sha256', client && client.client_secret ? client.client_secret : '').update(message).digest('hex');
+    return redirect(res, authorizationResponse(request.redirect_uri, { ...signed, hmac: mac }), 303);
+  }
+  return redirect(res, authorizationResponse(request.redirect_uri, { code, state: request.state, ...extra }), 303);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -408,7 +469,10 @@ function clientCredentials(req, form) {
     }
     return { client_id: clientId, secret: decodeFormComponent(decoded.slice(colon + 1)), method: 'client_secret_basic' };
   }
-  const clientId = form.get('client_id');
+  if (profileIs('client_key') && form.get('client_id')) {
+    throw { status: 400, error: 'invalid_request', description: 'this provider takes client_key, not client_id' };
+  }
+  const clientId = profileIs('client_key') ? form.get('client_key') : form.get('client_id');
   if (!clientId) throw { status: 401, error: 'invalid_client', description: 'client authentication required' };
   const secret = form.get('client_secret');
   return { client_id: clientId, secret, method: secret ? 'client_secret_post' : 'none' };
@@ -435,8 +499,10 @@ function verifyClient(credentials) {
 
 /** RFC 9068: a JWT access token for `audience` (a string or a list), signed like the ID tokens. */
 function jwtAccessToken({ sub, clientId, scope, audience, resource, issuedAt, expiresAt, claimedIssuer,
-  typ = 'at+jwt' }) {
+  typ = 'at+jwt', extraClaims = null }) {
   const claims = {
+    // Extra claims first (an operator's `groups`, say): the registered ones below always win.
+    ...(extraClaims || {}),
     // Another server's URL here makes a forgery: a token that names a trusted issuer, signed by this one.
     iss: claimedIssuer || issuer,
     sub,
@@ -459,14 +525,15 @@ function jwtAccessToken({ sub, clientId, scope, audience, resource, issuedAt, ex
 
 function issueTokens({ sub, clientId, scope, nonce, authTime, family, grantType, withRefresh,
   audience = null, resource = null, format = 'opaque', ttl = undefined, claimedIssuer = null,
-  typ = undefined, expires = true }) {
+  typ = undefined, expires = true, extraClaims = null }) {
   const at = now();
   const config = state.config;
   const lifetime = ttl === undefined ? config.access_token_ttl : ttl;
   // `expires: false`: a token with no expiry at all (no `exp` in the JWT or the introspection answer).
   const expiresAt = expires ? at + lifetime : null;
   const accessToken = format === 'jwt'
-    ? jwtAccessToken({ sub, clientId, scope, audience, resource, issuedAt: at, expiresAt, claimedIssuer, typ })
+    ? jwtAccessToken({ sub, clientId, scope, audience, resource, issuedAt: at, expiresAt, claimedIssuer, typ,
+      extraClaims })
     : takePlanted('access_token') || randomToken('at');
   state.tokens.set(accessToken, {
     token: accessToken,
@@ -549,12 +616,16 @@ function grantAuthorizationCode(form, client) {
     throw { status: 400, error: 'invalid_grant', description: 'redirect_uri does not match the authorization request' };
   }
   const verifier = form.get('code_verifier');
-  if (!verifier) throw { status: 400, error: 'invalid_request', description: 'code_verifier is required' };
-  if (!/^[A-Za-z0-9._~-]{43,128}$/.test(verifier)) {
-    throw { status: 400, error: 'invalid_request', description: 'code_verifier does not follow RFC 7636' };
-  }
-  if (!safeEqual(pkceS256(verifier), code.code_challenge)) {
-    throw { status: 400, error: 'invalid_grant', description: 'PKCE verification failed' };
+  if (profileIs('pkce_refused')) {
+    if (verifier) throw { status: 400, error: 'invalid_request', description: 'this provider does not support PKCE' };
+  } else {
+    if (!verifier) throw { status: 400, error: 'invalid_request', description: 'code_verifier is required' };
+    if (!/^[A-Za-z0-9._~-]{43,128}$/.test(verifier)) {
+      throw { status: 400, error: 'invalid_request', description: 'code_verifier does not follow RFC 7636' };
+    }
+    if (!safeEqual(pkceS256(verifier), code.code_challenge)) {
+      throw { status: 400, error: 'invalid_grant', description: 'PKCE verification failed' };
+    }
   }
   code.family = newFamily();
   return issueTokens({
@@ -615,15 +686,60 @@ function grantRefreshToken(form, client) {
   return body;
 }
 
+/** A token answer in the shape the profile's provider writes it. */
+function shapedAnswer(body, sub, grantType) {
+  const answer = { ...body };
+  if (commaScopes() && typeof answer.scope === 'string') answer.scope = answer.scope.split(' ').join(',');
+  if (profileIs('user_token')) {
+    if (grantType === 'refresh_token') return { ok: true, ...answer, token_type: 'user' };
+    const { access_token, refresh_token, expires_in, scope } = answer;
+    return {
+      ok: true,
+      app_id: 'A0001',
+      authed_user: { id: `U${accountId(sub).slice(-9)}`, scope, access_token, token_type: 'user', refresh_token, expires_in },
+      team: { id: 'T0001', name: 'Acme' },
+    };
+  }
+  if (profileIs('nested_token')) {
+    return { ok: true, ...answer, authed_user: { id: `U${accountId(sub).slice(-9)}`, scope: answer.scope }, team: { id: 'T0001', name: 'Acme' } };
+  }
+  if (profileIs('shop_hmac')) answer.associated_user = { id: accountId(sub), email: `${sub}@example.com` };
+  if (profileIs('json_body')) answer.merchant_id = `M${accountId(sub).slice(-10)}`;
+  if (profileIs('instance_url')) {
+    answer.instance_url = `${issuer}/instance`;
+    answer.id = `${issuer}/id/00D000000000001/${accountId(sub)}`;
+  }
+  if ((profileIs('expiring_refresh') || profileIs('form_answer')) && answer.refresh_token) {
+    answer.refresh_token_expires_in = state.config.refresh_token_ttl || 15897600;
+  }
+  return answer;
+}
+
+async function readTokenForm(req) {
+  if (!profileIs('json_body')) return readForm(req);
+  if (!(req.headers['content-type'] || '').startsWith('application/json')) {
+    throw { status: 400, error: 'invalid_request', description: 'the token request is a JSON object here' };
+  }
+  const body = await readJson(req);
+  return new URLSearchParams(Object.entries(body || {}).map(([k, v]) => [k, String(v)]));
+}
+
 async function handleToken(req, res) {
   const startedAt = now();
-  const form = await readForm(req);
+  let form;
+  try {
+    form = await readTokenForm(req);
+  } catch (failure) {
+    if (!failure || typeof failure.error !== 'string') throw failure;
+    return sendOAuthError(res, failure.status, failure.error, failure.description);
+  }
   const grantType = form.get('grant_type') || '';
   state.stats.token_calls[grantType] = (state.stats.token_calls[grantType] || 0) + 1;
   // The delay comes before any state is read, so parallel requests overlap exactly where a
   // client's missing lock would let them race.
   if (state.config.token_delay_ms > 0) await sleep(state.config.token_delay_ms);
   const entry = {
+    host: req.headers.host || null,
     grant_type: grantType,
     client_id: null,
     auth_method: null,
@@ -643,12 +759,20 @@ async function handleToken(req, res) {
     else if (grantType === 'refresh_token') body = grantRefreshToken(form, client);
     else throw { status: 400, error: 'unsupported_grant_type', description: `grant_type ${grantType || '(none)'}` };
     entry.finished_at = now();
-    return sendJson(res, 200, body, { Pragma: 'no-cache' });
+    const record = state.tokens.get(body.access_token);
+    const answer = shapedAnswer(body, record ? record.sub : '', grantType);
+    if (profileIs('form_answer') && !(req.headers.accept || '').includes('application/json')) {
+      const form = new URLSearchParams(Object.entries(answer).map(([k, v]) => [k, String(v)]));
+      return send(res, 200, form.toString(), { 'Content-Type': 'application/x-www-form-urlencoded' });
+    }
+    return sendJson(res, 200, answer, { Pragma: 'no-cache' });
   } catch (failure) {
     if (!failure || typeof failure.error !== 'string') throw failure;
     entry.outcome = 'error';
     entry.error = failure.error;
     entry.finished_at = now();
+    // Slack answers every refusal with 200 and {ok: false, error}.
+    if (profileIs('nested_token') || profileIs('user_token')) return sendJson(res, 200, { ok: false, error: failure.error });
     const headers = failure.status === 401 ? { 'WWW-Authenticate': 'Basic realm="token"' } : {};
     return sendOAuthError(res, failure.status, failure.error, failure.description, headers);
   }
@@ -754,6 +878,8 @@ function profile(record) {
 
 function handleApi(req, res, path) {
   state.stats.api_calls[path] = (state.stats.api_calls[path] || 0) + 1;
+  const forced = state.failNextApi.shift();
+  if (forced) return sendJson(res, forced.status, { error: 'server_error' }, forced.headers);
   const record = bearer(req, res);
   if (!record) return undefined;
   const scopes = record.scope ? record.scope.split(' ') : [];
@@ -763,6 +889,29 @@ function handleApi(req, res, path) {
     return sendJson(res, 200, { sub: p.sub, preferred_username: p.login, name: p.name, email: p.email });
   }
   if (path === '/api/me') return sendJson(res, 200, { ...profile(record), scopes, client_id: record.client_id });
+  if (path === 'resources') {
+    // What Xero's /connections and Atlassian's accessible-resources answer: a list, one per
+    // organisation or site the token reaches (both shapes in one item).
+    const id = accountId(record.sub);
+    return sendJson(res, 200, [{
+      id: `cloud-${id}`, url: 'https://acme.atlassian.net', name: 'acme', scopes,
+      tenantId: `tenant-${id}`, tenantType: 'ORGANISATION', tenantName: 'Acme Ltd',
+    }]);
+  }
+  if (path === 'account') {
+    const p = profile(record);
+    const document = {};
+    const paths = state.config.account_paths || { id: 'id', login: 'login' };
+    const place = (dotted, value) => {
+      const parts = dotted.split('.');
+      let at = document;
+      for (const part of parts.slice(0, -1)) at = (at[part] = at[part] || {});
+      at[parts[parts.length - 1]] = value;
+    };
+    place(paths.id, p.id);
+    if (paths.login) place(paths.login, p.login);
+    return sendJson(res, 200, document);
+  }
   return sendJson(res, 200, {
     account_id: accountId(record.sub),
     owner: record.sub,
@@ -788,6 +937,11 @@ const CONFIG_TYPES = {
   issue_refresh_tokens: 'boolean',
   require_registered_clients: 'boolean',
   authorization_response_iss: 'string-or-null',
+  profile: 'profile',
+  routes: 'object-or-null',
+  account_paths: 'object-or-null',
+  key_check: 'object-or-null',
+  accounts_server: 'string-or-null',
 };
 
 function publicConfig() {
@@ -805,6 +959,8 @@ function applyConfig(body) {
       'integer-or-null': value === null || Number.isInteger(value),
       boolean: typeof value === 'boolean',
       'string-or-null': value === null || typeof value === 'string',
+      profile: value === null || PROFILES.includes(value),
+      'object-or-null': value === null || (typeof value === 'object' && !Array.isArray(value)),
     }[kind];
     if (!ok) throw new HttpError(400, `${key} must be ${kind}`);
     if (key === 'token_delay_ms' && value < 0) throw new HttpError(400, 'token_delay_ms must be >= 0');
@@ -866,6 +1022,16 @@ async function handleControl(req, res, url) {
       const count = positiveCount(body);
       for (let i = 0; i < count; i += 1) state.failNextRefresh.push({ error, status });
       return sendJson(res, 200, { pending: state.failNextRefresh.length });
+    }
+    case 'POST /fail-next-api': {
+      // The next `count` calls of the resource API (/userinfo, /api/me, /api/files) answer `status`.
+      const body = await readJson(req);
+      const status = body.status === undefined ? 500 : body.status;
+      if (!Number.isInteger(status) || status < 400 || status > 599) throw new HttpError(400, 'status must be 4xx or 5xx');
+      const headers = body.retry_after === undefined ? {} : { 'Retry-After': String(body.retry_after) };
+      const count = positiveCount(body);
+      for (let i = 0; i < count; i += 1) state.failNextApi.push({ status, headers });
+      return sendJson(res, 200, { pending: state.failNextApi.length });
     }
     case 'POST /fail-next-authorize': {
       const body = await readJson(req);
@@ -944,6 +1110,10 @@ async function handleControl(req, res, url) {
       if (body.expires !== undefined && typeof body.expires !== 'boolean') {
         throw new HttpError(400, 'expires must be a boolean');
       }
+      // `claims`: more claims for a JWT access token (e.g. {"groups": ["oncall"]}).
+      const claimsOk = body.claims === undefined || (body.claims !== null && typeof body.claims === 'object'
+        && !Array.isArray(body.claims));
+      if (!claimsOk) throw new HttpError(400, 'claims must be an object');
       const tokens = issueTokens({
         sub,
         clientId: stringOrNull(body, 'client_id') || 'test-client',
@@ -960,6 +1130,7 @@ async function handleControl(req, res, url) {
         claimedIssuer: stringOrNull(body, 'iss'),
         typ: body.typ,
         expires: body.expires !== false,
+        extraClaims: body.claims === undefined ? null : body.claims,
       });
       return sendJson(res, 200, tokens);
     }
@@ -989,6 +1160,20 @@ async function route(req, res) {
   if (method === 'POST' && path === '/introspect') return handleIntrospect(req, res);
   if (method === 'GET' && ['/userinfo', '/api/me', '/api/files'].includes(path)) return handleApi(req, res, path);
   if (method === 'GET' && path === '/') return sendJson(res, 200, { issuer, discovery: `${issuer}/.well-known/openid-configuration` });
+  const routed = (state.config.routes || {})[path];
+  if (routed === 'authorize' && method === 'GET') return handleAuthorize(req, res, url);
+  if (routed === 'token' && method === 'POST') return handleToken(req, res);
+  if (routed === 'revoke' && method === 'POST') return handleRevoke(req, res);
+  if (routed === 'account' && (method === 'GET' || method === 'POST')) return handleApi(req, res, 'account');
+  if (routed === 'resources' && method === 'GET') return handleApi(req, res, 'resources');
+  if (routed === 'key_check') {
+    state.stats.api_calls.key_check = (state.stats.api_calls.key_check || 0) + 1;
+    const check = state.config.key_check || {};
+    const given = req.headers[String(check.header || 'authorization').toLowerCase()];
+    const required = Object.entries(check.required || {}).every(([k, v]) => req.headers[k.toLowerCase()] === v);
+    const ok = required && (check.accepted || []).includes(given);
+    return sendJson(res, ok ? 200 : 401, ok ? { ok: true } : { error: 'invalid_api_key' });
+  }
   throw new HttpError(404, `no route ${method} ${path}`);
 }
 

@@ -1,0 +1,1 @@
+"""The operator console at ``/console/``: server-rendered pages over the admin services."""
