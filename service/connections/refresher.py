@@ -12,7 +12,10 @@ A pass (``Refresher.run_once``) does three bounded things, each at most ``batch_
    replica run passes at once: each authorization is claimed by exactly one of them (or by a
    request), never refreshed twice.
 3. **Refreshes** them with no connection held during the provider calls, ``concurrency`` at a
-   time and at most ``provider_rate`` a second per provider. A provider that fails transiently
+   time and at most ``provider_rate`` a second per provider. The API shares the replica's event
+   loop, so a wave yields to it: while the loop runs more than ``loop_lag_ms`` late, fewer calls
+   are in flight (halved at each late tick, one added back at each prompt one, never fewer than
+   one, so a wave always moves). A provider that fails transiently
    (5xx, a timeout, a rate limit) is left alone for the rest of the pass — its remaining claims
    are given up at once — and nothing is marked: only the provider's ``invalid_grant`` makes a
    connection ``needs_reauthorization``.
@@ -23,8 +26,10 @@ The pauses run on the injected clock; what is due is decided by the database clo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from service.clock import Clock, SystemClock
@@ -65,8 +70,11 @@ class RefreshSettings:
     pass_seconds: float = 15.0
     # At most this many rows per step of a pass.
     batch_size: int = 100
-    # Provider calls in flight at once per replica.
+    # Provider calls in flight at once per replica (at most: ``loop_lag_ms`` lowers it).
     concurrency: int = 4
+    # While the event loop runs more than this late, a pass has fewer calls in flight
+    # (``ELICITD_REFRESH_LOOP_LAG_MS=off``: always ``concurrency``).
+    loop_lag_ms: float | None = 10.0
     # Refresh calls per second to any one provider from one replica (None: as fast as
     # ``concurrency`` allows); a pass waits its turn rather than burst past a provider's limit.
     provider_rate: float | None = None
@@ -95,7 +103,13 @@ class RefreshSettings:
         raw = settings.extra.get("REFRESH_PROACTIVE")
         proactive = raw is None or raw.strip().lower() not in {"0", "false", "no", "off"}
         events = (settings.extra.get("REFRESH_EVENTS") or "").strip().lower() in {"1", "true", "yes", "on"}
-        return cls(**positive_extras(settings, "REFRESH_", kinds), proactive=proactive, events=events)
+        off = (settings.extra.get("REFRESH_LOOP_LAG_MS") or "").strip().lower() in {"0", "off"}
+        if not off:
+            kinds["loop_lag_ms"] = float
+        values = positive_extras(settings, "REFRESH_", kinds)
+        if off:
+            values["loop_lag_ms"] = None
+        return cls(**values, proactive=proactive, events=events)
 
 
 @dataclass(slots=True)
@@ -116,8 +130,11 @@ class Refresher:
         self.connections = connections
         self.settings = settings
         self.clock = clock or connections.clock or SystemClock()
-        # Kept across passes: a pass that follows a full one at once continues its pace.
+        # Kept across passes: a pass that follows a full one at once continues its pace, and the
+        # calls it may have in flight.
         self._pace = _Pace(self.clock, settings.provider_rate)
+        lag = None if settings.loop_lag_ms is None else settings.loop_lag_ms / 1000
+        self.governor = Governor(settings.concurrency, lag)
 
     async def run_once(self) -> PassOutcome:
         outcome = PassOutcome()
@@ -171,13 +188,12 @@ class Refresher:
         unsettled: list[uuid.UUID] = []
         # Claims this pass gives up without a call, released together at its end.
         unused: list[uuid.UUID] = []
-        gate = asyncio.Semaphore(self.settings.concurrency)
 
         def lapsed() -> bool:
             return self.clock.monotonic() - claimed_at > self.window
 
         async def one(auth: Authorization) -> None:
-            async with gate:
+            async with self.governor.slot():
                 provider = providers.get(auth.provider)
                 if provider is None or auth.provider in resting:
                     unused.append(auth.id)
@@ -202,7 +218,13 @@ class Refresher:
                         extra={"provider": auth.provider, "connection_id": CONNECTION_ID.format(auth.connection_id)},
                     )
 
-        await asyncio.gather(*(one(auth) for auth in claimed))
+        watch = asyncio.create_task(self.governor.watch())
+        try:
+            await asyncio.gather(*(one(auth) for auth in claimed))
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
         if unsettled or unused:
             async with unit_of_work(service.sessions) as session:
                 await authz.release_refresh_claims(session, unused, claim)
@@ -245,3 +267,59 @@ class _Pace:
         self._next[provider] = slot + self.interval
         if slot > now:
             await self.clock.sleep(slot - now)
+
+
+class Governor:
+    """How many refresh calls may be in flight, from how late the event loop runs.
+
+    While a pass works, ``watch`` sleeps ``period`` again and again and notes how late each wake-up
+    came: the time the loop spent on everything else that was ready, the API's requests first
+    among them. A tick later than ``lag_limit`` halves the calls allowed in flight, a tick within
+    half of it adds one back (up to ``most``); never fewer than one. The lag is the loop's real
+    time, not the injected clock's: it is what the API's requests wait. ``lag_limit`` None: always
+    ``most``.
+    """
+
+    def __init__(self, most: int, lag_limit: float | None, period: float = 0.02) -> None:
+        self.most = most
+        self.lag_limit = lag_limit
+        self.period = period
+        self.allowed = most
+        self.in_flight = 0
+        self._changed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.in_flight < self.allowed)
+            self.in_flight += 1
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self.in_flight -= 1
+                self._changed.notify_all()
+
+    async def noted(self, lag: float) -> None:
+        """One tick's lateness, in seconds."""
+        if self.lag_limit is None:
+            return
+        if lag > self.lag_limit:
+            allowed = max(1, self.allowed // 2)
+        elif lag < self.lag_limit / 2:
+            allowed = min(self.most, self.allowed + 1)
+        else:
+            return
+        if allowed != self.allowed:
+            async with self._changed:
+                self.allowed = allowed
+                self._changed.notify_all()
+
+    async def watch(self) -> None:
+        if self.lag_limit is None:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(self.period)
+            await self.noted(loop.time() - start - self.period)
