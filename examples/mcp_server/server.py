@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import uvicorn
@@ -27,8 +28,8 @@ from starlette.responses import JSONResponse, Response
 
 from elicitd_client import ElicitdClient
 from elicitd_client.auth import JwtVerifier
+from elicitd_client.handlers import WebhookHandlers
 from elicitd_client.mcp import ElicitationCancelled, ElicitationDeclined, Elicitd
-from elicitd_client.webhooks import InvalidWebhook, verify_event
 
 logger = logging.getLogger("example")
 
@@ -166,21 +167,24 @@ def build_server(config: ExampleConfig, elicitd: Elicitd) -> MCPServer:
             return "No payment, no report."
         return f"Premium report on {topic} (payment {payment.payment_id}): everything is fine."
 
+    # elicitd's webhook: verified, its verification challenge answered (a new URL receives nothing
+    # before), and flow.completed told to 2025-11-25 clients as their elicitation's completion.
+    hooks = WebhookHandlers(config.webhook_secret) if config.webhook_secret is not None else None
+    if hooks is not None:
+
+        @hooks.on("flow.completed")
+        async def completed(event: dict[str, Any]) -> None:
+            flow_id = event.get("data", {}).get("flow_id")
+            if isinstance(flow_id, str):
+                await elicitd.notify_completed(flow_id)
+
     # The SDK's custom_route has no return annotation, so mypy sees an untyped decorator.
     @mcp.custom_route("/elicitd/webhook", methods=["POST"])  # type: ignore[untyped-decorator]
     async def elicitd_webhook(request: Request) -> Response:
-        """elicitd's completion webhook: tell 2025-11-25 clients their elicitation finished."""
-        if config.webhook_secret is None:
+        if hooks is None:
             return JSONResponse({"error": "webhook not configured"}, status_code=404)
-        body = await request.body()
-        try:
-            event = verify_event(config.webhook_secret, body, request.headers)
-        except InvalidWebhook:
-            return JSONResponse({"error": "bad signature"}, status_code=400)
-        flow_id = event.get("data", {}).get("flow_id")
-        if isinstance(flow_id, str):
-            await elicitd.notify_completed(flow_id)
-        return JSONResponse({"ok": True})
+        reply = await hooks.handle(await request.body(), request.headers)
+        return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
 
     return mcp
 

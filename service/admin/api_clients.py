@@ -107,12 +107,14 @@ class AdminServerClientsController(Controller):
         operation_id="adminSetServerClientWebhook",
         opt=ADMIN,
         summary="Set (or clear with null) the webhook and the event types it receives; a new signing secret "
-        "is shown once",
+        "is shown once; a new URL receives events once it has answered the verification challenge",
     )
     async def set_webhook(
         self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str, data: SetWebhook
     ) -> WebhookSecret:
-        return await in_unit(services, clients.set_webhook, services.vault, client_id, data.url, data.events)
+        set_to = await in_unit(services, clients.set_webhook, services.vault, client_id, data.url, data.events)
+        services.webhooks.wake()  # a new URL's challenge goes out now, not at the next poll
+        return set_to
 
     @post(
         "/{client_id:str}/webhook/rotate-secret",

@@ -237,7 +237,8 @@ async def set_webhook(
 ) -> WebhookSecret:
     """Set (or clear, with None) the completion webhook, for every event type or only ``events``.
     A signing secret is made the first time and returned once; changing the URL keeps the
-    existing secret."""
+    existing secret. The client's legacy endpoint follows (migration 0023's trigger): a URL it did
+    not have is ``pending_verification`` until it answers the challenge, as every new endpoint is."""
     client_id = _ref(ref)
     client = await _load(session, client_id)
     if url is None:

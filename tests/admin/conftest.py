@@ -20,6 +20,7 @@ from tests.support.factories import plant_connection, store_connection, token_se
 from tests.support.oauth_server import OAuthServer
 from tests.support.providers import register_issuer, register_provider
 from tests.support.stripe_double import API_KEY, WEBHOOK_SECRET, StripeDouble
+from tests.support.waiting import until
 
 # A closed loopback port: deliveries to it fail fast and never leave the machine.
 DEAD_HOOK = "http://127.0.0.1:9/hook"
@@ -220,10 +221,47 @@ async def complete_flow(
 
 
 async def hooked_client(app: RunningApp, url: str = DEAD_HOOK) -> tuple[ServerClientHandle, str]:
-    """A server client with a webhook (returns the signing secret, shown once)."""
+    """A server client with a webhook (returns the signing secret, shown once) that answered its
+    verification challenge once and has gone quiet since (``DEAD_HOOK``): events are queued for it
+    and stay undelivered, for the tests of backlogs, replays and delivery listings."""
     client = await new_server_client(app)
     admin = await make_token(app, "admin")
     async with admin_http(app, admin) as http:
         response = await http.put(f"/admin/v1/server-clients/{client.public_id}/webhook", json={"url": url})
     assert response.status_code == 200, response.text
+    await answered_challenge(app, client.id)
     return client, str(response.json()["webhook_secret"])
+
+
+async def legacy_state(app: RunningApp, client_id: uuid.UUID) -> str | None:
+    """The state of the endpoint ``PUT …/webhook`` writes (the client's legacy endpoint)."""
+    async with app.state.sessions() as session:
+        found = await session.execute(
+            text("SELECT state FROM webhook_endpoints WHERE server_client_id = :c AND legacy"), {"c": client_id}
+        )
+        return found.scalar()
+
+
+async def until_verified(app: RunningApp, client_id: uuid.UUID) -> None:
+    """Once the receiver at the client's webhook has answered its verification challenge (a first
+    attempt that found nothing listening is asked again after the backoff: 10 s by default)."""
+
+    async def verified() -> bool:
+        return await legacy_state(app, client_id) == "active"
+
+    await until(verified, timeout=30, what="the webhook verified")
+
+
+async def answered_challenge(app: RunningApp, client_id: uuid.UUID) -> None:
+    """The client's legacy endpoint (what ``PUT …/webhook`` writes) as it is once its URL has
+    answered the verification challenge: ``active``, verified now."""
+    async with app.state.sessions() as session:
+        verified = await session.execute(
+            text(
+                "UPDATE webhook_endpoints SET state = 'active', verified_at = now() "
+                "WHERE server_client_id = :c AND legacy AND state = 'pending_verification'"
+            ),
+            {"c": client_id},
+        )
+        await session.commit()
+    assert verified.rowcount == 1  # type: ignore[attr-defined]

@@ -19,6 +19,7 @@ from tests.admin.conftest import (
     PROVIDER_CLIENT,
     Token,
     admin_http,
+    answered_challenge,
     complete_flow,
     make_connection,
     make_payment,
@@ -39,6 +40,7 @@ async def test_no_secret_in_any_admin_response(elicitd: RunningApp, tokens: dict
     async with admin_http(elicitd, admin) as http:
         hook = await http.put(f"/admin/v1/server-clients/{client.public_id}/webhook", json={"url": DEAD_HOOK})
         one_time_secret = hook.json()["webhook_secret"]
+    await answered_challenge(elicitd, client.id)
     # Plant secrets everywhere admin data comes from.
     webhook_secret = f"whsec_{MARKER}-webhook"
     key_id, blob = elicitd.state.vault.encrypt(

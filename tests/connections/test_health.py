@@ -27,6 +27,7 @@ from service.connections.refresher import Refresher, RefreshSettings
 from service.db.base import CONNECTION_ID
 from service.db.unit import unit_of_work
 from service.errors import InvalidRequest
+from tests.admin.conftest import answered_challenge
 from tests.connections.conftest import (
     PROVIDER_CLIENT_ID,
     Env,
@@ -100,6 +101,7 @@ async def test_provider_refusal_marks_needs_reauthorization_once_with_events(
             text("UPDATE server_clients SET webhook_url = 'http://127.0.0.1:9/hook' WHERE id = :c"), {"c": client.id}
         )
         await session.commit()
+    await answered_challenge(env.app, client.id)
     await set_columns(env, ref, "expires_at = now() + interval '2 minutes'")
     env.oauth.fail_next_refresh("invalid_grant")
 
@@ -337,6 +339,8 @@ async def test_a_webhook_receives_only_the_event_types_it_subscribed_to(env: Env
         await clients.set_webhook(
             session, env.app.state.vault, other.public_id, "http://127.0.0.1:9/b", ["flow.completed"]
         )
+    for hooked in (client, other):
+        await answered_challenge(env.app, hooked.id)
     async with env.app.state.sessions() as session:
         with pytest.raises(InvalidRequest) as refused:
             await clients.set_webhook(

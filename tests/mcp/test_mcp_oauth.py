@@ -28,6 +28,7 @@ from playwright.async_api import Page
 
 from elicitd_client import ElicitdClient, NotConnected, Subject
 from service.admin.clients import set_webhook
+from tests.admin.conftest import until_verified
 from tests.mcp.conftest import PROVIDER_CLIENT_ID, OAuthEnv
 from tests.mcp.harness import (
     AUDIENCE,
@@ -294,6 +295,7 @@ async def test_legacy_push_gets_the_completion_notification_from_the_webhook(
             server.url, token, mode="legacy", elicitation_callback=user.callback(), message_handler=notes
         ) as mcp,
     ):
+        await until_verified(oauth_env.app, client.id)  # the example answered elicitd's challenge
         result = await mcp.call_tool("list_files", {})
         await user.settle()
         assert text_of(result) == FILES
@@ -316,6 +318,7 @@ async def test_legacy_error_style_retries_after_the_notification(
             server.url, token, mode="legacy", elicitation_callback=user.callback(), message_handler=notes
         ) as mcp,
     ):
+        await until_verified(oauth_env.app, client.id)
         with pytest.raises(MCPError) as needed:
             await mcp.call_tool("list_files", {})
         assert needed.value.error.code == -32042

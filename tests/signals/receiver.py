@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,11 @@ class Received:
 
 @dataclass
 class Receiver:
+    """Records every event it is sent and answers each with ``answer``'s status. elicitd's
+    verification challenge (``webhook.verification``, which every endpoint answers before it
+    receives events) is kept apart in ``challenges`` and echoed, as an integration does; with
+    ``echo`` off it is answered 200 without the value, as by a receiver that knows nothing of it."""
+
     url: str = ""
     # Decides the status for each request: (event id, how many times this id was seen) -> status.
     answer: Callable[[str, int], int] = lambda _event, _seen: 200
@@ -32,6 +38,8 @@ class Receiver:
     seen: Counter[str] = field(default_factory=Counter)
     in_flight: Counter[str] = field(default_factory=Counter)
     max_in_flight: int = 0
+    echo: bool = True
+    challenges: list[Received] = field(default_factory=list)
 
     def ok(self) -> list[Received]:
         return [r for r in self.received if 200 <= r.status < 300]
@@ -54,6 +62,14 @@ class Receiver:
             if not message.get("more_body"):
                 break
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        if headers.get("elicitd-event-type") == "webhook.verification":
+            self.challenges.append(Received(headers=headers, body=body, status=200))
+            answer = {"challenge": json.loads(body)["data"]["challenge"]} if self.echo else {"ok": True}
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
+            )
+            await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
+            return
         event = headers.get("elicitd-event-id", "")
         self.seen[event] += 1
         self.in_flight[event] += 1

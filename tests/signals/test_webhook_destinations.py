@@ -123,10 +123,13 @@ async def test_a_name_resolving_to_loopback_is_refused_and_recorded_then_deliver
     attempt with the reason, kept, and delivered by an instance that allows it."""
     first = (await SystemResolver().resolve("localhost", 80))[0]
     refusing = make_settings(extra={**FAST, "WEBHOOK_ALLOWED_NETWORKS": ""})
+    allowing = make_settings(extra={**FAST, "WEBHOOK_ALLOWED_NETWORKS": LOOPBACK})
     async with receiving() as receiver:
         url = receiver.url.replace("127.0.0.1", "localhost")
-        async with running_app(refusing) as app:
+        # Verified while loopback was allowed (the challenge goes through the same rule).
+        async with running_app(allowing) as app:
             client, _ = await with_webhook(app, url)
+        async with running_app(refusing) as app:
             flow_id = await create_flow(app, client)
             assert (await complete_flow(app, client, flow_id)).status_code == 200
 
@@ -138,7 +141,7 @@ async def test_a_name_resolving_to_loopback_is_refused_and_recorded_then_deliver
             assert receiver.received == []
             assert (row.delivered_at, row.abandoned_at, row.last_status) == (None, None, None)
             assert row.last_error == f"destination refused: {first} is not a public address (loopback)"
-        async with running_app(make_settings(extra={**FAST, "WEBHOOK_ALLOWED_NETWORKS": LOOPBACK})) as app:
+        async with running_app(allowing) as app:
             delivered = await delivered_row(app, flow_id)
     assert len(receiver.ok()) == 1
     assert receiver.ok()[0].headers["host"] == url.split("/")[2]

@@ -10,7 +10,6 @@ import os
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -22,48 +21,12 @@ from service.flows.repository import Transition
 from service.flows.retention import run_retention
 from service.flows.states import Actor, FlowStatus
 from service.settings import Settings, normalize_database_url
-from tests.admin.conftest import admin_http, complete_flow, create_flow, make_token
+from tests.admin.conftest import admin_http, complete_flow, create_flow, legacy_state, make_token
 from tests.signals.receiver import Received, Receiver, receiving
 from tests.signals.test_webhooks import FAST, delivery_round, with_webhook
 from tests.support import backends
 from tests.support.apps import RunningApp, ServerClientHandle, running_app
 from tests.support.waiting import until
-
-
-@dataclass
-class Endpoint(Receiver):
-    """A receiver that answers the verification challenge (when ``echo``), kept apart from events."""
-
-    echo: bool = True
-    challenges: list[Received] = field(default_factory=list)
-
-    async def __call__(
-        self,
-        scope: dict[str, Any],
-        receive: Callable[[], Awaitable[dict[str, Any]]],
-        send: Callable[[dict[str, Any]], Awaitable[None]],
-    ) -> None:
-        if scope["type"] != "http":
-            return
-        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        if headers.get("elicitd-event-type") != "webhook.verification":
-            replay = [await receive()]
-
-            async def again() -> dict[str, Any]:
-                return replay.pop(0) if replay else await receive()
-
-            await super().__call__(scope, again, send)
-            return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        self.challenges.append(Received(headers=headers, body=body, status=200))
-        answer = {"challenge": json.loads(body)["data"]["challenge"]} if self.echo else {"ok": True}
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
 
 
 def types(received: list[Received]) -> list[str]:
@@ -123,10 +86,9 @@ def fast(make_settings: Callable[..., Settings], **extra: str) -> Settings:
 async def test_a_second_endpoint_with_a_filter_receives_only_its_types(make_settings: Callable[..., Settings]) -> None:
     async with (
         receiving() as first,
-        receiving(Endpoint()) as second,
+        receiving(Receiver()) as second,
         running_app(fast(make_settings)) as app,
     ):
-        assert isinstance(second, Endpoint)
         client, first_secret = await with_webhook(app, first.url)
         made = await add_endpoint(app, client, second.url, ["flow.failed"])
         endpoint_id = made["endpoint"]["id"]
@@ -162,8 +124,8 @@ async def test_a_second_endpoint_with_a_filter_receives_only_its_types(make_sett
 async def test_rotation_sends_both_signatures_during_the_grace_then_only_the_new(
     make_settings: Callable[..., Settings],
 ) -> None:
-    async with receiving(Endpoint()) as receiver, running_app(fast(make_settings)) as app:
-        client, _ = await with_webhook(app, "https://127.0.0.1:9/unused")
+    async with receiving(Receiver()) as receiver, running_app(fast(make_settings)) as app:
+        client, _ = await with_webhook(app, "https://127.0.0.1:9/unused", verify=False)
         made = await add_endpoint(app, client, receiver.url, ["flow.completed"])
         endpoint_id, old = made["endpoint"]["id"], made["secret"]
         await verified(app, endpoint_id)
@@ -205,9 +167,8 @@ async def test_rotation_sends_both_signatures_during_the_grace_then_only_the_new
 async def test_an_endpoint_that_never_answers_the_challenge_receives_nothing(
     make_settings: Callable[..., Settings],
 ) -> None:
-    async with receiving(Endpoint(echo=False)) as silent, running_app(fast(make_settings)) as app:
-        assert isinstance(silent, Endpoint)
-        client, _ = await with_webhook(app, "https://127.0.0.1:9/unused")
+    async with receiving(Receiver(echo=False)) as silent, running_app(fast(make_settings)) as app:
+        client, _ = await with_webhook(app, "https://127.0.0.1:9/unused", verify=False)
         made = await add_endpoint(app, client, silent.url, None)
         endpoint_id = made["endpoint"]["id"]
         await until(lambda: len(silent.challenges) >= 2, timeout=30, what="the challenge asked again")
@@ -225,13 +186,47 @@ async def test_an_endpoint_that_never_answers_the_challenge_receives_nothing(
     assert {(a["status"], a["error"]) for a in listed} == {(200, "no echo")}
 
 
+async def test_a_url_set_by_the_deprecated_put_answers_the_challenge_first_too(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """``PUT …/webhook`` writes the client's legacy endpoint (migration 0023): a URL that never
+    answers the challenge receives nothing; moved to one that answers, it receives what comes after."""
+    async with (
+        receiving(Receiver(echo=False)) as silent,
+        receiving() as answering,
+        running_app(fast(make_settings)) as app,
+    ):
+        client, secret = await with_webhook(app, silent.url, verify=False)
+        await until(lambda: len(silent.challenges) >= 2, timeout=30, what="the challenge asked again")
+        before = await create_flow(app, client)
+        assert (await complete_flow(app, client, before)).status_code == 200
+        await delivery_round(app)
+        assert await legacy_state(app, client.id) == "pending_verification"
+        async with admin_http(app, await make_token(app, "admin")) as http:
+            moved = await http.put(f"/admin/v1/server-clients/{client.public_id}/webhook", json={"url": answering.url})
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["webhook_secret"] is None  # the secret stays: it was shown once
+
+        async def verified() -> bool:
+            return await legacy_state(app, client.id) == "active"
+
+        await until(verified, timeout=30, what="the moved webhook verified")
+        after = await create_flow(app, client)
+        assert (await complete_flow(app, client, after)).status_code == 200
+        await until(lambda: len(answering.ok()) == 1, timeout=30, what="the event after verification")
+    assert silent.received == []  # nothing but challenges reached the silent URL
+    assert len(answering.challenges) == 1
+    event = verify_event(secret, answering.ok()[0].body, answering.ok()[0].headers)
+    assert (event["type"], event["data"]["flow_id"]) == ("flow.completed", after)  # not the one before
+
+
 @pytest.mark.slow  # the CLI is a process of its own (~7 s to start)
 async def test_a_failing_endpoint_is_suspended_the_event_is_told_and_attempts_are_listed(
     make_settings: Callable[..., Settings], signals_database: str, backend: backends.Backends
 ) -> None:
     """Failing for longer than ``ELICITD_WEBHOOK_SUSPEND_AFTER_SECONDS`` (here an hour, reached by
     moving the stored ``failing_since`` back, the database being the clock) suspends the endpoint."""
-    failing = Endpoint(answer=lambda _event, _seen: 500)
+    failing = Receiver(answer=lambda _event, _seen: 500)
     settings = fast(make_settings, WEBHOOK_SUSPEND_AFTER_SECONDS="3600", WEBHOOK_BACKOFF_SECONDS="3600")
     async with receiving() as healthy, receiving(failing), running_app(settings) as app:
         client, _ = await with_webhook(app, healthy.url)
@@ -340,7 +335,7 @@ async def _cli(database_url: str, redis_url: str, *args: str) -> tuple[int, str,
 
 async def test_retention_deletes_attempts_older_than_the_outbox_window(make_settings: Callable[..., Settings]) -> None:
     async with running_app(fast(make_settings)) as app:
-        client, _ = await with_webhook(app, "https://127.0.0.1:9/unused")
+        client, _ = await with_webhook(app, "https://127.0.0.1:9/unused", verify=False)
         endpoint_id = (await add_endpoint(app, client, "https://127.0.0.1:9/other", None))["endpoint"]["id"]
         key = uuid.UUID(endpoint_id[3:])
         async with app.state.sessions() as session, session.begin():
@@ -374,12 +369,16 @@ async def test_the_legacy_endpoint_and_the_old_columns_stay_one(make_settings: C
     """For one release the old webhook columns mirror the client's first endpoint both ways: what
     a replica of the previous release reads there is what this release delivers with."""
     async with running_app(fast(make_settings)) as app:
-        client, first_secret = await with_webhook(app, "https://127.0.0.1:9/first")
+        client, first_secret = await with_webhook(app, "https://127.0.0.1:9/first", verify=False)
         async with admin_http(app, await make_token(app, "admin")) as http:
             (legacy,) = (await http.get(f"/admin/v1/server-clients/{client.public_id}/webhook-endpoints")).json()[
                 "items"
             ]
-            assert (legacy["legacy"], legacy["state"], legacy["url"]) == (True, "active", "https://127.0.0.1:9/first")
+            assert (legacy["legacy"], legacy["state"], legacy["url"]) == (
+                True,
+                "pending_verification",
+                "https://127.0.0.1:9/first",
+            )
             rotated = await http.post(f"/admin/v1/webhook-endpoints/{legacy['id']}/rotate-secret", json={})
             assert rotated.status_code == 200, rotated.text
             moved = await http.patch(
