@@ -91,6 +91,45 @@ __all__ = ["build_parser", "main", "print_table"]
 
 
 # ---- serve / dev / migrate -------------------------------------------------------------------------
+def cmd_worker(args: argparse.Namespace) -> None:
+    """The upkeep every serving replica runs, in a process of its own: ``services.background()``
+    until SIGTERM or SIGINT. Its work is the same statements and claims as a replica's (each
+    pass claims with ``SKIP LOCKED``), so workers and replicas that still run upkeep share it.
+
+    A replica runs its upkeep on the event loop that answers its requests, so a refresh wave's
+    work waits requests behind it (the governor in ``service.connections.refresher`` only thins
+    it). A worker takes that work to another process, which the kernel preempts; ``--nice`` lowers
+    its priority so that on a shared machine the serving processes get the CPU first."""
+    import logging
+
+    from service.logs import configure_logging
+    from service.services import open_services
+
+    logger = logging.getLogger("elicitd.worker")
+    settings = _settings()
+    configure_logging(settings)
+    if args.nice:
+        os.nice(args.nice)
+
+    async def work() -> None:
+        import signal
+
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        async with open_services(settings) as services:
+            tasks = [asyncio.create_task(job) for job in services.background()]
+            logger.info("worker started", extra={"tasks": len(tasks)})
+            await stop.wait()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        logger.info("worker stopped")
+
+    asyncio.run(work())
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
@@ -239,6 +278,21 @@ def _version() -> str:
         return "unknown"
 
 
+def _add_worker(sub: Any) -> None:
+    worker = sub.add_parser(
+        "worker",
+        help="run the upkeep (expiry sweeps, webhook delivery, proactive refresh, probes) without serving",
+    )
+    worker.add_argument(
+        "--nice",
+        type=int,
+        default=int(os.environ.get("ELICITD_WORKER_NICE", "10")),
+        help="lower this process's CPU priority by this much (0: as the servers), so the replicas "
+        "serving requests on the same machine come first (default 10)",
+    )
+    worker.set_defaults(func=cmd_worker)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="elicitd", description="Durable state for MCP URL-mode elicitation.")
     parser.add_argument("--version", action="version", version=f"elicitd {_version()}")
@@ -254,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=int(os.environ.get("ELICITD_PORT", "8000")))
     serve.add_argument("--migrate", action="store_true", help="apply migrations first")
     serve.set_defaults(func=cmd_serve)
+
+    _add_worker(sub)
 
     dev = sub.add_parser("dev", help="serve on embedded PostgreSQL and Redis under .data/ (make run)")
     dev.add_argument("--host", default="127.0.0.1")

@@ -198,6 +198,8 @@ class Settings:
     default_locale: str = "en"
     # Host names answered besides the public URL's and loopback (service/hosts.py), lowercase ASCII.
     allowed_hosts: tuple[str, ...] = ()
+    # ``ELICITD_BACKGROUND_TASKS=false``: a replica that serves requests only, its upkeep (sweeps,
+    # webhook delivery, proactive refresh, probes) left to ``elicitd worker`` processes.
     background_tasks: bool = True
     # Consent receipts: one or more PEM EC P-256 private keys; the first signs, all are published.
     signing_key: str | None = field(default=None, repr=False)
@@ -345,6 +347,8 @@ class Settings:
             values["log_level"] = raw.upper()
         if (raw := get("LOG_JSON")) is not None:
             values["log_json"] = _bool(raw, "ELICITD_LOG_JSON")
+        if (raw := get("BACKGROUND_TASKS")) is not None:
+            values["background_tasks"] = _bool(raw, "ELICITD_BACKGROUND_TASKS")
         if (raw := get("ACCEPT_UNBOUND_SECRETS")) is not None:
             values["accept_unbound_secrets"] = _bool(raw, "ELICITD_ACCEPT_UNBOUND_SECRETS")
         if (raw := get("MAX_IN_FLIGHT")) is not None:

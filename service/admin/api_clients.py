@@ -113,7 +113,7 @@ class AdminServerClientsController(Controller):
         self, request: Request[Any, Any, Any], services: AdminDeps, client_id: str, data: SetWebhook
     ) -> WebhookSecret:
         set_to = await in_unit(services, clients.set_webhook, services.vault, client_id, data.url, data.events)
-        services.webhooks.wake()  # a new URL's challenge goes out now, not at the next poll
+        services.webhooks.wake()  # on a replica running its upkeep, a new URL is challenged now
         return set_to
 
     @post(
