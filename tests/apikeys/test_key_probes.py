@@ -27,6 +27,7 @@ from service.connections.key_probes import KeyProbes, KeyRequest
 from service.connections.probes import Prober, ProbeSettings
 from service.db.base import CONNECTION_ID, FLOW_ID
 from service.flows.models import Flow
+from tests.admin.conftest import answered_challenge
 from tests.consent.helpers import new_sub
 from tests.support.apps import RunningApp, ServerClientHandle, new_server_client
 from tests.support.clock import ManualClock
@@ -147,6 +148,8 @@ async def test_a_refused_key_needs_reauthorization_and_a_key_entered_again_recov
             {"c": [client.id, other.id]},
         )
         await session.commit()
+    for hooked in (client, other):
+        await answered_challenge(app, hooked.id)  # verified once; nothing answers on port 9 now
     stored = await row(app, ref)
     assert (stored["health"], stored["refresh_claim"]) == ("healthy", None)
     assert stored["checked_at"] is not None  # the live check at entry counts as one

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import text
 
 from service.connections.probes import Prober, ProbeSettings
+from tests.admin.conftest import answered_challenge
 from tests.connections.conftest import (
     PROVIDER_CLIENT_ID,
     Env,
@@ -82,6 +83,8 @@ async def test_a_grant_revoked_at_the_provider_needs_reauthorization_after_one_p
             {"c": [client.id, other.id]},
         )
         await session.commit()
+    for hooked in (client, other):
+        await answered_challenge(env.app, hooked.id)  # verified once; nothing answers on port 9 now
     await make_due(env, ref)
     env.oauth.revoke_grant(minted["access_token"])  # the user removed the app at the provider
     refreshes = provider_token_calls(env.oauth, "refresh_token")

@@ -15,6 +15,7 @@ from sqlalchemy import text
 
 from service.connections.refresher import Refresher, RefreshSettings
 from service.settings import Settings
+from tests.admin.conftest import answered_challenge
 from tests.connections.conftest import Env, connection_rows, get_token, new_sub, plant_connection, register_provider
 from tests.support.apps import ServerClientHandle, new_server_client, running_app
 from tests.support.oauth_server import OAuthServer
@@ -43,6 +44,7 @@ async def client(env: Env) -> ServerClientHandle:
             {"c": handle.id},
         )
         await session.commit()
+    await answered_challenge(env.app, handle.id)  # verified once; nothing answers on port 9 now
     return handle
 
 
