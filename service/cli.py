@@ -91,45 +91,6 @@ __all__ = ["build_parser", "main", "print_table"]
 
 
 # ---- serve / dev / migrate -------------------------------------------------------------------------
-def cmd_worker(args: argparse.Namespace) -> None:
-    """The upkeep every serving replica runs, in a process of its own: ``services.background()``
-    until SIGTERM or SIGINT. Its work is the same statements and claims as a replica's (each
-    pass claims with ``SKIP LOCKED``), so workers and replicas that still run upkeep share it.
-
-    A replica runs its upkeep on the event loop that answers its requests, so a refresh wave's
-    work waits requests behind it (the governor in ``service.connections.refresher`` only thins
-    it). A worker takes that work to another process, which the kernel preempts; ``--nice`` lowers
-    its priority so that on a shared machine the serving processes get the CPU first."""
-    import logging
-
-    from service.logs import configure_logging
-    from service.services import open_services
-
-    logger = logging.getLogger("elicitd.worker")
-    settings = _settings()
-    configure_logging(settings)
-    if args.nice:
-        os.nice(args.nice)
-
-    async def work() -> None:
-        import signal
-
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        async with open_services(settings) as services:
-            tasks = [asyncio.create_task(job) for job in services.background()]
-            logger.info("worker started", extra={"tasks": len(tasks)})
-            await stop.wait()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        logger.info("worker stopped")
-
-    asyncio.run(work())
-
-
 def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
@@ -290,7 +251,7 @@ def _add_worker(sub: Any) -> None:
         help="lower this process's CPU priority by this much (0: as the servers), so the replicas "
         "serving requests on the same machine come first (default 10)",
     )
-    worker.set_defaults(func=cmd_worker)
+    worker.set_defaults(func=lambda args: importlib.import_module("service.worker_command").cmd_worker(args))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from service.connections.refresher import Governor, RefreshSettings
+from service.connections.governor import Governor
+from service.connections.refresher import RefreshSettings
 from service.errors import ConfigurationError
 from service.settings import KeyRing, Settings
 

@@ -176,9 +176,9 @@ def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list
 
 
 def test_every_command_takes_json() -> None:
-    # `serve`, `dev` and `admin mcp` run a server and print no result; `admin audit export` prints
-    # JSON lines whatever is asked (its only format).
-    servers = [("serve",), ("dev",), ("admin", "mcp"), ("admin", "audit", "export")]
+    # `serve`, `dev`, `worker` and `admin mcp` run until stopped and print no result; `admin audit
+    # export` prints JSON lines whatever is asked (its only format).
+    servers = [("serve",), ("dev",), ("worker",), ("admin", "mcp"), ("admin", "audit", "export")]
     leaves = [
         (path, parser)
         for path, parser in _leaves(build_parser())

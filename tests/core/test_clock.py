@@ -100,6 +100,7 @@ _ALLOWED = {
     "embedded.py": "waits for a child process (Redis, PostgreSQL) to start listening",
     "payments/stripe_provider.py": "the Stripe SDK checks a signature's age with the real clock; ours agrees",
     "observability/stalls.py": "measures how late the real event loop runs: real time is the quantity",
+    "connections/governor.py": "measures how late the real event loop runs, as the stall monitor does",
     "devtools/": "the development stand-ins for an issuer and a provider play outside systems",
     "db/migrate.py": "a migrator polls the advisory lock while another process migrates: a wait, not a decision",
     "logs.py": "a log line's timestamp is when it was written, as the logging module stamps its records",
