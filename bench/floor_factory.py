@@ -15,6 +15,9 @@
   two ASGI messages itself. elicitd's hot routes (``service/flows/hot.py``) skip Litestar's
   per-request work, so status and resolve are also reported against this thinner reference
   (``asgi_floor_*`` in the final JSON line); the targets stay on the Litestar floor.
+* ``POST /raw/flows`` — the insert the same way: the bare function reads the body, decodes it
+  with msgspec, runs ``POST /flows``'s statement and sends the answer. elicitd's create is also
+  reported against it (``create_asgi_floor_ratio``).
 
 No elicitd module is imported: the floor must not get faster or slower when elicitd changes.
 """
@@ -139,22 +142,27 @@ def create() -> _BareRead:
     app = Litestar(
         route_handlers=[read_flow, create_flow, healthz], lifespan=[lifespan], debug=False, logging_config=None
     )
-    return _BareRead(app, pools)
+    return _BareRead(app, pools, client_id)
 
 
 _RAW_PREFIX = "/raw/flows/"
+_RAW_INSERT = "/raw/flows"
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 class _BareRead:
-    """``GET /raw/flows/{uuid}`` answered as plain ASGI; everything else (and the lifespan) is
-    Litestar's."""
+    """``GET /raw/flows/{uuid}`` and ``POST /raw/flows`` answered as plain ASGI; everything else
+    (and the lifespan) is Litestar's."""
 
-    def __init__(self, app: Litestar, pools: list[asyncpg.Pool]) -> None:
+    def __init__(self, app: Litestar, pools: list[asyncpg.Pool], client_id: uuid.UUID) -> None:
         self.app = app
         self.pools = pools
+        self.client_id = client_id
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == _RAW_INSERT and scope["method"] == "POST":
+            await self._insert(receive, send)
+            return
         if scope["type"] != "http" or not scope["path"].startswith(_RAW_PREFIX):
             await self.app(scope, receive, send)
             return
@@ -165,6 +173,22 @@ class _BareRead:
         else:
             row = await self.pools[0].fetchrow(READ, flow_id)
         status, body = (200, _encode_json(Row(*row))) if row is not None else (404, b'{"status":404}')
+        headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _insert(self, receive: Any, send: Any) -> None:
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        data = msgspec.json.decode(b"".join(chunks), type=CreateBody)
+        row = await self.pools[0].fetchrow(
+            INSERT, _uuid7(), self.client_id, data.subject.iss, data.subject.sub, data.context, "bench", data.url, 900
+        )
+        status, body = (201, _encode_json(Created(*row))) if row is not None else (409, b'{"status":409}')
         headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -251,13 +251,16 @@ def hot_targets(app_url: str, auth: str, flow_id: str, resolve_body: str, create
 
 
 def floor_targets(floor_url: str, raw_id: uuid.UUID, create_body: str) -> list[Target]:
-    """The floor's read of the same flow (``floor``), the same read with no framework (``asgi``)
-    and its insert (``insert``, what create is over)."""
+    """The floor's read of the same flow (``floor``), the same read with no framework (``asgi``),
+    its insert (``insert``, what create is over) and the insert with no framework (``asgi_insert``)."""
     json_headers = ("Content-Type: application/json",)
     return [
         Target("floor", f"{floor_url}/flows/{raw_id}"),
         Target("asgi", f"{floor_url}/raw/flows/{raw_id}"),
         Target("insert", f"{floor_url}/flows", method="POST", body=create_body, headers=json_headers, unique=True),
+        Target(
+            "asgi_insert", f"{floor_url}/raw/flows", method="POST", body=create_body, headers=json_headers, unique=True
+        ),
     ]
 
 

@@ -60,7 +60,7 @@ def _samples(path: Path) -> list[tuple[float, float, int]]:
     return rows
 
 
-def _level(rows: list[tuple[float, float, int]], offered: float, seconds: float) -> dict[str, Any]:
+def level_figures(rows: list[tuple[float, float, int]], offered: float, seconds: float) -> dict[str, Any]:
     ok = sorted(ms for _, ms, s in rows if 200 <= s < 300)
     refused = sorted(ms for _, ms, s in rows if s == 503)
     return {
@@ -107,7 +107,7 @@ def _rss_watch(pid: int) -> Iterator[list[int]]:
         thread.join()
 
 
-def _open(server: Server, path: str, headers: tuple[str, ...], profile: list[tuple[float, float]], tag: str) -> Any:
+def open_loop(server: Server, path: str, headers: tuple[str, ...], profile: list[tuple[float, float]], tag: str) -> Any:
     samples = DATA / f"overload-{tag}.txt"
     cmd = [
         sys.executable,
@@ -164,8 +164,8 @@ def _run_levels(
         if factor == max(levels):
             profile.append((DROP_TO * capacity, DROP_SECONDS))
         with _rss_watch(pid) as rss:
-            summary, rows = _open(server, path, headers, profile, f"{factor:g}x")
-        level = _level([r for r in rows if r[0] < seconds], rate, seconds)
+            summary, rows = open_loop(server, path, headers, profile, f"{factor:g}x")
+        level = level_figures([r for r in rows if r[0] < seconds], rate, seconds)
         level["rss_mb"] = round(max(rss) / 2**20, 1)
         level["rss_after_mb"] = round(psutil.Process(pid).memory_info().rss / 2**20, 1)
         level["schedule_lag_max_ms"] = summary["max_schedule_lag_ms"]
@@ -174,7 +174,7 @@ def _run_levels(
             limit = 3 * half
             level["recovery_seconds"] = _recovery(rows, seconds, seconds + DROP_SECONDS, limit)
             level["recovery_limit_ms"] = round(limit, 2)
-            tail = _level([r for r in rows if r[0] >= seconds], DROP_TO * capacity, DROP_SECONDS)
+            tail = level_figures([r for r in rows if r[0] >= seconds], DROP_TO * capacity, DROP_SECONDS)
             level["after_drop"] = tail
         figures[f"{factor:g}x"] = level
         print(f"[overload] {factor:g}x {json.dumps(level)}", file=sys.stderr, flush=True)

@@ -14,6 +14,12 @@ replica runs — at ``ELICITD_REFRESH_PROVIDER_RATE`` calls a second. Measured:
 * ``refresh_rest_p99_ms`` / ``refresh_wave_p99_ms``: the token endpoint's p99 for a connection
   that needs no refresh, on the same server, before the wave and during it
   (``refresh_wave_over_rest_p99``; target ≤ 1.5).
+
+The API's load is open-loop (``bench/loadgen.py open``) at a fixed share of the capacity measured
+just before (``ELICITD_BENCH_REFRESH_LOAD``, 0.5 by default): a closed-loop generator keeps the
+server saturated, and a saturated server's p99 measures only what share of the CPU the wave takes,
+not what the wave does to a request that arrives while it runs. Latency counts from when a request
+was due, so a server that falls behind during the wave is charged for it.
 """
 
 from __future__ import annotations
@@ -21,15 +27,24 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from bench.harness import Backends, Generator, Server, Target, free_port, server_env
+from bench.harness import DATA, ROOT, Backends, Generator, Server, Target, free_port, server_env
+from bench.overload import level_figures, open_loop
 
 PROVIDER = "wavehub"
+# The wave's API load runs in segments of this long, back to back, until the wave is done.
+SEGMENT_SECONDS = 5.0
 ISS = "https://id.bench.example"
 
 
@@ -200,6 +215,8 @@ def refresh_phase(
     count: int = 10_000,
     rate: float = 500.0,
     duration: float = 3.0,
+    load: float = 0.5,
+    worker: bool = True,
 ) -> dict[str, Any]:
     stub = ProviderStub().start()
     # Small passes back to back (a full pass is followed at once): each claims what it starts in
@@ -216,22 +233,66 @@ def refresh_phase(
         ELICITD_REFRESH_PASS_SECONDS="0.2",
         ELICITD_PROBE_ENABLED="false",
     )
-    app = Server("elicitd-refresh", "elicitd_factory:create", env).start()
+    # With ``worker``, the server answers requests only (``ELICITD_BACKGROUND_TASKS=false``) and
+    # ``elicitd worker`` runs the refresher beside it at a lower CPU priority, as docs/scaling.md
+    # deploys it; without, the server's own background refresher does, on its request loop.
+    app = Server(
+        "elicitd-refresh", "elicitd_factory:create", dict(env, ELICITD_BACKGROUND_TASKS="false") if worker else env
+    ).start()
+    upkeep = (
+        subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker", "--nice", "10"],
+            cwd=ROOT, env=dict(env, ELICITD_PUBLIC_URL=app.url),
+            stdout=subprocess.DEVNULL, stderr=(DATA / "logs" / "elicitd-refresh-worker.log").open("wb"),
+        )
+        if worker
+        else None
+    )  # fmt: skip
+    path = token_path
+    headers = (f"Authorization: Bearer {api_key}",)
     try:
-        token = Target("token", f"{app.url}{token_path}", headers=(f"Authorization: Bearer {api_key}",))
+        token = Target("token", f"{app.url}{path}", headers=headers)
         gen.run(token, 2.0)  # warm-up
-        rest = gen.run(token, duration)
+        capacity = gen.run(token, duration)["rps"]
+        offered = capacity * load
+        rest_seconds = max(duration, SEGMENT_SECONDS)
+        rest = level_figures(
+            open_loop(app, path, headers, [(offered, rest_seconds)], "refresh-rest")[1], offered, rest_seconds
+        )
         asyncio.run(seed(found.database_url, keys, count, stub.url))
         seeded_at = time.monotonic()
-        wave = gen.run_until(token, lambda: stub.count >= count, limit=count / rate * 3 + 60)
+        # ``ELICITD_BENCH_REFRESH_PROFILE=FILE``: py-spy's collapsed stacks of the server during the wave.
+        profile = os.environ.get("ELICITD_BENCH_REFRESH_PROFILE")
+        spy = None
+        if profile and app.process is not None:
+            spy = subprocess.Popen(
+                [shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")), "record", "--format",
+                 "raw", "--rate", "250", "-o", profile, "--pid", str(app.process.pid)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        limit = count / rate * 3 + 60
+        rows: list[tuple[float, float, int]] = []
+        segments = 0
+        while stub.count < count and time.monotonic() - seeded_at < limit:
+            rows += open_loop(app, path, headers, [(offered, SEGMENT_SECONDS)], "refresh-wave")[1]
+            segments += 1
         finished_at = time.monotonic()
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
+        wave = level_figures(rows, offered, segments * SEGMENT_SECONDS or 1.0)
         done, due = asyncio.run(refreshed_rows(found.database_url))
     finally:
+        if upkeep is not None:
+            upkeep.send_signal(signal.SIGTERM)
+            upkeep.wait(30)
         app.stop()
         stub.stop()
     times = sorted(stub.times)
     spread = (times[-1] - times[0]) if len(times) > 1 else 0.0
+    rest_p99, wave_p99 = rest["admitted_p99_ms"], wave["admitted_p99_ms"]
     return {
+        "refresh_in": "worker" if worker else "server",
         "refresh_connections": count,
         "refresh_rate_configured": rate,
         "refresh_count": len(times),
@@ -241,11 +302,16 @@ def refresh_phase(
         "refresh_seconds_from_seed": round((times[-1] - seeded_at) if times else finished_at - seeded_at, 2),
         "refreshes_per_second": round((len(times) - 1) / spread, 1) if spread else 0.0,
         "refresh_max_in_any_second": stub.max_in_any_second(),
-        "refresh_rest_p99_ms": round(rest["p99_ms"], 2),
-        "refresh_wave_p99_ms": round(wave["p99_ms"], 2),
-        "refresh_rest_rps": round(rest["rps"], 1),
-        "refresh_wave_rps": round(wave["rps"], 1),
-        "refresh_wave_over_rest_p99": round(wave["p99_ms"] / rest["p99_ms"], 2) if rest["p99_ms"] else None,
+        "refresh_api_capacity_rps": round(capacity, 1),
+        "refresh_api_offered_rps": round(offered, 1),
+        "refresh_rest_p50_ms": rest["admitted_p50_ms"],
+        "refresh_rest_p99_ms": rest_p99,
+        "refresh_wave_p50_ms": wave["admitted_p50_ms"],
+        "refresh_wave_p99_ms": wave_p99,
+        "refresh_rest_rps": rest["admitted_rps"],
+        "refresh_wave_rps": wave["admitted_rps"],
+        "refresh_wave_failed": wave["unanswered"] + wave["other_status"] + wave["refused"],
+        "refresh_wave_over_rest_p99": round(wave_p99 / rest_p99, 2) if rest_p99 else None,
     }
 
 

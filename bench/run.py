@@ -180,15 +180,16 @@ def stall_max_ms(url: str, api_key: str) -> float | None:
 # floor, or the insert floor for create), and is compared with their mean. Other work on the
 # machine comes and goes within seconds; a target compared with the floor measured just before
 # and just after it sees the same neighbours, where one floor measurement per round would not.
-# ``asgi`` (the same read with no framework) is bracketed by the floor too: status and resolve over
-# it are their ratios over the floor divided by its own.
+# ``asgi`` (the same read with no framework) is bracketed by the floor too: status, resolve and
+# token over it are their ratios over the floor divided by its own; ``asgi_insert`` (the insert with
+# no framework) likewise by the insert floor, for create.
 ROUND = (
     "floor", "status", "floor", "resolve", "floor", "token", "floor", "orm", "floor", "asgi", "floor",
-    "insert", "create", "insert",
+    "insert", "create", "insert", "asgi_insert", "insert",
 )  # fmt: skip
 BRACKETED = (
     ("status", "floor"), ("resolve", "floor"), ("token", "floor"), ("orm", "floor"), ("asgi", "floor"),
-    ("create", "insert"),
+    ("create", "insert"), ("asgi_insert", "insert"),
 )  # fmt: skip
 
 
@@ -222,6 +223,17 @@ def _bracketed(done: list[tuple[str, dict[str, float]]], name: str, floor: str) 
     around = [r for n, r in (done[index - 1], done[index + 1]) if n == floor]
     assert len(around) == 2, (name, floor)
     return {field: done[index][1][field] / statistics.fmean(r[field] for r in around) for field in ("rps", "p99_ms")}
+
+
+def check_floor(floor_url: str, raw_id: uuid.UUID, create_body: str) -> None:
+    """The floor's two reads (through Litestar and bare) answer the same completed flow, and its two
+    inserts make the same pending one."""
+    assert httpx.get(f"{floor_url}/flows/{raw_id}").json()["status"] == "completed"
+    assert httpx.get(f"{floor_url}/raw/flows/{raw_id}").json() == httpx.get(f"{floor_url}/flows/{raw_id}").json()
+    for path in ("/flows", "/raw/flows"):
+        made = httpx.post(f"{floor_url}{path}", content=create_body.replace("{n}", f"probe{path}"))
+        assert made.status_code == 201, made.text
+        assert made.json()["status"] == "pending", made.text
 
 
 def throughput(
@@ -259,8 +271,6 @@ def throughput(
             assert token.json()["connection_id"] == connection_id, token.text
             assert token.json()["access_token"] == "gho_bench_access_token", token.text
         raw_id = uuid.UUID(hex=flow_id.removeprefix("fl_"))
-        assert httpx.get(f"{floor.url}/flows/{raw_id}").json()["status"] == "completed"
-        assert httpx.get(f"{floor.url}/raw/flows/{raw_id}").json() == httpx.get(f"{floor.url}/flows/{raw_id}").json()
         assert httpx.get(f"{base.url}/flows/{raw_id}").json()["status"] == "completed"
         create_body = json.dumps(
             {
@@ -270,11 +280,12 @@ def throughput(
                 "context": {"bench": "create"},
             }
         )
+        check_floor(floor.url, raw_id, create_body)
         status, resolve, create = hot_targets(app.url, auth, flow_id, resolve_body, create_body)
-        floor_read, bare_read, insert = floor_targets(floor.url, raw_id, create_body)
+        floor_read, bare_read, insert, bare_insert = floor_targets(floor.url, raw_id, create_body)
         orm = Target("orm", f"{base.url}/flows/{raw_id}")
         token_target = Target("token", f"{app.url}{token_path}", headers=(f"Authorization: {auth}",))
-        targets = [floor_read, bare_read, orm, status, resolve, token_target, insert, create]
+        targets = [floor_read, bare_read, orm, status, resolve, token_target, insert, create, bare_insert]
         gen = Generator.choose(args.generator, args.connections)
         say(
             f"[throughput] generator={gen.kind} connections={gen.connections} workers={args.workers} "
@@ -321,6 +332,12 @@ def throughput(
         "asgi_over_floor_ratio": ratio("asgi"),
         "status_asgi_floor_ratio": round(status_ratio / ratio("asgi"), 3),
         "resolve_asgi_floor_ratio": round(resolve_ratio / ratio("asgi"), 3),
+        "token_asgi_floor_ratio": round(ratio("token") / ratio("asgi"), 3),
+        # The insert with no framework, over the insert floor; create over it.
+        "asgi_insert_rps": round(med["asgi_insert"], 1),
+        "asgi_insert_p99_ms": round(p99["asgi_insert"], 2),
+        "asgi_insert_over_insert_ratio": ratio("asgi_insert"),
+        "create_asgi_floor_ratio": round(ratio("create") / ratio("asgi_insert"), 3),
         # The ORM baseline (one keyed read through an ORM session) as a second reference.
         "status_orm_ratio": round(med["status"] / med["orm"], 3),
         "resolve_orm_ratio": round(med["resolve"] / med["orm"], 3),
@@ -721,14 +738,22 @@ def refresh(
 
     gen = Generator.choose(args.generator, args.connections)
     path = token_path(TOKEN_PROVIDER, TOKEN_SUB)
-    # The wave's pace, calls a second to its provider (``ELICITD_BENCH_REFRESH_RATE``, default 500).
-    rate = float(os.environ.get("ELICITD_BENCH_REFRESH_RATE", "500"))
-    found_figures = refresh_phase(gen, found, keys, channel, api_key, path, duration=args.duration, rate=rate)
+    # The wave's pace, calls a second to its provider (``ELICITD_BENCH_REFRESH_RATE``, default 100).
+    rate = float(os.environ.get("ELICITD_BENCH_REFRESH_RATE", "100"))
+    # The API's offered load during the phase, a share of its capacity (``ELICITD_BENCH_REFRESH_LOAD``).
+    load = float(os.environ.get("ELICITD_BENCH_REFRESH_LOAD", "0.5"))
+    # Where the refresher runs: ``worker`` (``elicitd worker`` beside a serving-only server, the
+    # default) or ``server`` (the server's own background task).
+    worker = os.environ.get("ELICITD_BENCH_REFRESH_IN", "worker") == "worker"
+    found_figures = refresh_phase(
+        gen, found, keys, channel, api_key, path, duration=args.duration, rate=rate, load=load, worker=worker
+    )
     say(
         f"[refresh] {found_figures['refresh_count']} refreshes in {found_figures['refresh_seconds']} s "
         f"({found_figures['refreshes_per_second']}/s, at most {found_figures['refresh_max_in_any_second']} in "
         f"any second at a pace of {found_figures['refresh_rate_configured']}/s); token p99 "
-        f"{found_figures['refresh_rest_p99_ms']} ms at rest, {found_figures['refresh_wave_p99_ms']} ms in the wave"
+        f"{found_figures['refresh_rest_p99_ms']} ms at rest, {found_figures['refresh_wave_p99_ms']} ms in the wave "
+        f"(offered {found_figures['refresh_api_offered_rps']} req/s of {found_figures['refresh_api_capacity_rps']})"
     )
     return found_figures
 

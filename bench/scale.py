@@ -436,7 +436,7 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
             }
         )
         targets = hot_targets(app.url, auth, flow_id, resolve_body, create_body)
-        floor_read, _, insert = floor_targets(floor.url, uuid.UUID(hex=flow_id.removeprefix("fl_")), create_body)
+        floor_read, _, insert, _ = floor_targets(floor.url, uuid.UUID(hex=flow_id.removeprefix("fl_")), create_body)
         # Each target over the raw-asyncpg floor measured just before and just after it (as in
         # bench/run.py): reads over the floor's read, create over the floor's insert.
         under = {"status": floor_read, "resolve": floor_read, "create": insert}

@@ -251,8 +251,14 @@ class Refresher:
 
 
 class _Pace:
-    """At most ``rate`` calls a second per provider: each call takes the next free slot
-    (``1 / rate`` after the previous one) and waits for it on the clock."""
+    """At most ``rate`` calls a second per provider: a call starts only ``1 / rate`` after the
+    previous call to that provider started, and waits on the clock until then.
+
+    A slot is taken when the call starts, not when its wait begins: calls that waited for slots
+    of their own would all start together after the process was descheduled past several of
+    them (a niced worker on a busy machine is, for tens of milliseconds), and the provider
+    would see that burst on top of the pace. Woken, a call looks again and waits on if another
+    took the slot meanwhile."""
 
     def __init__(self, clock: Clock, rate: float | None) -> None:
         self.clock = clock
@@ -262,8 +268,10 @@ class _Pace:
     async def turn(self, provider: str) -> None:
         if not self.interval:
             return
-        now = self.clock.monotonic()
-        slot = max(now, self._next.get(provider, now))
-        self._next[provider] = slot + self.interval
-        if slot > now:
-            await self.clock.sleep(slot - now)
+        while True:
+            now = self.clock.monotonic()
+            free_at = self._next.get(provider, now)
+            if free_at <= now:
+                self._next[provider] = now + self.interval
+                return
+            await self.clock.sleep(free_at - now)
