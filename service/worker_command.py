@@ -23,7 +23,7 @@ def cmd_worker(args: argparse.Namespace) -> None:
     it). A worker takes that work to another process, which the kernel preempts; ``--nice`` lowers
     its priority so that on a shared machine the serving processes get the CPU first."""
     from service.logs import configure_logging
-    from service.services import open_services
+    from service.services import BACKGROUND_STOP_SECONDS, bounded, open_services
 
     settings = Settings.from_env()
     configure_logging(settings)
@@ -41,7 +41,10 @@ def cmd_worker(args: argparse.Namespace) -> None:
             await stop.wait()
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # As a serving replica stops its upkeep: cancelled tasks end at once, and one that
+            # ignores it is left behind rather than holding the stop.
+            stop_by = asyncio.get_running_loop().time() + BACKGROUND_STOP_SECONDS
+            await bounded("background tasks", asyncio.gather(*tasks, return_exceptions=True), stop_by)
         logger.info("worker stopped")
 
     asyncio.run(work())
