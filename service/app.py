@@ -6,7 +6,6 @@ the typed ``services`` dependency and take the parts they need from it; none rea
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -51,7 +50,7 @@ from service.observability.requests import RequestObserver
 from service.openapi import AllowHeaderMiddleware, DescribedJsonRenderPlugin
 from service.problems import EXCEPTION_HANDLERS, is_browser_path
 from service.responses import JsonResponse
-from service.services import BACKGROUND_STOP_SECONDS, Services, bounded
+from service.services import Services
 from service.serving import freeze_startup_heap
 from service.signin.deps import SigninServices
 from service.signin.routes import IDENTITY_ROUTES
@@ -147,18 +146,10 @@ def create_app(services: Services) -> Litestar:
             await apply_config_file(settings.config_file, services.sessions, services.vault)
         await services.start()
         freeze_startup_heap()
-        tasks = []
-        if settings.background_tasks:
-            tasks = [asyncio.create_task(job) for job in services.background()]
         try:
-            yield
+            async with services.upkeep() if settings.background_tasks else contextlib.nullcontext():
+                yield
         finally:
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                # Cancelled tasks end at once; one that ignores it is left behind.
-                stop_by = asyncio.get_running_loop().time() + BACKGROUND_STOP_SECONDS
-                await bounded("background tasks", asyncio.gather(*tasks, return_exceptions=True), stop_by)
             await services.aclose()
 
     # Every page names the full elicitd origin, so a person can check where they are.

@@ -124,6 +124,20 @@ class Services:
             self.prober.run(),
         ]
 
+    @contextlib.asynccontextmanager
+    async def upkeep(self) -> AsyncIterator[None]:
+        """``background()`` running for the block (a serving replica's lifespan, ``elicitd
+        worker``), then cancelled: cancelled tasks end at once, and one that ignores it is left
+        behind after ``BACKGROUND_STOP_SECONDS`` rather than holding the stop."""
+        tasks = [asyncio.create_task(job) for job in self.background()]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            stop_by = asyncio.get_running_loop().time() + BACKGROUND_STOP_SECONDS
+            await bounded("background tasks", asyncio.gather(*tasks, return_exceptions=True), stop_by)
+
     async def aclose(self) -> None:
         """Release everything, in reverse order of need; safe to call once after ``start``.
 

@@ -23,7 +23,7 @@ def cmd_worker(args: argparse.Namespace) -> None:
     it). A worker takes that work to another process, which the kernel preempts; ``--nice`` lowers
     its priority so that on a shared machine the serving processes get the CPU first."""
     from service.logs import configure_logging
-    from service.services import BACKGROUND_STOP_SECONDS, bounded, open_services
+    from service.services import open_services
 
     settings = Settings.from_env()
     configure_logging(settings)
@@ -35,16 +35,9 @@ def cmd_worker(args: argparse.Namespace) -> None:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        async with open_services(settings) as services:
-            tasks = [asyncio.create_task(job) for job in services.background()]
-            logger.info("worker started", extra={"tasks": len(tasks)})
+        async with open_services(settings) as services, services.upkeep():
+            logger.info("worker started")
             await stop.wait()
-            for task in tasks:
-                task.cancel()
-            # As a serving replica stops its upkeep: cancelled tasks end at once, and one that
-            # ignores it is left behind rather than holding the stop.
-            stop_by = asyncio.get_running_loop().time() + BACKGROUND_STOP_SECONDS
-            await bounded("background tasks", asyncio.gather(*tasks, return_exceptions=True), stop_by)
         logger.info("worker stopped")
 
     asyncio.run(work())
