@@ -145,7 +145,9 @@ async def test_disabling_an_issuer_ends_its_sessions(
     async with identity_app.http() as stranger:
         started = await stranger.get(f"/f/{FLOW_ID.format(flow.id)}")
     assert started.status_code == 303
-    sessions, attempts = await rows_of(identity_app, other.issuer)
+    # Counted for alice: the issuer's URL is a local port, and an earlier test's server on the same
+    # port left its own rows under this issuer.
+    sessions, attempts = await rows_of(identity_app, other.issuer, sub=alice)
     assert sessions == 1
     assert attempts >= 1
     async with identity_app.state.sessions() as session:
@@ -164,16 +166,16 @@ async def test_disabling_an_issuer_ends_its_sessions(
     assert await is_login_page(browser_page)
 
 
-async def rows_of(app: RunningApp, issuer: str) -> tuple[int, int]:
-    """(browser sessions, login attempts) at ``issuer``."""
+async def rows_of(app: RunningApp, issuer: str, *, sub: str | None = None) -> tuple[int, int]:
+    """(browser sessions, login attempts) at ``issuer``; sessions only of ``sub`` when given."""
     async with app.state.sessions() as session:
         found = await session.execute(
             text(
                 "SELECT (SELECT count(*) FROM browser_sessions b JOIN issuers i ON i.id = b.issuer_id "
-                "WHERE i.issuer = :i), (SELECT count(*) FROM login_attempts a JOIN issuers i ON i.id = a.issuer_id "
-                "WHERE i.issuer = :i)"
+                "WHERE i.issuer = :i AND (CAST(:s AS text) IS NULL OR b.sub = :s)), "
+                "(SELECT count(*) FROM login_attempts a JOIN issuers i ON i.id = a.issuer_id WHERE i.issuer = :i)"
             ),
-            {"i": issuer},
+            {"i": issuer, "s": sub},
         )
         sessions, attempts = found.one()
     return int(sessions), int(attempts)
