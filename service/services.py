@@ -362,7 +362,6 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
             authenticator=authenticator,
             subjects=subjects,
             connections=connections,
-            read_sessions=read_sessions,
             public_url=settings.public_url,
             clock=clock,
         ),

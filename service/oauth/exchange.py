@@ -32,11 +32,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote_plus
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from service.clock import Clock, SystemClock
 from service.connections.errors import InsufficientScope
-from service.connections.providers import get_provider
 from service.connections.schemas import TokenResponse
 from service.connections.service import ConnectionService
 from service.db.base import CLIENT_ID
@@ -116,14 +113,12 @@ class TokenExchange:
         authenticator: ApiKeyAuthenticator,
         subjects: SubjectProver,
         connections: ConnectionService,
-        read_sessions: async_sessionmaker[AsyncSession],
         public_url: str,
         clock: Clock | None = None,
     ) -> None:
         self._authenticator = authenticator
         self._subjects = subjects
         self._connections = connections
-        self._read_sessions = read_sessions
         self._public_url = public_url.rstrip("/")
         self._clock: Clock = clock or SystemClock()
 
@@ -248,9 +243,7 @@ class TokenExchange:
         provider = distinct.pop()
         if client.allowed_providers and provider not in client.allowed_providers:
             raise OAuthError("invalid_target", "This server client may not use that provider.")
-        async with self._read_sessions() as session:
-            row = await get_provider(session, provider) if provider else None
-        if row is None or not row.enabled:
+        if not provider or not await self._connections.tokens.provider_enabled(provider):
             raise OAuthError("invalid_target", "No such provider is configured.")
         return provider
 

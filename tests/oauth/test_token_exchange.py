@@ -21,6 +21,7 @@ from authlib.integrations.httpx_client import AsyncOAuth2Client
 from playwright.async_api import Browser
 from sqlalchemy import text
 
+from service.connections.providers import set_enabled as set_provider_enabled
 from service.identity.issuers import IssuerConfig, upsert_issuer
 from service.settings import Settings
 from tests.connections.conftest import accepted_by_provider
@@ -263,6 +264,25 @@ async def test_a_provider_the_client_may_not_use_is_an_invalid_target(scene: Sce
     )
     answer = await exchange(world, valid_form(scene), auth=(limited.name, limited.api_key))
     assert (answer.status_code, answer.json()["error"]) == (400, "invalid_target")
+
+
+async def test_a_disabled_provider_is_an_invalid_target_though_the_connection_lives(scene: Scene) -> None:
+    """The /v1 token read does not look at the provider's switch; the exchange does, and names
+    a provider an operator turned off as no provider at all."""
+    world = scene.world
+    async with world.app.state.sessions() as session:
+        assert await set_provider_enabled(session, world.provider, False)
+        await session.commit()
+    try:
+        answer = await exchange(world, valid_form(scene), bearer=world.client.api_key)
+    finally:
+        async with world.app.state.sessions() as session:
+            assert await set_provider_enabled(session, world.provider, True)
+            await session.commit()
+    assert (answer.status_code, answer.json()["error"]) == (400, "invalid_target")
+    assert answer.json()["error_description"] == "No such provider is configured."
+    assert world.provider_tokens[scene.alice] not in answer.text
+    assert (await exchange(world, valid_form(scene), bearer=world.client.api_key)).status_code == 200
 
 
 async def test_an_opaque_token_is_shown_to_no_issuer_when_two_could_have_made_it(scene: Scene) -> None:
