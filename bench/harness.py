@@ -229,7 +229,9 @@ def _wrk_ms(value: str) -> float:
 @dataclass(frozen=True)
 class Target:
     """One measured endpoint. With ``unique``, every request's body has ``{n}`` replaced by a
-    counter that never repeats within the run (each create makes a new flow)."""
+    counter that never repeats within the run (each create makes a new flow). With ``variants``,
+    ``{t}`` in its header values and body is one of them, taken in turn: the proof phase's subject
+    tokens, one per load-generator connection, as each MCP session forwards its own user's token."""
 
     name: str
     url: str
@@ -237,6 +239,7 @@ class Target:
     headers: tuple[str, ...] = ()
     body: str = ""
     unique: bool = False
+    variants: tuple[str, ...] = ()
 
 
 def hot_targets(app_url: str, auth: str, flow_id: str, resolve_body: str, create_body: str) -> list[Target]:
@@ -262,6 +265,41 @@ def floor_targets(floor_url: str, raw_id: uuid.UUID, create_body: str) -> list[T
             "asgi_insert", f"{floor_url}/raw/flows", method="POST", body=create_body, headers=json_headers, unique=True
         ),
     ]
+
+
+def _lua(text: str) -> str:
+    """A Lua string literal of ``text``: a long bracket no token or body can close."""
+    assert "]==]" not in text
+    return f"[==[{text}]==]"
+
+
+def _wrk_variants(target: Target, prefix: str) -> list[str]:
+    """wrk's request for a target with ``variants``: one set of headers (and body) a variant,
+    built in ``init`` (wrk has set its host by then), taken in turn by ``request``; ``{n}`` in the
+    body counts as for ``unique``."""
+    head, marked, tail = target.body.partition("{t}")
+    lines = ["local variants = {" + ", ".join(_lua(v) for v in target.variants) + "}", "local reqs, bodies = {}, {}"]
+    lines += ["init = function(args)", "  for i, v in ipairs(variants) do", "    local h = {}"]
+    for header in target.headers:
+        name, _, value = header.partition(":")
+        before, found, after = value.strip().partition("{t}")
+        expr = f"{_lua(before)} .. v .. {_lua(after)}" if found else _lua(value.strip())
+        lines.append(f'    h["{name.strip()}"] = {expr}')
+    lines += [
+        "    reqs[i] = h",
+        f"    bodies[i] = {_lua(head)} .. v .. {_lua(tail)}" if marked else f"    bodies[i] = {_lua(head)}",
+        "  end",
+        "end",
+        "local n = 0",
+        "request = function()",
+        "  n = n + 1",
+        "  local i = (n % #reqs) + 1",
+        "  local body = bodies[i]",
+    ]
+    if target.unique:
+        lines.append(f'  body = string.gsub(body, "{{n}}", {_lua(prefix)} .. n, 1)')
+    lines += ['  if body == "" then body = nil end', "  return wrk.format(nil, nil, reqs[i], body)", "end"]
+    return lines
 
 
 @dataclass
@@ -327,7 +365,9 @@ class Generator:
         for header in target.headers:
             name, _, value = header.partition(":")
             lines.append(f'wrk.headers["{name.strip()}"] = [==[{value.strip()}]==]')
-        if target.unique:
+        if target.variants:
+            lines += _wrk_variants(target, f"{secrets.token_hex(4)}-{self.runs}-")
+        elif target.unique:
             # A prefix per wrk run, a counter per request: no two requests of a run share a body.
             prefix = f"{secrets.token_hex(4)}-{self.runs}-"
             head, _, tail = target.body.partition("{n}")
@@ -398,6 +438,10 @@ class Generator:
             cmd += ["--body", target.body]
         if target.unique:
             cmd += ["--unique-prefix", f"{secrets.token_hex(4)}-{self.runs}-"]
+        if target.variants:
+            variants = self.workdir / f"variants-{target.name}.txt"
+            variants.write_text("\n".join(target.variants) + "\n")
+            cmd += ["--variants-file", str(variants)]
         self.runs += 1
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         result: dict[str, float] = json.loads(out.strip().splitlines()[-1])

@@ -78,20 +78,29 @@ async def _throughput(args: argparse.Namespace) -> dict[str, object]:
     measuring = False
     stop = False
 
-    def next_request() -> bytes:
-        """The fixed request, or (``--unique-prefix``) one whose ``{n}`` never repeats."""
+    variants = args.variants
+
+    def next_request(variant: str | None) -> bytes:
+        """The fixed request, or (``--unique-prefix``) one whose ``{n}`` never repeats; with a
+        variant, ``{t}`` in the headers and body is that connection's own value."""
         nonlocal sent
         sent += 1
-        if not args.unique_prefix:
+        if variant is None and not args.unique_prefix:
             return request
-        unique = body.replace(b"{n}", f"{args.unique_prefix}{sent}".encode())
-        return build_request(args.method, args.host, args.port, args.path, args.header, unique)
+        headers, filled = args.header, body
+        if variant is not None:
+            headers = [h.replace("{t}", variant) for h in args.header]
+            filled = body.replace(b"{t}", variant.encode())
+        if args.unique_prefix:
+            filled = filled.replace(b"{n}", f"{args.unique_prefix}{sent}".encode())
+        return build_request(args.method, args.host, args.port, args.path, headers, filled)
 
-    async def connection() -> None:
+    async def connection(number: int) -> None:
+        variant = variants[number % len(variants)] if variants else None
         reader, writer = await asyncio.open_connection(args.host, args.port)
         try:
             while not stop:
-                writer.write(next_request())
+                writer.write(next_request(variant))
                 began = time.perf_counter()
                 try:
                     status = await read_response(reader)
@@ -106,7 +115,7 @@ async def _throughput(args: argparse.Namespace) -> dict[str, object]:
         finally:
             writer.close()
 
-    tasks = [asyncio.create_task(connection()) for _ in range(args.connections)]
+    tasks = [asyncio.create_task(connection(number)) for number in range(args.connections)]
     await asyncio.sleep(args.warmup)
     measuring = True
     started = time.perf_counter()
@@ -336,6 +345,7 @@ def main() -> None:
     tp.add_argument("--header", action="append", default=[])
     tp.add_argument("--body", default="")
     tp.add_argument("--unique-prefix", default="", help="replace {n} in the body by this prefix and a counter")
+    tp.add_argument("--variants-file", default="", help="one value a line: connection i puts line i (mod n) for {t}")
     tp.add_argument("--connections", type=int, default=32)
     tp.add_argument("--duration", type=float, default=8.0)
     tp.add_argument("--warmup", type=float, default=1.0)
@@ -360,6 +370,7 @@ def main() -> None:
     wt.add_argument("--stats-path", default="/_bench/stats")
     args = parser.parse_args()
     if args.mode == "throughput":
+        args.variants = Path(args.variants_file).read_text().split() if args.variants_file else []
         print(json.dumps(asyncio.run(_throughput(args))), flush=True)
     elif args.mode == "open":
         with contextlib.suppress(ImportError):

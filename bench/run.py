@@ -98,7 +98,9 @@ TOKEN_PROVIDER = "benchhub"
 TOKEN_SUB = "token-user"
 
 
-async def make_connection(database_url: str, keys: str, client_id: uuid.UUID) -> str:
+async def make_connection(
+    database_url: str, keys: str, client_id: uuid.UUID, *, iss: str = SUBJECT["iss"], sub: str = TOKEN_SUB
+) -> str:
     """Setup only: a provider and one active connection whose one authorization holds an access
     token the vault sealed (bound to its subject, provider and account, as every token is), valid
     for an hour (so the token endpoint answers from the stored token, never refreshing), granted
@@ -118,7 +120,7 @@ async def make_connection(database_url: str, keys: str, client_id: uuid.UUID) ->
         "gho_bench_access_token",
         owner=CONNECTION_ID.format(connection_id),
         purpose=ACCESS_TOKEN,
-        bound=binding(SUBJECT["iss"], TOKEN_SUB, TOKEN_PROVIDER, "42"),
+        bound=binding(iss, sub, TOKEN_PROVIDER, "42"),
     )
     mac_key_id, mac = integrity.seal(
         vault,
@@ -132,15 +134,15 @@ async def make_connection(database_url: str, keys: str, client_id: uuid.UUID) ->
     try:
         await conn.execute(
             "INSERT INTO providers (name, display_name, client_id, token_endpoint) VALUES ($1, 'Bench', 'bench', "
-            "'https://provider.bench.example/token')",
+            "'https://provider.bench.example/token') ON CONFLICT (name) DO NOTHING",
             TOKEN_PROVIDER,
         )
         await conn.execute(
             "INSERT INTO connections (id, subject_iss, subject_sub, provider, account_id, account_login, scopes, "
             "expires_at, status) VALUES ($1, $2, $3, $4, '42', 'bench', '{repo}', now() + interval '1 hour', 'active')",
             connection_id,
-            SUBJECT["iss"],
-            TOKEN_SUB,
+            iss,
+            sub,
             TOKEN_PROVIDER,
         )
         await conn.execute(
@@ -720,6 +722,10 @@ def missed_targets(results: dict[str, Any], phases: set[str]) -> list[str]:
             r.get("refresh_max_in_any_second", 1e9) <= r.get("refresh_rate_configured", 0) + 1,
         ),
     }
+    if "proof" in phases:
+        from bench.proof import proof_checks
+
+        checks.update({name: ("proof", met) for name, met in proof_checks(results).items()})
     if "overload" in phases:
         from bench.overload import overload_checks
 
@@ -727,7 +733,7 @@ def missed_targets(results: dict[str, Any], phases: set[str]) -> list[str]:
     return [name for name, (phase, met) in checks.items() if phase not in phases or not met]
 
 
-# ---- 4. the refresh wave -------------------------------------------------------------------------
+# ---- 5. the refresh wave -------------------------------------------------------------------------
 def refresh(
     args: argparse.Namespace, phases: set[str], found: Backends, keys: str, channel: str, api_key: str
 ) -> dict[str, Any]:
@@ -758,7 +764,34 @@ def refresh(
     return found_figures
 
 
-# ---- 5. overload ---------------------------------------------------------------------------------
+# ---- 4. subject proof ----------------------------------------------------------------------------
+def proof(
+    args: argparse.Namespace, phases: set[str], env: dict[str, str], found: Backends, keys: str, api_key: str
+) -> dict[str, Any]:
+    """``bench/proof.py`` (when the run's phases name it): the exempt client's endpoints against a
+    client that must prove the subject."""
+    if "proof" not in phases:
+        return {}
+    from bench.proof import TARGETS as PROOF_TARGETS
+    from bench.proof import proof_checks, proof_phase
+
+    token_path = f"/v1/connections/{TOKEN_PROVIDER}/token?" + urlencode({"iss": SUBJECT["iss"], "sub": TOKEN_SUB})
+    subject = {"iss": SUBJECT["iss"], "sub": "proof-exempt"}
+    figures = proof_phase(args, env, found.database_url, keys, api_key, subject, token_path, make_connection)
+    say(
+        "[proof] proven over exempt (ES256 / RS256 / introspection): "
+        + ", ".join(
+            f"{e} {figures[f'proof_{e}_es256_ratio']} / {figures[f'proof_{e}_rs256_ratio']} / "
+            f"{figures[f'proof_{e}_opaque_ratio']}"
+            for e in ("status", "resolve", "token", "create")
+        )
+        + f"; first proven call cold {figures['proof_cold_first_ms']} ms"
+    )
+    missed = [name for name, met in proof_checks(figures).items() if not met]
+    return figures | {"proof_targets": PROOF_TARGETS, "proof_targets_missed": missed, "proof_targets_met": not missed}
+
+
+# ---- 6. overload ---------------------------------------------------------------------------------
 def overload(args: argparse.Namespace, phases: set[str], env: dict[str, str], api_key: str) -> dict[str, Any]:
     """``bench/overload.py`` (only when the run's phases name it: not in the default run)."""
     if "overload" not in phases:
@@ -782,7 +815,7 @@ def overload(args: argparse.Namespace, phases: set[str], env: dict[str, str], ap
 
 
 # ---- main ----------------------------------------------------------------------------------------
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--generator", choices=["auto", "wrk", "python"], default="auto")
     parser.add_argument("--connections", type=int, default=32, help="load-generator connections")
@@ -792,6 +825,7 @@ def main() -> None:
     )
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds; the median counts")
+    parser.add_argument("--proof-rounds", type=int, default=3, help="interleaved rounds of the proof phase")
     parser.add_argument("--samples", type=int, default=1000, help="wake-latency samples")
     parser.add_argument("--wake-warmup", type=int, default=20, help="wake-ups run first and not counted")
     parser.add_argument("--waiters", type=int, default=10_000)
@@ -812,7 +846,11 @@ def main() -> None:
         default="throughput,wake,waiters,refresh",
         help="comma-separated subset to run (all four by default; scale on request)",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     phases = set(args.phases.split(","))
     SERVER_IMPL["mode"] = args.server_impl
 
@@ -857,7 +895,11 @@ def main() -> None:
                 f"[waiters] {results['waiters_registered_in_hub']} waiting: RSS {results['waiters_10k_rss_mb']} MB, "
                 f"{results['redis_subscriber_connections_of_process']} Redis subscription connection(s)"
             )
-        results.update(refresh(args, phases, found, keys, channel, api_key) | overload(args, phases, env, api_key))
+        results.update(
+            proof(args, phases, env, found, keys, api_key)
+            | refresh(args, phases, found, keys, channel, api_key)
+            | overload(args, phases, env, api_key)
+        )
         if "scale" in phases:  # not in the default run: loading a million flows takes minutes
             from bench.scale import scale_phase
 
