@@ -334,7 +334,9 @@ class SubjectProver:
         if ttl <= 0:
             return
         if len(self._cache) >= _CACHE_LIMIT:
-            self._cache.clear()
+            # The oldest entry goes (a dict keeps insertion order), not the whole cache: past the
+            # limit, clearing made every live token cost a verification again at once.
+            del self._cache[next(iter(self._cache))]
         self._cache[digest] = (self._clock.monotonic() + ttl, proven)
 
     # ---- JWTs ------------------------------------------------------------------------------------
