@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from service.cli_exits import CommandFailed, ExitCode, classify, ensure_port_free
+from service.cli_exits import CommandFailed, ExitCode, classify
 from service.cli_output import print_json, print_table, report
 from service.dev_instance import DATA_DIR
 from service.settings import KeyRing, Settings
@@ -88,49 +88,6 @@ def _run(coro: Any) -> Any:
 
 
 __all__ = ["build_parser", "main", "print_table"]
-
-
-# ---- serve / dev / migrate -------------------------------------------------------------------------
-def cmd_serve(args: argparse.Namespace) -> None:
-    import uvicorn
-
-    from service.app import create_app
-    from service.logs import configure_logging
-    from service.services import build_services
-    from service.serving import drain_seconds, serve, server_options
-
-    settings = _settings()
-    ensure_port_free(args.host, args.port)
-    configure_logging(settings)
-    if args.migrate:
-        from service.db.migrate import upgrade
-
-        upgrade(settings.database_url)
-    if settings.config_file:
-        from service.config_file import apply_before_serving
-
-        # Here, not only in the app's lifespan: a broken file then stops `serve` with one line
-        # naming the file and the entry (exit 3), where a failing lifespan prints the server's
-        # startup traceback.
-        asyncio.run(apply_before_serving(settings))
-    services = build_services(settings)
-    config = uvicorn.Config(
-        create_app(services),
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=False,
-        proxy_headers=True,
-        server_header=False,
-        timeout_graceful_shutdown=drain_seconds(settings.max_wait_seconds),
-        **server_options(),
-    )
-
-    def drain() -> None:
-        services.events.drain()
-        services.flows.drain()
-
-    serve(config, drain)
 
 
 # ---- servers -----------------------------------------------------------------------------------------
@@ -268,7 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=os.environ.get("ELICITD_HOST", "0.0.0.0"))  # noqa: S104 - a server
     serve.add_argument("--port", type=int, default=int(os.environ.get("ELICITD_PORT", "8000")))
     serve.add_argument("--migrate", action="store_true", help="apply migrations first")
-    serve.set_defaults(func=cmd_serve)
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("ELICITD_WORKERS", "1")),
+        help="serving processes on one socket, one per core (default 1; the upkeep runs in the first)",
+    )
+    serve.set_defaults(func=lambda args: importlib.import_module("service.serve_command").cmd_serve(args))
 
     _add_worker(sub)
 

@@ -70,10 +70,11 @@ class DrainingServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def serve(config: uvicorn.Config, drain: Callable[[], None]) -> None:
-    """``uvicorn.run`` for one process: exit code 3 when the app did not start, as uvicorn's own."""
+def serve(config: uvicorn.Config, drain: Callable[[], None], sockets: list[socket.socket] | None = None) -> None:
+    """``uvicorn.run`` for one process: exit code 3 when the app did not start, as uvicorn's own.
+    With ``sockets``, it accepts on those (``elicitd serve --workers``) instead of binding its own."""
     server = DrainingServer(config, drain)
-    server.run()
+    server.run(sockets=sockets)
     if not server.started:
         sys.exit(3)  # uvicorn's STARTUP_FAILURE, after it logged why
 
