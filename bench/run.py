@@ -233,7 +233,9 @@ def check_floor(floor_url: str, raw_id: uuid.UUID, create_body: str) -> None:
     assert httpx.get(f"{floor_url}/flows/{raw_id}").json()["status"] == "completed"
     assert httpx.get(f"{floor_url}/raw/flows/{raw_id}").json() == httpx.get(f"{floor_url}/flows/{raw_id}").json()
     for path in ("/flows", "/raw/flows"):
-        made = httpx.post(f"{floor_url}{path}", content=create_body.replace("{n}", f"probe{path}"))
+        made = httpx.post(
+            f"{floor_url}{path}", content=create_body.replace("{n}", f"probe{path}-{secrets.token_hex(4)}")
+        )
         assert made.status_code == 201, made.text
         assert made.json()["status"] == "pending", made.text
 
@@ -361,6 +363,38 @@ def throughput(
         "rounds_rps": {name: [round(r["rps"], 1) for r in rs] for name, rs in runs.items()},
         "rounds_p99_ms": {name: [round(r["p99_ms"], 2) for r in rs] for name, rs in runs.items()},
     }
+
+
+def workers_phase(
+    args: argparse.Namespace, env: dict[str, str], api_key: str, client_id: uuid.UUID, connection_id: str
+) -> dict[str, Any]:
+    """The throughput phase with one serving process and with two (``elicitd serve --workers 2``;
+    the floor and the baseline as uvicorn's two workers), one after the other in the same run:
+    each ratio to its floor, and elicitd's gain from one to two against the floor's own gain."""
+    found: dict[int, dict[str, Any]] = {}
+    for workers in (1, 2):
+        say(f"[workers] throughput with {workers} serving process(es)")
+        found[workers] = throughput(
+            argparse.Namespace(**{**vars(args), "workers": workers, "rounds": args.workers_rounds}),
+            env,
+            api_key,
+            client_id,
+            connection_id,
+        )
+    figures: dict[str, Any] = {"workers_rounds": args.workers_rounds}
+    for workers, result in found.items():
+        for key in ("floor_rps", "asgi_floor_rps", "status_rps", "resolve_rps", "token_rps", "create_rps"):
+            figures[f"workers{workers}_{key}"] = result[key]
+        for name in ("status", "resolve", "token"):
+            figures[f"workers{workers}_{name}_floor_ratio"] = result[f"{name}_floor_ratio"]
+            figures[f"workers{workers}_{name}_asgi_floor_ratio"] = result[f"{name}_asgi_floor_ratio"]
+    floor_gain = found[2]["floor_rps"] / found[1]["floor_rps"]
+    figures["workers_floor_gain"] = round(floor_gain, 3)
+    for name in ("status", "resolve", "token"):
+        gain = found[2][f"{name}_rps"] / found[1][f"{name}_rps"]
+        figures[f"workers_{name}_gain"] = round(gain, 3)
+        figures[f"workers_{name}_gain_over_floor_gain"] = round(gain / floor_gain, 3)
+    return figures
 
 
 # ---- 2. wake latency -----------------------------------------------------------------------------
@@ -681,6 +715,8 @@ TARGETS: dict[str, float] = {
     "create_floor_ratio_min": 0.5,
     "token_floor_ratio_min": 0.6,
     "refresh_wave_over_rest_p99_max": 1.5,
+    "workers2_floor_ratio_min": 0.85,
+    "workers_gain_over_floor_gain_min": 0.9,
 }
 
 
@@ -717,6 +753,22 @@ def missed_targets(results: dict[str, Any], phases: set[str]) -> list[str]:
             "refresh",
             r.get("refresh_count") == r.get("refresh_connections") == r.get("refresh_rows_refreshed"),
         ),
+        # Two serving processes: each endpoint at least 0.85 of the floor served the same way, and
+        # elicitd's gain from one process to two at least 0.9 of the floor's own.
+        **{
+            f"workers2_{name}_floor_ratio": (
+                "workers",
+                r.get(f"workers2_{name}_floor_ratio", 0) >= t["workers2_floor_ratio_min"],
+            )
+            for name in ("status", "resolve", "token")
+        },
+        **{
+            f"workers_{name}_gain_over_floor_gain": (
+                "workers",
+                r.get(f"workers_{name}_gain_over_floor_gain", 0) >= t["workers_gain_over_floor_gain_min"],
+            )
+            for name in ("status", "resolve", "token")
+        },
         "refresh_max_in_any_second": (
             "refresh",
             r.get("refresh_max_in_any_second", 1e9) <= r.get("refresh_rate_configured", 0) + 1,
@@ -826,6 +878,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds; the median counts")
     parser.add_argument("--proof-rounds", type=int, default=3, help="interleaved rounds of the proof phase")
+    parser.add_argument("--workers-rounds", type=int, default=3, help="rounds per process count in the workers phase")
     parser.add_argument("--samples", type=int, default=1000, help="wake-latency samples")
     parser.add_argument("--wake-warmup", type=int, default=20, help="wake-ups run first and not counted")
     parser.add_argument("--waiters", type=int, default=10_000)
@@ -882,6 +935,13 @@ def main() -> None:
                 f"[throughput] floor {results['floor_rps']} req/s (p99 {results['floor_p99_ms']} ms): "
                 f"status {results['status_floor_ratio']}, resolve {results['resolve_floor_ratio']}, "
                 f"token {results['token_floor_ratio']}, create {results['create_floor_ratio']} of the floor"
+            )
+        if "workers" in phases:  # not in the default run: the throughput phase twice over
+            results.update(workers_phase(args, env, api_key, client_id, connection_id))
+            say(
+                f"[workers] gain from one process to two: floor {results['workers_floor_gain']}, status "
+                f"{results['workers_status_gain']}, resolve {results['workers_resolve_gain']}, token "
+                f"{results['workers_token_gain']}"
             )
         if "wake" in phases:
             results.update(asyncio.run(wake_latency(args, env, api_key)))

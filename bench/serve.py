@@ -6,11 +6,14 @@ request-head-bounding protocol, which also writes each response in one write), `
 no server header, no access log. The floor and the ORM baseline are plain Litestar apps on the
 same serving layer (all but ``proxy_headers``, which is elicitd's own work). ``--impl stdlib``
 serves every app with asyncio + h11, to measure what the compiled loop and parser are worth.
+With ``--workers N`` elicitd runs as ``elicitd serve --workers N`` does (``supervised``); the
+floor and the baseline run as uvicorn's own N workers.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,36 @@ def options(factory: str, impl: str) -> dict[str, Any]:
     return {**served, "proxy_headers": True} if factory.startswith("elicitd_factory:") else served
 
 
+def supervised(args: argparse.Namespace) -> None:
+    """elicitd with ``--workers N`` as ``elicitd serve --workers N`` runs it
+    (``service.serve_command.Supervisor``): one socket, N forked processes, the upkeep in the first."""
+    import socket
+
+    from service.serve_command import Supervisor
+    from service.settings import Settings
+
+    listening = socket.create_server((args.host, args.port), backlog=2048)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # what uvicorn.run's app_dir does
+
+    def serve(settings: Settings) -> None:
+        if not settings.background_tasks:
+            os.environ["ELICITD_BACKGROUND_TASKS"] = "false"  # the factory reads its settings itself
+        config = uvicorn.Config(
+            args.factory,
+            factory=True,
+            host=args.host,
+            port=args.port,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+            **options(args.factory, args.impl),
+        )
+        uvicorn.Server(config).run(sockets=[listening])
+
+    sys.exit(Supervisor(Settings.from_env(), listening, args.workers, serve).run())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("factory")
@@ -40,6 +73,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--impl", choices=["auto", "stdlib"], default="auto")
     args = parser.parse_args()
+    if args.workers > 1 and args.factory.startswith("elicitd_factory:"):
+        supervised(args)
+        return
     uvicorn.run(
         args.factory,
         factory=True,
