@@ -753,27 +753,32 @@ def missed_targets(results: dict[str, Any], phases: set[str]) -> list[str]:
             "refresh",
             r.get("refresh_count") == r.get("refresh_connections") == r.get("refresh_rows_refreshed"),
         ),
-        # Two serving processes: each endpoint at least 0.85 of the floor served the same way, and
-        # elicitd's gain from one process to two at least 0.9 of the floor's own.
-        **{
-            f"workers2_{name}_floor_ratio": (
-                "workers",
-                r.get(f"workers2_{name}_floor_ratio", 0) >= t["workers2_floor_ratio_min"],
-            )
-            for name in ("status", "resolve", "token")
-        },
-        **{
-            f"workers_{name}_gain_over_floor_gain": (
-                "workers",
-                r.get(f"workers_{name}_gain_over_floor_gain", 0) >= t["workers_gain_over_floor_gain_min"],
-            )
-            for name in ("status", "resolve", "token")
-        },
         "refresh_max_in_any_second": (
             "refresh",
             r.get("refresh_max_in_any_second", 1e9) <= r.get("refresh_rate_configured", 0) + 1,
         ),
     }
+    if "workers" in phases:
+        # Two serving processes: each endpoint at least 0.85 of the floor served the same way, and
+        # elicitd's gain from one process to two at least 0.9 of the floor's own.
+        checks.update(
+            {
+                **{
+                    f"workers2_{name}_floor_ratio": (
+                        "workers",
+                        r.get(f"workers2_{name}_floor_ratio", 0) >= t["workers2_floor_ratio_min"],
+                    )
+                    for name in ("status", "resolve", "token")
+                },
+                **{
+                    f"workers_{name}_gain_over_floor_gain": (
+                        "workers",
+                        r.get(f"workers_{name}_gain_over_floor_gain", 0) >= t["workers_gain_over_floor_gain_min"],
+                    )
+                    for name in ("status", "resolve", "token")
+                },
+            }
+        )
     if "proof" in phases:
         from bench.proof import proof_checks
 
