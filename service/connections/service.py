@@ -233,7 +233,14 @@ class ConnectionService:
         return live
 
     async def _live_tokens(
-        self, client: AuthenticatedClient, provider: str, iss: str, sub: str, account: str | None
+        self,
+        client: AuthenticatedClient,
+        provider: str,
+        iss: str,
+        sub: str,
+        account: str | None,
+        *,
+        enabled_provider: bool = False,
     ) -> list[tuple[TokenRow, bool]]:
         """The client's grants on the subject's connections to ``provider``, each with its
         authorization, read as one statement on the driver (``service.db.direct``). Rows whose MAC
@@ -242,7 +249,13 @@ class ConnectionService:
         check_issuer_trusted(client, iss)
         with database_busy():
             rows = await self.tokens.for_client(
-                iss=iss, sub=sub, provider=provider, account=account, margin_seconds=self.margin, client_id=client.id
+                iss=iss,
+                sub=sub,
+                provider=provider,
+                account=account,
+                margin_seconds=self.margin,
+                client_id=client.id,
+                enabled_provider=enabled_provider,
             )
         found = []
         for row, due in rows:
@@ -267,11 +280,21 @@ class ConnectionService:
         return found
 
     async def token(
-        self, client: AuthenticatedClient, provider: str, *, iss: str, sub: str, scopes: list[str], account: str | None
+        self,
+        client: AuthenticatedClient,
+        provider: str,
+        *,
+        iss: str,
+        sub: str,
+        scopes: list[str],
+        account: str | None,
+        enabled_provider: bool = False,
     ) -> TokenResponse:
         """The token of the authorization the client's grant points at — never another one — and
-        only when it holds every scope asked and nothing the grant does not."""
-        found = await self._live_tokens(client, provider, iss, sub, account)
+        only when it holds every scope asked and nothing the grant does not. With
+        ``enabled_provider`` (the token exchange), a provider that is not configured and enabled
+        has no connection to give (``NotConnected``)."""
+        found = await self._live_tokens(client, provider, iss, sub, account, enabled_provider=enabled_provider)
         active = [item for item in found if item[0].status == ACTIVE]
         if not active:
             raise reconnect_required(found[0][0].connection_id)

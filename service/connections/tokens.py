@@ -92,7 +92,7 @@ def _token_row(row: Any) -> tuple[TokenRow, bool]:
 # its tokens are bound to), so a row re-pointed at another connection is not read. An API-key
 # connection's grant points at no authorization and reads the key on the connection row (whose id
 # is then the tokens' owner, as for a connection's first authorization).
-_FOR_TOKEN = Statement.named(
+_FOR_TOKEN_SQL = (
     f"SELECT COALESCE(a.id, c.id), c.id, {_either('status')}, {_either('scopes')}, {_either('token_type')}, "
     f"c.provider, c.account_id, c.account_login, {_either('expires_at')}, {_either('access_token_enc')}, "
     f"{_either('access_token_key_id')}, c.subject_iss, c.subject_sub, "
@@ -108,7 +108,15 @@ _FOR_TOKEN = Statement.named(
     f"AND ((a.id IS NOT NULL AND a.status <> '{REVOKED}') "
     "OR (g.authorization_id IS NULL AND c.token_type = 'api_key')) "
     "AND (CAST(:account AS text) IS NULL OR c.account_id = :account) "
-    "ORDER BY c.updated_at DESC, c.id DESC, a.updated_at DESC",
+    "ORDER BY c.updated_at DESC, c.id DESC, a.updated_at DESC"
+)
+_FOR_TOKEN = Statement.named(_FOR_TOKEN_SQL, _token_row)
+# The same for the RFC 8693 exchange, which answers only for a provider that is configured and
+# enabled: the provider's switch read in the same statement, not in a second one.
+_FOR_TOKEN_OF_ENABLED = Statement.named(
+    _FOR_TOKEN_SQL.replace(
+        " WHERE c.subject_iss", " JOIN providers p ON p.name = c.provider AND p.enabled WHERE c.subject_iss", 1
+    ),
     _token_row,
 )
 
@@ -142,11 +150,19 @@ class TokenStatements:
         account: str | None,
         margin_seconds: float,
         client_id: uuid.UUID,
+        enabled_provider: bool = False,
     ) -> list[tuple[TokenRow, bool]]:
         """What ``client_id`` was granted of the subject's live connections to ``provider`` (one
-        account's, when named), each with whether its token expires within ``margin_seconds``."""
+        account's, when named), each with whether its token expires within ``margin_seconds``;
+        with ``enabled_provider``, nothing unless the provider is configured and enabled."""
         return await self._direct.all(
-            _FOR_TOKEN, iss=iss, sub=sub, provider=provider, account=account, margin=margin_seconds, client=client_id
+            _FOR_TOKEN_OF_ENABLED if enabled_provider else _FOR_TOKEN,
+            iss=iss,
+            sub=sub,
+            provider=provider,
+            account=account,
+            margin=margin_seconds,
+            client=client_id,
         )
 
     async def provider_enabled(self, name: str) -> bool:

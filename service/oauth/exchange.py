@@ -14,7 +14,9 @@ from the connections before the subject is proven:
 3. the subject token, verified as the subject proof does (``SubjectProver.verify``) whatever the
    client's ``subject_proof`` policy: here the token *is* the grant;
 4. then ``ConnectionService.token`` for the proven subject — the same answer, refresh and grant
-   checks as ``GET /v1/connections/{provider}/token``.
+   checks as ``GET /v1/connections/{provider}/token``, for a provider that is configured and
+   enabled (read in the same statement as the grant; only when nothing is found is the provider
+   looked up alone, to answer ``invalid_target`` rather than ``invalid_grant``).
 
 Errors follow RFC 6749 §5.2 and RFC 8693 §2.2.2: a bad or unacceptable subject token is
 ``invalid_request``; an unknown or forbidden provider ``invalid_target``; scopes the connection
@@ -78,6 +80,10 @@ class OAuthError(ElicitdError):
         if self.elicitd_code is not None:
             body["elicitd_code"] = self.elicitd_code
         return body
+
+
+def _no_such_provider() -> OAuthError:
+    return OAuthError("invalid_target", "No such provider is configured.")
 
 
 def invalid_client(description: str) -> OAuthError:
@@ -152,7 +158,7 @@ class TokenExchange:
         requested = _one(form, "requested_token_type")
         if requested is not None and requested != ACCESS_TOKEN_TYPE:
             raise OAuthError("invalid_request", f"requested_token_type can only be {ACCESS_TOKEN_TYPE}.")
-        provider = await self._target(client, form.get("audience", []), form.get("resource", []))
+        provider = self._target(client, form.get("audience", []), form.get("resource", []))
         scopes = (_one(form, "scope") or "").split()
         try:
             proven = await self._subjects.verify(client, subject_token, issuer=None)
@@ -160,11 +166,26 @@ class TokenExchange:
             raise OAuthError("invalid_request", exc.detail) from None
         except Forbidden as exc:  # issuer_not_trusted: "unacceptable based on policy" (RFC 8693 §2.2.2)
             raise OAuthError("invalid_request", exc.detail) from None
+        token = await self._token(client, provider, proven.iss, proven.sub, scopes)
+        logger.info(
+            "token exchanged",
+            extra={"server_client": CLIENT_ID.format(client.id), "provider": provider, "outcome": "issued"},
+        )
+        return self._answer(token)
+
+    async def _token(
+        self, client: AuthenticatedClient, provider: str, iss: str, sub: str, scopes: list[str]
+    ) -> TokenResponse:
+        """``ConnectionService.token`` for the proven subject, its refusals as RFC 6749 errors."""
         try:
+            # The provider's switch is read with the grant, in one statement; only when nothing is
+            # found is it asked apart, to tell an unknown provider from a missing connection.
             token = await self._connections.token(
-                client, provider, iss=proven.iss, sub=proven.sub, scopes=scopes, account=None
+                client, provider, iss=iss, sub=sub, scopes=scopes, account=None, enabled_provider=True
             )
         except NotConnected:
+            if not await self._connections.tokens.provider_enabled(provider):
+                raise _no_such_provider() from None
             raise OAuthError(
                 "invalid_grant",
                 f"The user has no connection to '{provider}' that this server client may use. Start one with "
@@ -188,11 +209,7 @@ class TokenExchange:
             ) from None
         except Forbidden as exc:
             raise OAuthError("invalid_target", exc.detail) from None
-        logger.info(
-            "token exchanged",
-            extra={"server_client": CLIENT_ID.format(client.id), "provider": provider, "outcome": "issued"},
-        )
-        return self._answer(token)
+        return token
 
     async def authenticate(
         self, authorization: str | None, body_client_id: str | None, body_secret: bool
@@ -226,7 +243,7 @@ class TokenExchange:
             raise OAuthError("invalid_request", "client_id differs from the authenticated client.")
         return client
 
-    async def _target(self, client: AuthenticatedClient, audiences: Sequence[str], resources: Sequence[str]) -> str:
+    def _target(self, client: AuthenticatedClient, audiences: Sequence[str], resources: Sequence[str]) -> str:
         names = list(audiences)
         prefix = self._public_url + PROVIDER_RESOURCE_PATH
         for resource in resources:
@@ -243,8 +260,8 @@ class TokenExchange:
         provider = distinct.pop()
         if client.allowed_providers and provider not in client.allowed_providers:
             raise OAuthError("invalid_target", "This server client may not use that provider.")
-        if not provider or not await self._connections.tokens.provider_enabled(provider):
-            raise OAuthError("invalid_target", "No such provider is configured.")
+        if not provider:
+            raise _no_such_provider()
         return provider
 
     def _answer(self, token: TokenResponse) -> dict[str, Any]:
