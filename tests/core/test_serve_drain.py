@@ -8,21 +8,17 @@ was killed."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import httpx
 
 from service.services import BACKGROUND_STOP_SECONDS, SHUTDOWN_SECONDS
 from service.serving import drain_seconds
-from service.settings import KeyRing
 from tests.support import backends
 from tests.support.apps import free_port
-from tests.support.live import external_flow, until_ready
+from tests.support.live import CLI, external_flow, serve_env, unproven_client, until_ready
 
 MAX_WAIT = 10
 
@@ -31,28 +27,10 @@ async def test_sigterm_answers_the_long_poll_cuts_the_stream_and_ends_in_time(
     backend: backends.Backends, database_url: str
 ) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ELICITD_")} | {
-        "ELICITD_DATABASE_URL": database_url,
-        "ELICITD_REDIS_URL": backend.redis_url,
-        "ELICITD_PUBLIC_URL": f"http://127.0.0.1:{port}",
-        "ELICITD_KEYS": KeyRing.generate_entry("k1"),
-        "ELICITD_REDIS_CHANNEL": f"elicitd:drain:{port}",
-        "ELICITD_MAX_WAIT_SECONDS": str(MAX_WAIT),
-    }
-    cli = [sys.executable, "-m", "service.cli"]
-    created = await asyncio.to_thread(
-        subprocess.run,
-        [*cli, "servers", "create", f"drain-{port}", "--subject-proof", "none", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert created.returncode == 0, created.stderr
-    auth = {"Authorization": f"Bearer {json.loads(created.stdout)['api_key']}"}
+    env = serve_env(database_url, backend.redis_url, port, MAX_WAIT_SECONDS=str(MAX_WAIT))
+    auth = await unproven_client(env, f"drain-{port}")
     server = subprocess.Popen(
-        [*cli, "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [*CLI, "serve", "--host", "127.0.0.1", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +20,10 @@ import psutil
 from service.serve_command import STARTUP_FAILURE, Supervisor
 from service.services import SHUTDOWN_SECONDS
 from service.serving import drain_seconds
-from service.settings import KeyRing, Settings
+from service.settings import Settings
 from tests.support import backends
 from tests.support.apps import free_port
-from tests.support.live import external_flow, until_ready
+from tests.support.live import CLI, external_flow, serve_env, unproven_client, until_ready
 
 MAX_WAIT = 5
 
@@ -50,28 +49,10 @@ async def test_two_processes_serve_one_port_and_the_supervisor_keeps_them(
     backend: backends.Backends, database_url: str
 ) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ELICITD_")} | {
-        "ELICITD_DATABASE_URL": database_url,
-        "ELICITD_REDIS_URL": backend.redis_url,
-        "ELICITD_PUBLIC_URL": f"http://127.0.0.1:{port}",
-        "ELICITD_KEYS": KeyRing.generate_entry("k1"),
-        "ELICITD_REDIS_CHANNEL": f"elicitd:workers:{port}",
-        "ELICITD_MAX_WAIT_SECONDS": str(MAX_WAIT),
-    }
-    cli = [sys.executable, "-m", "service.cli"]
-    created = await asyncio.to_thread(
-        subprocess.run,
-        [*cli, "servers", "create", f"workers-{port}", "--subject-proof", "none", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert created.returncode == 0, created.stderr
-    auth = {"Authorization": f"Bearer {json.loads(created.stdout)['api_key']}"}
+    env = serve_env(database_url, backend.redis_url, port, MAX_WAIT_SECONDS=str(MAX_WAIT))
+    auth = await unproven_client(env, f"workers-{port}")
     server = subprocess.Popen(
-        [*cli, "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
+        [*CLI, "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

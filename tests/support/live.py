@@ -8,10 +8,47 @@ or park on; the steps are the same everywhere, so they are written once here.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
 import httpx
+
+from service.settings import KeyRing
+
+CLI = [sys.executable, "-m", "service.cli"]
+
+
+def serve_env(database_url: str, redis_url: str, port: int, **settings: str) -> dict[str, str]:
+    """The environment of an ``elicitd`` subprocess on these backends and this port: nothing
+    ``ELICITD_*`` inherited, a key ring of its own, a Redis channel of its own; ``settings`` are
+    more ``ELICITD_*`` values by their names without the prefix."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("ELICITD_")} | {
+        "ELICITD_DATABASE_URL": database_url,
+        "ELICITD_REDIS_URL": redis_url,
+        "ELICITD_PUBLIC_URL": f"http://127.0.0.1:{port}",
+        "ELICITD_KEYS": KeyRing.generate_entry("k1"),
+        "ELICITD_REDIS_CHANNEL": f"elicitd:live:{port}",
+        **{f"ELICITD_{name}": value for name, value in settings.items()},
+    }
+
+
+async def unproven_client(env: dict[str, str], name: str) -> dict[str, str]:
+    """``elicitd servers create NAME --subject-proof none`` in ``env``: its ``Authorization`` header."""
+    created = await asyncio.to_thread(
+        subprocess.run,
+        [*CLI, "servers", "create", name, "--subject-proof", "none", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert created.returncode == 0, created.stderr
+    return {"Authorization": f"Bearer {json.loads(created.stdout)['api_key']}"}
 
 
 async def until_ready(
