@@ -15,6 +15,7 @@ import resource
 import secrets
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -205,6 +206,15 @@ def server_env(backends: Backends, keys: str, channel: str, **extra: str) -> dic
     )
     env.update(extra)
     return env
+
+
+def bracketed(done: list[tuple[str, dict[str, float]]], name: str, around: str) -> dict[str, float]:
+    """``name``'s req/s and p99 over the mean of the ``around`` measurements just before and after
+    it in ``done`` (one round's measurements in order)."""
+    index = next(i for i, (n, _) in enumerate(done) if n == name)
+    neighbours = [r for n, r in (done[index - 1], done[index + 1]) if n == around]
+    assert len(neighbours) == 2, (name, around)
+    return {f: done[index][1][f] / statistics.fmean(r[f] for r in neighbours) for f in ("rps", "p99_ms")}
 
 
 # ---- load generators -----------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from urllib.parse import urlencode
 
 import httpx
 
-from bench.harness import DATA, Generator, Server, Target, floor_targets
+from bench.harness import DATA, Generator, Server, Target, bracketed, floor_targets
 from service.settings import KeyRing
 
 PROVEN_SUB = "proven-user"
@@ -236,13 +236,6 @@ def targets(
     return out
 
 
-def _bracketed(done: list[tuple[str, dict[str, float]]], name: str, around_name: str) -> dict[str, float]:
-    index = next(i for i, (n, _) in enumerate(done) if n == name)
-    around = [r for n, r in (done[index - 1], done[index + 1]) if n == around_name]
-    assert len(around) == 2, (name, around_name)
-    return {f: done[index][1][f] / statistics.fmean(r[f] for r in around) for f in ("rps", "p99_ms")}
-
-
 async def _timed(http: httpx.AsyncClient, path: str, headers: dict[str, str]) -> float:
     began = time.perf_counter()
     answer = await http.get(path, headers=headers)
@@ -294,7 +287,7 @@ def _measure(
                 flush=True,
             )
         for name, around in BRACKETED:
-            ratios[name].append(_bracketed(done, name, around))
+            ratios[name].append(bracketed(done, name, around))
     return runs, ratios
 
 

@@ -44,6 +44,7 @@ from bench.harness import (
     Server,
     Target,
     backends,
+    bracketed,
     floor_targets,
     hot_targets,
     percentile,
@@ -215,16 +216,8 @@ def _measure(
                 f"p50 {result.get('p50_ms', 0):7.2f} ms p99 {result.get('p99_ms', 0):7.2f} ms"
             )
         for name, floor_name in BRACKETED:
-            ratios[name].append(_bracketed(done, name, floor_name))
+            ratios[name].append(bracketed(done, name, floor_name))
     return runs, ratios
-
-
-def _bracketed(done: list[tuple[str, dict[str, float]]], name: str, floor: str) -> dict[str, float]:
-    """``name``'s req/s and p99 over the mean of the ``floor`` measurements just before and after."""
-    index = next(i for i, (n, _) in enumerate(done) if n == name)
-    around = [r for n, r in (done[index - 1], done[index + 1]) if n == floor]
-    assert len(around) == 2, (name, floor)
-    return {field: done[index][1][field] / statistics.fmean(r[field] for r in around) for field in ("rps", "p99_ms")}
 
 
 def check_floor(floor_url: str, raw_id: uuid.UUID, create_body: str) -> None:

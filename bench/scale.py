@@ -406,7 +406,7 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
 ) -> dict[str, Any]:
     """Status, resolve and create at 10,000 and at 1,000,000 flows in the same run; then 100,000
     expiries within one minute under two sweepers; then retention over the backlog."""
-    from bench.run import _bracketed
+    from bench.harness import bracketed
 
     url = found.database_url
     clients = [client_id, *asyncio.run(_more_clients(url, 199))]
@@ -451,7 +451,7 @@ def scale_phase(  # noqa: PLR0915 - one measurement after another, in order
                 done.append((target.name, generator.run(target, seconds)))
                 done.append((floor_target.name, generator.run(floor_target, seconds)))
                 figures[target.name] = done[1][1] | {
-                    "floor_ratio": _bracketed(done, target.name, floor_target.name)["rps"]
+                    "floor_ratio": bracketed(done, target.name, floor_target.name)["rps"]
                 }
                 say(
                     f"[scale] {label} {target.name}: {figures[target.name]['rps']:.0f} req/s, "
