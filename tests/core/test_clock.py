@@ -104,6 +104,7 @@ _ALLOWED = {
     "devtools/": "the development stand-ins for an issuer and a provider play outside systems",
     "db/migrate.py": "a migrator polls the advisory lock while another process migrates: a wait, not a decision",
     "logs.py": "a log line's timestamp is when it was written, as the logging module stamps its records",
+    "serve_command.py": "the supervisor times its own child processes (a restart's pause), outside any event loop",
     "signals/direct.py": "a publish's reply deadline and the heartbeat bound another process (Redis), like socket timeouts",
 }
 
