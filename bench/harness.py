@@ -217,6 +217,44 @@ def bracketed(done: list[tuple[str, dict[str, float]]], name: str, around: str) 
     return {f: done[index][1][f] / statistics.fmean(r[f] for r in neighbours) for f in ("rps", "p99_ms")}
 
 
+Runs = dict[str, list[dict[str, float]]]
+
+
+def measure_rounds(
+    gen: Generator,
+    targets: list[Target],
+    order: tuple[str, ...],
+    pairs: tuple[tuple[str, str], ...],
+    *,
+    rounds: int,
+    seconds: float,
+    label: str,
+) -> tuple[Runs, Runs]:
+    """``rounds`` rounds of ``order`` (target names), each measured for ``seconds``: every
+    measurement by target, and each of ``pairs``' (name, around) ``bracketed`` ratios by round.
+    A measurement with a non-2xx answer or a socket error stops the run: the figures would be of
+    something else."""
+    by_name = {t.name: t for t in targets}
+    runs: Runs = {t.name: [] for t in targets}
+    ratios: Runs = {name: [] for name, _ in pairs}
+    for round_no in range(rounds):
+        done: list[tuple[str, dict[str, float]]] = []
+        for name in order:
+            result = gen.run(by_name[name], seconds)
+            assert result["non2xx"] == 0, (name, result)
+            assert result["errors"] == 0, (name, result)
+            runs[name].append(result)
+            done.append((name, result))
+            print(
+                f"[{label}] round {round_no + 1} {name:15} {result['rps']:9.1f} req/s "
+                f"p50 {result.get('p50_ms', 0):7.2f} ms p99 {result.get('p99_ms', 0):7.2f} ms",
+                flush=True,
+            )
+        for name, around in pairs:
+            ratios[name].append(bracketed(done, name, around))
+    return runs, ratios
+
+
 # ---- load generators -----------------------------------------------------------------------------
 def _required(pattern: str, output: str) -> str:
     """The first group of ``pattern`` in a load generator's report, which always prints it."""

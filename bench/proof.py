@@ -38,7 +38,7 @@ from urllib.parse import urlencode
 
 import httpx
 
-from bench.harness import DATA, Generator, Server, Target, bracketed, floor_targets
+from bench.harness import DATA, Generator, Server, Target, floor_targets, measure_rounds
 from service.settings import KeyRing
 
 PROVEN_SUB = "proven-user"
@@ -265,32 +265,6 @@ async def verification_costs(app: str, key: str, flow_id: str, signer: Signer, s
     return figures
 
 
-def _measure(
-    gen: Generator, measured: list[Target], args: argparse.Namespace
-) -> tuple[dict[str, list[dict[str, float]]], dict[str, list[dict[str, float]]]]:
-    """Every measurement by target and every bracketed ratio, over ``args.proof_rounds`` rounds."""
-    by_name = {t.name: t for t in measured}
-    for target in measured:
-        gen.run(target, args.warmup)
-    runs: dict[str, list[dict[str, float]]] = {t.name: [] for t in measured}
-    ratios: dict[str, list[dict[str, float]]] = {name: [] for name, _ in BRACKETED}
-    for round_no in range(args.proof_rounds):
-        done: list[tuple[str, dict[str, float]]] = []
-        for name in ROUND:
-            result = gen.run(by_name[name], args.duration)
-            assert result["non2xx"] == 0, (name, result)
-            assert result["errors"] == 0, (name, result)
-            runs[name].append(result)
-            done.append((name, result))
-            print(
-                f"[proof] round {round_no + 1} {name:15} {result['rps']:9.1f} req/s p99 {result['p99_ms']:7.2f} ms",
-                flush=True,
-            )
-        for name, around in BRACKETED:
-            ratios[name].append(bracketed(done, name, around))
-    return runs, ratios
-
-
 def proof_phase(
     args: argparse.Namespace,
     env: dict[str, str],
@@ -338,7 +312,11 @@ def proof_phase(
         floor_list = floor_targets(floor.url, raw_id, exempt["create_body"])
         gen = Generator.choose(args.generator, args.connections)
         measured = targets(app.url, exempt, proven, floor_list, signer, gen.connections)
-        runs, ratios = _measure(gen, measured, args)
+        for target in measured:
+            gen.run(target, args.warmup)
+        runs, ratios = measure_rounds(
+            gen, measured, ROUND, BRACKETED, rounds=args.proof_rounds, seconds=args.duration, label="proof"
+        )
         app.stop()
         # A process of its own for what one verification costs: nothing in it is warm yet.
         cold_app = Server("elicitd-proof-cold", "elicitd_factory:create", env).start()

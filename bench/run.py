@@ -44,9 +44,9 @@ from bench.harness import (
     Server,
     Target,
     backends,
-    bracketed,
     floor_targets,
     hot_targets,
+    measure_rounds,
     percentile,
     raise_nofile,
     server_env,
@@ -196,30 +196,6 @@ BRACKETED = (
 )  # fmt: skip
 
 
-def _measure(
-    gen: Generator, targets: list[Target], args: argparse.Namespace
-) -> tuple[dict[str, list[dict[str, float]]], dict[str, list[dict[str, float]]]]:
-    """Every measurement by target, and every bracketed ratio by target."""
-    by_name = {t.name: t for t in targets}
-    runs: dict[str, list[dict[str, float]]] = {t.name: [] for t in targets}
-    ratios: dict[str, list[dict[str, float]]] = {name: [] for name, _ in BRACKETED}
-    for round_no in range(args.rounds):
-        done: list[tuple[str, dict[str, float]]] = []
-        for name in ROUND:
-            result = gen.run(by_name[name], args.duration)
-            assert result["non2xx"] == 0, (name, result)
-            assert result["errors"] == 0, (name, result)
-            runs[name].append(result)
-            done.append((name, result))
-            say(
-                f"[throughput] round {round_no + 1} {name:8} {result['rps']:9.1f} req/s "
-                f"p50 {result.get('p50_ms', 0):7.2f} ms p99 {result.get('p99_ms', 0):7.2f} ms"
-            )
-        for name, floor_name in BRACKETED:
-            ratios[name].append(bracketed(done, name, floor_name))
-    return runs, ratios
-
-
 def check_floor(floor_url: str, raw_id: uuid.UUID, create_body: str) -> None:
     """The floor's two reads (through Litestar and bare) answer the same completed flow, and its two
     inserts make the same pending one."""
@@ -291,7 +267,9 @@ def throughput(
         for target in targets:
             gen.run(target, args.warmup)
         stall_max_ms(app.url, api_key)  # start a new stall period: what the measured rounds cause
-        runs, ratios = _measure(gen, targets, args)
+        runs, ratios = measure_rounds(
+            gen, targets, ROUND, BRACKETED, rounds=args.rounds, seconds=args.duration, label="throughput"
+        )
         stall = stall_max_ms(app.url, api_key)
     finally:
         app.stop()
