@@ -1,9 +1,9 @@
 """``elicitd serve``: one serving process, or (``--workers N``) N of them on one listening socket.
 
 One process runs one event loop on one core. ``--workers N`` binds the socket once and forks N
-serving processes after the imports, so each accepts from the same socket and the kernel spreads
-connections between them; they share the imported code's pages until they write them (the heap
-is frozen in each, ``service.serving.freeze_startup_heap``). Each process is a replica in every
+serving processes after the imports (``_preload``), so each accepts from the same socket and the
+kernel spreads connections between them, and they share the imported code's pages until one
+writes them. Each process is a replica in every
 other sense: its own pools, its own Redis subscription (a wake-up reaches a long-poll whichever
 process holds it, as it reaches one on another machine), its own caches. The upkeep (expiry
 sweeps, webhook delivery, proactive refresh, probes) runs in the first process only, so its paces
@@ -64,11 +64,26 @@ def cmd_serve(args: argparse.Namespace) -> None:
         serve_one(settings, host=args.host, port=args.port)
         return
     listening = socket.create_server((args.host, args.port), backlog=2048)
+    _preload()
 
     def serve(settings: Settings) -> None:
         serve_one(settings, host=args.host, port=args.port, sockets=[listening])
 
     sys.exit(Supervisor(settings, listening, args.workers, serve).run())
+
+
+def _preload() -> None:
+    """Import what every serving process imports, once, before the fork, and freeze it: the
+    processes then share those pages until one writes them, and no process's garbage collector
+    walks (and so writes to) the objects made here (``gc.freeze``, as Python's documentation
+    advises for a pre-forking server)."""
+    import gc
+    import importlib
+
+    for name in ("uvicorn", "service.app", "service.services", "service.serving"):
+        importlib.import_module(name)
+    gc.collect()
+    gc.freeze()
 
 
 def serve_one(settings: Settings, *, host: str, port: int, sockets: list[socket.socket] | None = None) -> None:
