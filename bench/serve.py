@@ -40,11 +40,12 @@ def supervised(args: argparse.Namespace) -> None:
     (``service.serve_command.Supervisor``): one socket, N forked processes, the upkeep in the first."""
     import socket
 
-    from service.serve_command import Supervisor
+    from service.serve_command import Supervisor, preload
     from service.settings import Settings
 
     listening = socket.create_server((args.host, args.port), backlog=2048)
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # what uvicorn.run's app_dir does
+    preload()
 
     def serve(settings: Settings) -> None:
         if not settings.background_tasks:

@@ -1,7 +1,7 @@
 """``elicitd serve``: one serving process, or (``--workers N``) N of them on one listening socket.
 
 One process runs one event loop on one core. ``--workers N`` binds the socket once and forks N
-serving processes after the imports (``_preload``), so each accepts from the same socket and the
+serving processes after the imports (``preload``), so each accepts from the same socket and the
 kernel spreads connections between them, and they share the imported code's pages until one
 writes them. Each process is a replica in every
 other sense: its own pools, its own Redis subscription (a wake-up reaches a long-poll whichever
@@ -64,7 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         serve_one(settings, host=args.host, port=args.port)
         return
     listening = socket.create_server((args.host, args.port), backlog=2048)
-    _preload()
+    preload()
 
     def serve(settings: Settings) -> None:
         serve_one(settings, host=args.host, port=args.port, sockets=[listening])
@@ -72,7 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     sys.exit(Supervisor(settings, listening, args.workers, serve).run())
 
 
-def _preload() -> None:
+def preload() -> None:
     """Import what every serving process imports, once, before the fork, and freeze it: the
     processes then share those pages until one writes them, and no process's garbage collector
     walks (and so writes to) the objects made here (``gc.freeze``, as Python's documentation
