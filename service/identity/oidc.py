@@ -163,35 +163,15 @@ async def decode_signed(directory: IssuerDirectory, issuer: ResolvedIssuer, toke
     from joserfc.errors import JoseError
 
     try:
-        return _decode(token, await directory.jwks(issuer))
+        return _decode(token, await directory.key_set(issuer))
     except (JoseError, ValueError):
-        return _decode(token, await directory.jwks(issuer, refresh=True))
+        return _decode(token, await directory.key_set(issuer, refresh=True))
 
 
-# The key sets parsed from the JWKS documents the directory holds, by the document's identity.
-# Parsing one EC and one RSA key took ~80 µs, as long as the ES256 signature check itself, on every
-# token the verification cache had not seen. The directory replaces the document when it fetches
-# the keys again, so an entry never outlives its keys (and holding the document keeps its id
-# from being reused).
-_PARSED: dict[int, tuple[dict[str, Any], Any]] = {}
-_PARSED_LIMIT = 256
 _ALGORITHMS = list(ID_TOKEN_ALGORITHMS)
 
 
-def _key_set(jwks: dict[str, Any]) -> Any:
-    found = _PARSED.get(id(jwks))
-    if found is not None and found[0] is jwks:
-        return found[1]
-    from joserfc.jwk import KeySet
-
-    keys = KeySet.import_key_set(jwks)  # type: ignore[arg-type]
-    if len(_PARSED) >= _PARSED_LIMIT:
-        _PARSED.clear()
-    _PARSED[id(jwks)] = (jwks, keys)
-    return keys
-
-
-def _decode(token: str, jwks: dict[str, Any]) -> jwt.Token:
+def _decode(token: str, keys: Any) -> jwt.Token:
     from joserfc import jwt
 
-    return jwt.decode(token, _key_set(jwks), algorithms=_ALGORITHMS)
+    return jwt.decode(token, keys, algorithms=_ALGORITHMS)

@@ -11,9 +11,10 @@ import pytest
 
 from service.http import make_http_client
 from service.identity import oidc
-from service.identity.issuers import IssuerDirectory, ResolvedIssuer
+from service.identity.issuers import JWKS_REFRESH_MIN_SECONDS, IssuerDirectory, ResolvedIssuer
 from service.services import build_services
 from service.settings import Settings
+from tests.support.clock import ManualClock
 from tests.support.hostile import Answer, hostile
 
 KEYS = {"keys": [{"kty": "EC", "crv": "P-256", "kid": "k1", "x": "x", "y": "y"}]}
@@ -25,19 +26,7 @@ async def test_concurrent_sign_ins_share_one_key_set_fetch(make_settings: Callab
     try:
         with hostile({"/jwks": Answer.json(KEYS)}) as issuer_server:
             directory = IssuerDirectory(services.sessions, services.vault, http=http)
-            issuer = ResolvedIssuer(
-                id=uuid.uuid4(),
-                issuer=issuer_server.url,
-                display_name="Keys",
-                client_id="c",
-                client_secret=None,
-                scopes=("openid",),
-                authorization_endpoint=issuer_server.url + "/authorize",
-                token_endpoint=issuer_server.url + "/token",
-                jwks_uri=issuer_server.url + "/jwks",
-                iss_parameter_supported=False,
-                token_auth_method="none",
-            )
+            issuer = _issuer(issuer_server.url)
             answers = await asyncio.gather(*(directory.jwks(issuer) for _ in range(20)))
             fetched = [path for path in issuer_server.requests if path == "/jwks"]
     finally:
@@ -45,6 +34,22 @@ async def test_concurrent_sign_ins_share_one_key_set_fetch(make_settings: Callab
         await services.engine.dispose()
     assert answers == [KEYS] * 20
     assert fetched == ["/jwks"]
+
+
+def _issuer(url: str) -> ResolvedIssuer:
+    return ResolvedIssuer(
+        id=uuid.uuid4(),
+        issuer=url,
+        display_name="Keys",
+        client_id="c",
+        client_secret=None,
+        scopes=("openid",),
+        authorization_endpoint=url + "/authorize",
+        token_endpoint=url + "/token",
+        jwks_uri=url + "/jwks",
+        iss_parameter_supported=False,
+        token_auth_method="none",
+    )
 
 
 def _signed(kid: str) -> tuple[dict[str, Any], str]:
@@ -57,10 +62,12 @@ def _signed(kid: str) -> tuple[dict[str, Any], str]:
     return {"keys": [key.as_dict(private=False)]}, token
 
 
-def test_a_key_set_is_parsed_once_and_never_outlives_a_refetch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The parsed keys are kept by the fetched document: the same document is parsed once, and a
-    document fetched again (the issuer rotated its keys) is parsed anew, so a token signed by a
-    key the issuer dropped no longer verifies."""
+async def test_a_key_set_is_parsed_once_and_never_outlives_a_refetch(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory parses each fetched JWKS document once: the same document serves every
+    verification, and one fetched again (the issuer rotated its keys) is parsed anew, so a token
+    signed by a key the issuer dropped no longer verifies."""
     from joserfc.errors import JoseError
     from joserfc.jwk import KeySet
 
@@ -74,13 +81,23 @@ def test_a_key_set_is_parsed_once_and_never_outlives_a_refetch(monkeypatch: pyte
     monkeypatch.setattr(KeySet, "import_key_set", counting)
     old_keys, old_token = _signed("old")
     new_keys, new_token = _signed("new")
-    for _ in range(3):
-        assert oidc._decode(old_token, old_keys).claims == {"sub": "alice"}
-    assert parsed == [old_keys]
-    assert oidc._decode(new_token, new_keys).claims == {"sub": "alice"}
-    with pytest.raises(JoseError):
-        oidc._decode(old_token, new_keys)
-    # The same keys fetched again are a new document: parsed again, not taken from the old one.
-    again = {"keys": [dict(k) for k in new_keys["keys"]]}
-    assert oidc._decode(new_token, again).claims == {"sub": "alice"}
-    assert parsed == [old_keys, new_keys, again]
+    services = build_services(make_settings())
+    http = make_http_client(5.0)
+    try:
+        with hostile({"/jwks": Answer.json(old_keys)}) as issuer_server:
+            clock = ManualClock()
+            directory = IssuerDirectory(services.sessions, services.vault, http=http, clock=clock)
+            issuer = _issuer(issuer_server.url)
+            for _ in range(3):
+                assert oidc._decode(old_token, await directory.key_set(issuer)).claims == {"sub": "alice"}
+            assert parsed == [old_keys]
+            issuer_server.routes = {"/jwks": Answer.json(new_keys)}
+            clock.advance(JWKS_REFRESH_MIN_SECONDS)  # past the refetch's rate limit
+            rotated = await directory.key_set(issuer, refresh=True)
+            assert oidc._decode(new_token, rotated).claims == {"sub": "alice"}
+            with pytest.raises(JoseError):
+                oidc._decode(old_token, rotated)
+    finally:
+        await http.aclose()
+        await services.engine.dispose()
+    assert parsed == [old_keys, new_keys]
