@@ -92,33 +92,34 @@ def _token_row(row: Any) -> tuple[TokenRow, bool]:
 # its tokens are bound to), so a row re-pointed at another connection is not read. An API-key
 # connection's grant points at no authorization and reads the key on the connection row (whose id
 # is then the tokens' owner, as for a connection's first authorization).
-_FOR_TOKEN_SQL = (
-    f"SELECT COALESCE(a.id, c.id), c.id, {_either('status')}, {_either('scopes')}, {_either('token_type')}, "
-    f"c.provider, c.account_id, c.account_login, {_either('expires_at')}, {_either('access_token_enc')}, "
-    f"{_either('access_token_key_id')}, c.subject_iss, c.subject_sub, "
-    "g.id, g.scopes, g.server_client_id, g.trust_group_id, g.authorization_id, g.mac, g.mac_key_id, "
-    f"(g.last_used_at IS NULL OR g.last_used_at < now() - make_interval(secs => {TOUCH_SECONDS})), "
-    f"COALESCE({_either('expires_at')} <= now() + make_interval(secs => :margin), false) AS due, "
-    "a.metadata FROM connections c JOIN grants g ON "
-    + FOR_CLIENT.format(connection="c.id", client=":client")
-    + " LEFT JOIN authorizations a ON a.id = g.authorization_id AND a.connection_id = c.id "
-    "AND a.subject_iss = c.subject_iss AND a.subject_sub = c.subject_sub AND a.provider = c.provider "
-    "AND a.account_id = c.account_id "
-    f"WHERE c.subject_iss = :iss AND c.subject_sub = :sub AND c.provider = :provider AND c.status <> '{REVOKED}' "
-    f"AND ((a.id IS NOT NULL AND a.status <> '{REVOKED}') "
-    "OR (g.authorization_id IS NULL AND c.token_type = 'api_key')) "
-    "AND (CAST(:account AS text) IS NULL OR c.account_id = :account) "
-    "ORDER BY c.updated_at DESC, c.id DESC, a.updated_at DESC"
-)
-_FOR_TOKEN = Statement.named(_FOR_TOKEN_SQL, _token_row)
+def _for_token(join: str = "") -> Statement[tuple[TokenRow, bool]]:
+    """The token read, with ``join`` (one more inner join, which can only narrow it) before its
+    ``WHERE``."""
+    return Statement.named(
+        f"SELECT COALESCE(a.id, c.id), c.id, {_either('status')}, {_either('scopes')}, {_either('token_type')}, "
+        f"c.provider, c.account_id, c.account_login, {_either('expires_at')}, {_either('access_token_enc')}, "
+        f"{_either('access_token_key_id')}, c.subject_iss, c.subject_sub, "
+        "g.id, g.scopes, g.server_client_id, g.trust_group_id, g.authorization_id, g.mac, g.mac_key_id, "
+        f"(g.last_used_at IS NULL OR g.last_used_at < now() - make_interval(secs => {TOUCH_SECONDS})), "
+        f"COALESCE({_either('expires_at')} <= now() + make_interval(secs => :margin), false) AS due, "
+        "a.metadata FROM connections c JOIN grants g ON "
+        + FOR_CLIENT.format(connection="c.id", client=":client")
+        + " LEFT JOIN authorizations a ON a.id = g.authorization_id AND a.connection_id = c.id "
+        "AND a.subject_iss = c.subject_iss AND a.subject_sub = c.subject_sub AND a.provider = c.provider "
+        f"AND a.account_id = c.account_id {join}"
+        f"WHERE c.subject_iss = :iss AND c.subject_sub = :sub AND c.provider = :provider AND c.status <> '{REVOKED}' "
+        f"AND ((a.id IS NOT NULL AND a.status <> '{REVOKED}') "
+        "OR (g.authorization_id IS NULL AND c.token_type = 'api_key')) "
+        "AND (CAST(:account AS text) IS NULL OR c.account_id = :account) "
+        "ORDER BY c.updated_at DESC, c.id DESC, a.updated_at DESC",
+        _token_row,
+    )
+
+
+_FOR_TOKEN = _for_token()
 # The same for the RFC 8693 exchange, which answers only for a provider that is configured and
 # enabled: the provider's switch read in the same statement, not in a second one.
-_FOR_TOKEN_OF_ENABLED = Statement.named(
-    _FOR_TOKEN_SQL.replace(
-        " WHERE c.subject_iss", " JOIN providers p ON p.name = c.provider AND p.enabled WHERE c.subject_iss", 1
-    ),
-    _token_row,
-)
+_FOR_TOKEN_OF_ENABLED = _for_token("JOIN providers p ON p.name = c.provider AND p.enabled ")
 
 # Whether a provider is configured and enabled, for the RFC 8693 exchange's ``invalid_target``
 # (the token statement above reads connections whatever their provider's switch says). On the
