@@ -196,6 +196,16 @@ def _version() -> str:
         return "unknown"
 
 
+def _at_least_one(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 1, not {value!r}")
+    return number
+
+
 def _add_worker(sub: Any) -> None:
     worker = sub.add_parser(
         "worker",
@@ -227,8 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--migrate", action="store_true", help="apply migrations first")
     serve.add_argument(
         "--workers",
-        type=int,
-        default=int(os.environ.get("ELICITD_WORKERS", "1")),
+        type=_at_least_one,
+        # A string: argparse converts it with ``type``, so a bad ELICITD_WORKERS is a usage error.
+        default=os.environ.get("ELICITD_WORKERS", "1"),
         help="serving processes on one socket, one per core (default 1; the upkeep runs in the first)",
     )
     serve.set_defaults(func=lambda args: importlib.import_module("service.serve_command").cmd_serve(args))

@@ -45,8 +45,6 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from service.logs import configure_logging
 
     settings = Settings.from_env()
-    if args.workers < 1:
-        raise SystemExit("--workers must be at least 1")
     ensure_port_free(args.host, args.port)
     configure_logging(settings)
     if args.migrate:
@@ -130,10 +128,13 @@ class Supervisor:
 
     def run(self) -> int:
         """The exit code: 0 after a stop, 3 when a process could not start."""
-        for index in range(self.count):
-            self._start(index)
+        # Before the first fork: a stop that arrives while the processes start reaches those
+        # already started, and no more are started after it.
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
+        for index in range(self.count):
+            if not self.stopping:
+                self._start(index)
         logger.info("serving processes started", extra={"count": self.count})
         while self.children:
             self._reap()
@@ -188,4 +189,5 @@ class Supervisor:
             logger.warning("serving process ended; starting another", extra={"code": code})
             if time.monotonic() - started < QUICK_EXIT_SECONDS:
                 time.sleep(RESTART_PAUSE_SECONDS)
-            self._start(index)
+            if not self.stopping:  # a stop may have come during the pause
+                self._start(index)

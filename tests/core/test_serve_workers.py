@@ -135,3 +135,15 @@ def test_a_process_that_cannot_start_ends_the_command_with_its_code(
     assert not any(
         psutil.pid_exists(int(pid)) and psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE for pid, _ in started
     )
+
+
+def test_a_worker_count_below_one_is_a_usage_error() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ELICITD_")} | {"ELICITD_WORKERS": "none"}
+    for argv, value in ((["--workers", "0"], "'0'"), ([], "'none'")):
+        result = subprocess.run(
+            [*CLI, "serve", *argv], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+        assert result.returncode == 2
+        assert result.stderr.splitlines()[-1] == (
+            f"elicitd serve: error: argument --workers: a whole number of at least 1, not {value}"
+        )
