@@ -80,27 +80,29 @@ async def _throughput(args: argparse.Namespace) -> dict[str, object]:
 
     variants = args.variants
 
-    def next_request(variant: str | None) -> bytes:
-        """The fixed request, or (``--unique-prefix``) one whose ``{n}`` never repeats; with a
-        variant, ``{t}`` in the headers and body is that connection's own value."""
+    def own(number: int) -> tuple[list[str], bytes]:
+        """Connection ``number``'s headers and body: ``{t}`` is its own variant, if any."""
+        if not variants:
+            return args.header, body
+        variant = variants[number % len(variants)]
+        return [h.replace("{t}", variant) for h in args.header], body.replace(b"{t}", variant.encode())
+
+    def next_request(fixed: bytes, headers: list[str], filled: bytes) -> bytes:
+        """The connection's fixed request, or (``--unique-prefix``) one whose ``{n}`` never repeats."""
         nonlocal sent
         sent += 1
-        if variant is None and not args.unique_prefix:
-            return request
-        headers, filled = args.header, body
-        if variant is not None:
-            headers = [h.replace("{t}", variant) for h in args.header]
-            filled = body.replace(b"{t}", variant.encode())
-        if args.unique_prefix:
-            filled = filled.replace(b"{n}", f"{args.unique_prefix}{sent}".encode())
-        return build_request(args.method, args.host, args.port, args.path, headers, filled)
+        if not args.unique_prefix:
+            return fixed
+        unique = filled.replace(b"{n}", f"{args.unique_prefix}{sent}".encode())
+        return build_request(args.method, args.host, args.port, args.path, headers, unique)
 
     async def connection(number: int) -> None:
-        variant = variants[number % len(variants)] if variants else None
+        headers, filled = own(number)
+        fixed = build_request(args.method, args.host, args.port, args.path, headers, filled) if variants else request
         reader, writer = await asyncio.open_connection(args.host, args.port)
         try:
             while not stop:
-                writer.write(next_request(variant))
+                writer.write(next_request(fixed, headers, filled))
                 began = time.perf_counter()
                 try:
                     status = await read_response(reader)

@@ -35,6 +35,20 @@ def options(factory: str, impl: str) -> dict[str, Any]:
     return {**served, "proxy_headers": True} if factory.startswith("elicitd_factory:") else served
 
 
+def served(args: argparse.Namespace) -> dict[str, Any]:
+    """What every benchmark server is given, one process or several."""
+    return {
+        "factory": True,
+        "host": args.host,
+        "port": args.port,
+        "log_config": None,
+        "log_level": "warning",
+        "access_log": False,
+        "timeout_graceful_shutdown": 2,
+        **options(args.factory, args.impl),
+    }
+
+
 def supervised(args: argparse.Namespace) -> None:
     """elicitd with ``--workers N`` as ``elicitd serve --workers N`` runs it
     (``service.serve_command.Supervisor``): one socket, N forked processes, the upkeep in the first."""
@@ -50,18 +64,7 @@ def supervised(args: argparse.Namespace) -> None:
     def serve(settings: Settings) -> None:
         if not settings.background_tasks:
             os.environ["ELICITD_BACKGROUND_TASKS"] = "false"  # the factory reads its settings itself
-        config = uvicorn.Config(
-            args.factory,
-            factory=True,
-            host=args.host,
-            port=args.port,
-            log_config=None,
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=2,
-            **options(args.factory, args.impl),
-        )
-        uvicorn.Server(config).run(sockets=[listening])
+        uvicorn.Server(uvicorn.Config(args.factory, **served(args))).run(sockets=[listening])
 
     sys.exit(Supervisor(Settings.from_env(), listening, args.workers, serve).run())
 
@@ -77,19 +80,7 @@ def main() -> None:
     if args.workers > 1 and args.factory.startswith("elicitd_factory:"):
         supervised(args)
         return
-    uvicorn.run(
-        args.factory,
-        factory=True,
-        app_dir=str(Path(__file__).resolve().parent),
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_config=None,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=2,
-        **options(args.factory, args.impl),
-    )
+    uvicorn.run(args.factory, app_dir=str(Path(__file__).resolve().parent), workers=args.workers, **served(args))
 
 
 if __name__ == "__main__":
