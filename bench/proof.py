@@ -207,6 +207,20 @@ def _exchange_form(token: str, provider: str = "benchhub") -> str:
     )
 
 
+def _side(app: str, suffix: str, state: dict[str, Any], header: str, values: tuple[str, ...]) -> list[Target]:
+    """One client's status, resolve, token and create, ``header`` carrying each connection's own
+    value; named ``status{suffix}`` and so on."""
+    auth = f"Authorization: Bearer {state['key']}"
+    hs = (auth, f"{header}: {{t}}")
+    js = (*hs, "Content-Type: application/json")
+    return [
+        Target(f"status{suffix}", f"{app}/v1/flows/{state['flow_id']}", headers=hs, variants=values),
+        Target(f"resolve{suffix}", f"{app}/v1/flows/resolve", "POST", js, state["resolve_body"], variants=values),
+        Target(f"token{suffix}", f"{app}{state['token_path']}", headers=hs, variants=values),
+        Target(f"create{suffix}", f"{app}/v1/flows", "POST", js, state["create_body"], True, values),
+    ]
+
+
 def targets(
     app: str, exempt: dict[str, Any], proven: dict[str, Any], floor: list[Target], signer: Signer, connections: int
 ) -> list[Target]:
@@ -217,22 +231,14 @@ def targets(
     exempt ones a session id in a header elicitd does not read."""
     sessions = tuple(f"s{n:04d}" for n in range(connections))
     out = [t for t in floor if t.name in ("floor", "asgi")]
-    for side, values, header in (("", sessions, "X-Bench-Session"), *((f"_{k}", None, SUBJECT_TOKEN) for k in KINDS)):
-        state = exempt if side == "" else proven
-        tokens = values or tuple(signer.token(side[1:]) for _ in range(connections))
-        auth = f"Authorization: Bearer {state['key']}"
-        hs = (auth, f"{header}: {{t}}")
-        js = (*hs, "Content-Type: application/json")
-        out += [
-            Target(f"status{side}", f"{app}/v1/flows/{state['flow_id']}", headers=hs, variants=tokens),
-            Target(f"resolve{side}", f"{app}/v1/flows/resolve", "POST", js, state["resolve_body"], variants=tokens),
-            Target(f"token{side}", f"{app}{state['token_path']}", headers=hs, variants=tokens),
-            Target(f"create{side}", f"{app}/v1/flows", "POST", js, state["create_body"], True, tokens),
-        ]
-        if side:
-            form = (auth, "Content-Type: application/x-www-form-urlencoded")
-            exchange = _exchange_form("{t}")
-            out.append(Target(f"exchange{side}", f"{app}/oauth/token", "POST", form, exchange, variants=tokens))
+    out += _side(app, "", exempt, "X-Bench-Session", sessions)
+    form = (f"Authorization: Bearer {proven['key']}", "Content-Type: application/x-www-form-urlencoded")
+    for kind in KINDS:
+        tokens = tuple(signer.token(kind) for _ in range(connections))
+        out += _side(app, f"_{kind}", proven, SUBJECT_TOKEN, tokens)
+        out.append(
+            Target(f"exchange_{kind}", f"{app}/oauth/token", "POST", form, _exchange_form("{t}"), variants=tokens)
+        )
     return out
 
 
