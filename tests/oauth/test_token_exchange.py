@@ -255,6 +255,10 @@ async def test_a_client_without_a_grant_gets_invalid_grant_not_the_token(scene: 
         "not_connected",
     )
     assert world.provider_tokens[scene.alice] not in answer.text
+    # Byte for byte what the granted client hears for a user who never connected (docs/security.md).
+    nobody = valid_form(scene, subject_token=world.user_token(f"dave-{uuid.uuid4().hex[:8]}"))
+    never = await exchange(world, nobody, auth=(world.client.name, world.client.api_key))
+    assert (never.status_code, never.content) == (answer.status_code, answer.content)
 
 
 async def test_a_provider_the_client_may_not_use_is_an_invalid_target(scene: Scene) -> None:
