@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote_plus
 
 from service.clock import Clock, SystemClock
-from service.connections.errors import InsufficientScope
+from service.connections.errors import InsufficientScope, database_busy
 from service.connections.schemas import TokenResponse
 from service.connections.service import ConnectionService
 from service.db.base import CLIENT_ID
@@ -184,7 +184,9 @@ class TokenExchange:
                 client, provider, iss=iss, sub=sub, scopes=scopes, account=None, enabled_provider=True
             )
         except NotConnected:
-            if not await self._connections.tokens.provider_enabled(provider):
+            with database_busy():  # as the grant's read: a database briefly away is temporarily_unavailable
+                enabled = await self._connections.tokens.provider_enabled(provider)
+            if not enabled:
                 raise _no_such_provider() from None
             raise OAuthError(
                 "invalid_grant",
